@@ -1,0 +1,1 @@
+"""The ``maskops`` command line: TAO ``mask_rcnn`` commands over the maskops engine."""

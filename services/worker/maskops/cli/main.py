@@ -1,0 +1,67 @@
+"""Entry point: ``maskops COMMAND ...``.
+
+Each subcommand lives in its own module under ``maskops.cli`` and exposes
+``register(subparsers)``, which adds its parser and sets ``handler`` (a function taking the
+parsed arguments and returning an exit code). Handlers raise :class:`CLIError` for bad
+input; it is printed as one line and the process exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from maskops.cli.common import EXIT_FAILURE, CLIError, warn_if_key_given
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "spec",
+    "demo_data",
+    "dataset_convert",
+    "train",
+    "evaluate",
+    "inference",
+    "prune",
+    "export",
+    "publish",
+    "serve",
+    "token",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="maskops",
+        description="Mask R-CNN instance segmentation: TAO-compatible commands on PyTorch.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"maskops.cli.{name}")
+        except ModuleNotFoundError as exc:
+            # Subcommands arrive with their features; a module not written yet is absent.
+            if exc.name == f"maskops.cli.{name}":
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    warn_if_key_given(args)
+    try:
+        code: int = args.handler(args)
+    except CLIError as exc:
+        print(f"maskops {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"maskops {args.command}: interrupted", file=sys.stderr)
+        return EXIT_FAILURE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
