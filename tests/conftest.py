@@ -22,8 +22,9 @@ REDIS_URL = os.environ.get("MASKOPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"
 
 def _reachable(url: str, default_port: int) -> bool:
     parts = urlsplit(url)
+    address = (parts.hostname or "127.0.0.1", parts.port or default_port)
     try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or default_port), 2):
+        with socket.create_connection(address, timeout=2):
             return True
     except OSError:
         return False

@@ -35,9 +35,7 @@ class LabelMap:
     def from_coco_categories(cls, categories: Iterable[Mapping[str, Any]]) -> LabelMap:
         """Build from COCO ``categories`` entries (``{"id": .., "name": ..}``), sorted by id."""
         ordered = sorted(categories, key=lambda c: int(c["id"]))
-        return cls(
-            [Category(int(c["id"]), str(c["name"]), i + 1) for i, c in enumerate(ordered)]
-        )
+        return cls([Category(int(c["id"]), str(c["name"]), i + 1) for i, c in enumerate(ordered)])
 
     @classmethod
     def from_json(cls, data: Sequence[Mapping[str, Any]]) -> LabelMap:

@@ -16,9 +16,7 @@ def fit_scale(height: int, width: int, image_size: tuple[int, int]) -> float:
     return min(image_size[0] / height, image_size[1] / width)
 
 
-def resize_and_pad(
-    image: torch.Tensor, image_size: tuple[int, int]
-) -> tuple[torch.Tensor, float]:
+def resize_and_pad(image: torch.Tensor, image_size: tuple[int, int]) -> tuple[torch.Tensor, float]:
     """Resize an image keeping its aspect ratio to fit ``image_size``, then pad to it.
 
     Args:
