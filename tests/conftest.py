@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    from maskops.data.demo import DemoDataset
 
 POSTGRES_URL = os.environ.get(
     "MASKOPS_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -56,3 +61,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def demo_dataset(tmp_path_factory: pytest.TempPathFactory) -> DemoDataset:
+    """The synthetic shapes dataset: 24 train + 8 val JPEGs of 128x128, seed 0.
+
+    Categories circle (id 1), square (3), triangle (7); 1-5 shapes per image, occlusions
+    included. Acts as its root path (``demo_dataset / "annotations" / "val.json"``); also
+    ``.train_images``, ``.val_images``, ``.train_json``, ``.val_json``.
+    """
+    from maskops.data.demo import generate_demo_dataset
+
+    return generate_demo_dataset(
+        tmp_path_factory.mktemp("demo_dataset"),
+        num_images=32,
+        image_size=(128, 128),
+        seed=0,
+        val_fraction=0.25,
+    )
+
+
+@pytest.fixture(scope="session")
+def demo_shards(tmp_path_factory: pytest.TempPathFactory, demo_dataset: DemoDataset) -> Path:
+    """A directory of ``demo_dataset`` converted with masks: ``train-*`` (24 images, 1 shard),
+    ``val-*`` (8 images), with ``train_manifest.json`` / ``val_manifest.json``. Use
+    ``f"{demo_shards}/train*"`` as training_file_pattern and ``demo_dataset.val_json`` as
+    val_json_file.
+    """
+    from maskops.data.convert import convert_dataset
+
+    out = tmp_path_factory.mktemp("demo_shards")
+    convert_dataset(demo_dataset.train_images, demo_dataset.train_json, out, workers=1)
+    convert_dataset(demo_dataset.val_images, demo_dataset.val_json, out, workers=1)
+    return out

@@ -1,16 +1,29 @@
 """Typed experiment spec: the JSON form of a TAO ``mask_rcnn`` experiment spec.
 
 This is the one config object of maskops. The text form (protobuf text format, exactly as
-TAO writes it) is parsed in :mod:`maskops.spec.text`; both forms end up here. String-valued
-lists of the text form ("(832, 1344)", "[(1.0, 1.0), (1.4, 0.7)]") are typed values here.
+TAO writes it) is parsed in :mod:`maskops.spec.text`; both forms end up here, and every check
+lives here so that text and JSON specs are validated alike. String-valued lists of the text
+form ("(832, 1344)", "[(1.0, 1.0), (1.4, 0.7)]") are typed values here; the JSON form accepts
+either the typed value or TAO's string.
 
 Defaults are TAO's published sample spec and field table (see ARCHITECTURE.md). Fields
 marked "maskops extension" do not exist in TAO; a TAO spec never needs them.
+
+``total_steps`` and ``num_epochs`` are both kept as written (so text -> model -> text is
+lossless); :attr:`ExperimentSpec.resolved_total_steps` is the number of steps to train.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+from itertools import pairwise
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from maskops.spec.errors import FieldIssue
+from maskops.spec.literals import decode_literal
 
 ImageSize = tuple[int, int]
 """(height, width) in pixels."""
@@ -18,9 +31,49 @@ ImageSize = tuple[int, int]
 AspectRatio = tuple[float, float]
 """(x, y): multiplies the base anchor's width by x and its height by y (TF/TAO convention)."""
 
+NLAYERS = (10, 18, 34, 50, 101)
+FREEZABLE_BLOCKS = (0, 1, 2, 3)
+MIN_IMAGE_SIDE = 128
+BACKBONE_MIN_LEVELS = (2, 5)
+"""min_level range: the finest FPN level comes from a ResNet stage (C2..C5)."""
+MAX_LEVEL_LIMIT = 8
+
+
+def _decode_tao_string(value: Any) -> Any:
+    """TAO writes list-valued fields as strings; decode those, pass anything else through."""
+    return decode_literal(value) if isinstance(value, str) else value
+
+
+def _check_positive(value: float, info: ValidationInfo) -> float:
+    if value <= 0:
+        raise ValueError(f"{value} must be > 0")
+    return value
+
+
+def _check_non_negative(value: float, info: ValidationInfo) -> float:
+    if value < 0:
+        raise ValueError(f"{value} must be >= 0")
+    return value
+
+
+def _check_unit_interval(value: float, info: ValidationInfo) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{value} must be in [0, 1]")
+    return value
+
 
 class _SpecModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False
+    )
+
+    @field_validator("*")
+    @classmethod
+    def _fits_int64(cls, value: Any) -> Any:
+        # The text form stores integers as int64; a JSON spec must not hold what it cannot.
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+            raise ValueError(f"{value} is out of range")
+        return value
 
 
 class DataConfig(_SpecModel):
@@ -40,6 +93,34 @@ class DataConfig(_SpecModel):
     n_workers: int = 16
     """Data loader worker processes, capped by the machine's cores."""
     max_num_instances: int = 200
+
+    PATH_FIELDS: ClassVar[tuple[str, ...]] = (
+        "training_file_pattern",
+        "validation_file_pattern",
+        "val_json_file",
+    )
+
+    _decode = field_validator("image_size", mode="before")(_decode_tao_string)
+    _positive = field_validator("max_num_instances")(_check_positive)
+    _non_negative = field_validator(
+        "eval_samples", "prefetch_buffer_size", "shuffle_buffer_size", "n_workers"
+    )(_check_non_negative)
+
+    @field_validator("image_size")
+    @classmethod
+    def _image_size(cls, value: ImageSize) -> ImageSize:
+        if min(value) < MIN_IMAGE_SIDE:
+            raise ValueError(
+                f"({value[0]}, {value[1]}): height and width must be >= {MIN_IMAGE_SIDE}"
+            )
+        return value
+
+    @field_validator("num_classes")
+    @classmethod
+    def _num_classes(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError(f"{value} must be >= 2 (categories + 1 for background)")
+        return value
 
 
 class MaskRCNNConfig(_SpecModel):
@@ -83,6 +164,128 @@ class MaskRCNNConfig(_SpecModel):
     fast_rcnn_box_loss_weight: float = 1.0
     mrcnn_weight_loss_mask: float = 1.0
 
+    _decode = field_validator("freeze_blocks", "bbox_reg_weights", "aspect_ratios", mode="before")(
+        _decode_tao_string
+    )
+    _positive = field_validator(
+        "gt_mask_size",
+        "rpn_batch_size_per_im",
+        "batch_size_per_im",
+        "fast_rcnn_mlp_head_dim",
+        "mrcnn_resolution",
+        "train_rpn_pre_nms_topn",
+        "train_rpn_post_nms_topn",
+        "test_detections_per_image",
+        "test_rpn_pre_nms_topn",
+        "test_rpn_post_nms_topn",
+        "num_scales",
+        "anchor_scale",
+    )(_check_positive)
+    _non_negative = field_validator(
+        "rpn_min_size", "rpn_box_loss_weight", "fast_rcnn_box_loss_weight", "mrcnn_weight_loss_mask"
+    )(_check_non_negative)
+    _unit_interval = field_validator(
+        "rpn_positive_overlap",
+        "rpn_negative_overlap",
+        "rpn_fg_fraction",
+        "fg_fraction",
+        "fg_thresh",
+        "bg_thresh_hi",
+        "bg_thresh_lo",
+        "train_rpn_nms_threshold",
+        "test_nms",
+        "test_rpn_nms_thresh",
+    )(_check_unit_interval)
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, value: str) -> str:
+        if value != "resnet":
+            raise ValueError(f"{value!r} is not supported (only 'resnet')")
+        return value
+
+    @field_validator("nlayers")
+    @classmethod
+    def _nlayers(cls, value: int) -> int:
+        if value not in NLAYERS:
+            raise ValueError(f"{value} is not one of {', '.join(map(str, NLAYERS))}")
+        return value
+
+    @field_validator("freeze_blocks")
+    @classmethod
+    def _freeze_blocks(cls, value: list[int]) -> list[int]:
+        allowed = list(FREEZABLE_BLOCKS)
+        if any(block not in FREEZABLE_BLOCKS for block in value):
+            raise ValueError(f"{value} is not a subset of {allowed}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{value} lists a block more than once")
+        return value
+
+    @field_validator("mrcnn_resolution")
+    @classmethod
+    def _mrcnn_resolution(cls, value: int) -> int:
+        if value % 4:
+            raise ValueError(f"{value} is not a multiple of 4")
+        return value
+
+    @field_validator("bbox_reg_weights")
+    @classmethod
+    def _bbox_reg_weights(
+        cls, value: tuple[float, float, float, float]
+    ) -> tuple[float, float, float, float]:
+        if any(w <= 0 for w in value):
+            raise ValueError(f"{value}: every weight must be > 0")
+        return value
+
+    @field_validator("aspect_ratios")
+    @classmethod
+    def _aspect_ratios(cls, value: list[AspectRatio]) -> list[AspectRatio]:
+        if not value:
+            raise ValueError("at least one (x, y) aspect ratio is needed")
+        if any(x <= 0 or y <= 0 for x, y in value):
+            raise ValueError(f"{value}: every factor must be > 0")
+        return value
+
+    @field_validator("min_level")
+    @classmethod
+    def _min_level(cls, value: int) -> int:
+        low, high = BACKBONE_MIN_LEVELS
+        if not low <= value <= high:
+            raise ValueError(
+                f"{value} must be in {low}..{high} (FPN levels start at a ResNet stage)"
+            )
+        return value
+
+    @field_validator("max_level")
+    @classmethod
+    def _max_level(cls, value: int) -> int:
+        if value > MAX_LEVEL_LIMIT:
+            raise ValueError(f"{value} must be <= {MAX_LEVEL_LIMIT}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MaskRCNNConfig:
+        if self.min_level >= self.max_level:
+            raise FieldIssue(
+                "max_level",
+                f"{self.max_level} must be greater than min_level ({self.min_level})",
+                related=("min_level",),
+            )
+        if self.rpn_negative_overlap > self.rpn_positive_overlap:
+            raise FieldIssue(
+                "rpn_negative_overlap",
+                f"{self.rpn_negative_overlap} must be <= rpn_positive_overlap "
+                f"({self.rpn_positive_overlap})",
+                related=("rpn_positive_overlap",),
+            )
+        if self.bg_thresh_lo > self.bg_thresh_hi:
+            raise FieldIssue(
+                "bg_thresh_lo",
+                f"{self.bg_thresh_lo} must be <= bg_thresh_hi ({self.bg_thresh_hi})",
+                related=("bg_thresh_hi",),
+            )
+        return self
+
 
 class ExperimentSpec(_SpecModel):
     seed: int = 123
@@ -93,7 +296,7 @@ class ExperimentSpec(_SpecModel):
     learning_rate_steps: list[int] = Field(default_factory=list)
     learning_rate_decay_levels: list[float] = Field(default_factory=list)
     total_steps: int = 0
-    """Derived from num_epochs when that is set."""
+    """Steps to train when num_epochs is 0; see :attr:`resolved_total_steps`."""
     num_epochs: int = 0
     """0 = unset: train for total_steps."""
     num_examples_per_epoch: int = 0
@@ -123,3 +326,138 @@ class ExperimentSpec(_SpecModel):
 
     data_config: DataConfig = Field(default_factory=DataConfig)
     maskrcnn_config: MaskRCNNConfig = Field(default_factory=MaskRCNNConfig)
+
+    PATH_FIELDS: ClassVar[tuple[str, ...]] = ("checkpoint", "pruned_model_path")
+    EXTENSION_FIELDS: ClassVar[tuple[str, ...]] = (
+        "keep_checkpoints",
+        "accumulate_grad_steps",
+        "target_box_ap",
+        "target_mask_ap",
+    )
+
+    _decode = field_validator("learning_rate_steps", "learning_rate_decay_levels", mode="before")(
+        _decode_tao_string
+    )
+    _positive = field_validator(
+        "train_batch_size",
+        "eval_batch_size",
+        "init_learning_rate",
+        "keep_checkpoints",
+        "accumulate_grad_steps",
+    )(_check_positive)
+    _non_negative = field_validator(
+        "seed",
+        "warmup_steps",
+        "warmup_learning_rate",
+        "total_steps",
+        "num_epochs",
+        "num_examples_per_epoch",
+        "num_steps_per_eval",
+        "l1_weight_decay",
+        "l2_weight_decay",
+    )(_check_non_negative)
+    _unit_interval = field_validator("target_box_ap", "target_mask_ap")(_check_unit_interval)
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, value: int) -> int:
+        if value >= 2**32:
+            raise ValueError(f"{value} must be < 2^32")
+        return value
+
+    @field_validator("momentum")
+    @classmethod
+    def _momentum(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{value} must be in [0, 1)")
+        return value
+
+    @field_validator("learning_rate_steps")
+    @classmethod
+    def _learning_rate_steps(cls, value: list[int]) -> list[int]:
+        if any(step <= 0 for step in value):
+            raise ValueError(f"{value}: steps must be > 0")
+        if any(b <= a for a, b in pairwise(value)):
+            raise ValueError(f"{value} must be strictly increasing")
+        return value
+
+    @field_validator("learning_rate_decay_levels")
+    @classmethod
+    def _learning_rate_decay_levels(cls, value: list[float]) -> list[float]:
+        if any(level <= 0 for level in value):
+            raise ValueError(f"{value}: levels must be > 0")
+        return value
+
+    @field_validator("skip_checkpoint_variables")
+    @classmethod
+    def _skip_checkpoint_variables(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ExperimentSpec:
+        steps, levels = self.learning_rate_steps, self.learning_rate_decay_levels
+        if len(steps) != len(levels):
+            raise FieldIssue(
+                "learning_rate_decay_levels",
+                f"{len(levels)} levels for {len(steps)} learning_rate_steps; "
+                "they must have the same length",
+                related=("learning_rate_steps",),
+            )
+        if self.num_epochs > 0:
+            if self.num_examples_per_epoch <= 0:
+                raise FieldIssue(
+                    "num_examples_per_epoch",
+                    f"required (> 0) when num_epochs is set ({self.num_epochs}): "
+                    "total_steps = num_epochs * num_examples_per_epoch / train_batch_size",
+                    related=("num_epochs",),
+                )
+            if self.resolved_total_steps == 0:
+                raise FieldIssue(
+                    "num_epochs",
+                    f"{self.num_epochs} epochs of {self.num_examples_per_epoch} examples at "
+                    f"batch {self.train_batch_size} is less than one step",
+                )
+        stride = 2**self.maskrcnn_config.max_level
+        height, width = self.data_config.image_size
+        if height % stride or width % stride:
+            raise FieldIssue(
+                "data_config.image_size",
+                f"({height}, {width}): height and width must be multiples of "
+                f"2^max_level = {stride}",
+                related=("maskrcnn_config.max_level",),
+            )
+        return self
+
+    @property
+    def resolved_total_steps(self) -> int:
+        """Steps to train: ``num_epochs * num_examples_per_epoch // train_batch_size`` when
+        num_epochs is set (as TAO does, it wins over total_steps), else ``total_steps``."""
+        if self.num_epochs > 0:
+            return self.num_epochs * self.num_examples_per_epoch // self.train_batch_size
+        return self.total_steps
+
+    def resolve_paths(self, base_dir: str | Path) -> ExperimentSpec:
+        """A copy whose relative path fields are made absolute against ``base_dir``.
+
+        Paths of a spec file are relative to the file's directory; the CLI and the workers
+        call this (``load_spec`` does not, so that a spec round-trips unchanged). ``~`` is
+        expanded; empty fields stay empty.
+        """
+        base = Path(base_dir).expanduser().absolute()
+
+        def resolved(value: str) -> str:
+            if not value:
+                return value
+            path = Path(value).expanduser()
+            return str(path if path.is_absolute() else base / path)
+
+        data = self.data_config.model_copy(
+            update={f: resolved(getattr(self.data_config, f)) for f in DataConfig.PATH_FIELDS}
+        )
+        update: dict[str, Any] = {f: resolved(getattr(self, f)) for f in self.PATH_FIELDS}
+        update["data_config"] = data
+        return self.model_copy(update=update, deep=True)

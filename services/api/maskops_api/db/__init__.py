@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy 2.0 models and engine/session construction (no FastAPI here)."""

@@ -1,0 +1,182 @@
+"""SQLAlchemy 2.0 typed models. The database is the source of truth for every job.
+
+Changing a model means adding an Alembic migration under ``migrations/versions``.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class JobStatus(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelling = "cancelling"
+    cancelled = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
+
+
+class JobAction(enum.StrEnum):
+    dataset_convert = "dataset_convert"
+    train = "train"
+    evaluate = "evaluate"
+    prune = "prune"
+    inference = "inference"
+    export = "export"
+
+
+class TokenScope(enum.StrEnum):
+    read = "read"
+    write = "write"
+    admin = "admin"
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    splits: Mapped[dict[str, Any]]
+    """``{"train": {"image_dir": .., "annotation_file": ..}, "val": {..}}``, paths relative
+    to the data root; each split is converted into shards tagged with its name."""
+    include_masks: Mapped[bool] = mapped_column(default=True)
+    num_shards: Mapped[int] = mapped_column(default=8)
+    convert_job_id: Mapped[int | None] = mapped_column(default=None)
+    shards_dir: Mapped[str | None] = mapped_column(Text, default=None)
+    counts: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    label_map: Mapped[list[Any] | None] = mapped_column(default=None)
+    warnings: Mapped[list[Any] | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id"), default=None)
+    latest_version: Mapped[int] = mapped_column(default=1)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ExperimentVersion(Base):
+    __tablename__ = "experiment_versions"
+    __table_args__ = (UniqueConstraint("experiment_id", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    version: Mapped[int]
+    spec: Mapped[dict[str, Any]]
+    """``ExperimentSpec.model_dump(mode="json")``; the text form is regenerated on request."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_status_action", "status", "action"),
+        Index("ix_jobs_created", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    action: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.queued)
+    experiment_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"), default=None)
+    experiment_version: Mapped[int | None] = mapped_column(default=None)
+    dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id"), default=None)
+    parent_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), default=None)
+    options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    queue: Mapped[str] = mapped_column(String(100))
+
+    attempts: Mapped[int] = mapped_column(default=0)
+    """Times a worker claimed the job; a resumed or re-dispatched run increments it."""
+    dispatch_count: Mapped[int] = mapped_column(default=0)
+    dispatched_at: Mapped[datetime | None] = mapped_column(default=None)
+    task_id: Mapped[str | None] = mapped_column(String(100), default=None)
+    """Celery task id of the latest dispatch (the reconciler looks for it in the broker)."""
+    lease_owner: Mapped[str | None] = mapped_column(String(200), default=None)
+    """The worker attempt holding the job; only it may report progress or finish it."""
+    heartbeat_at: Mapped[datetime | None] = mapped_column(default=None)
+    worker_id: Mapped[str | None] = mapped_column(String(200), default=None)
+
+    progress_step: Mapped[int | None] = mapped_column(default=None)
+    progress_total: Mapped[int | None] = mapped_column(default=None)
+    progress_started_step: Mapped[int | None] = mapped_column(default=None)
+    latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    result: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    """Start of the current attempt."""
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobMetric(Base):
+    __tablename__ = "job_metrics"
+    __table_args__ = (Index("ix_job_metrics_job_step", "job_id", "step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[int]
+    values: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PublishedModel(Base):
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int]
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    """The export job whose artifact was published."""
+    published: Mapped[bool] = mapped_column(default=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    """SHA-256 hex of the token; the token itself is shown once, at creation."""
+    scope: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class IdempotencyKey(Base):
+    __tablename__ = "idempotency_keys"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    endpoint: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    resource_id: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

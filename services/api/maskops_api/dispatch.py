@@ -1,0 +1,62 @@
+"""Sending jobs to the broker. The database row is written first; a message that cannot be
+sent (broker down) leaves the job queued for the reconciler to send later."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from celery import Celery
+from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
+
+from maskops_api.db.models import Job, JobStatus, utcnow
+from maskops_api.db.session import transaction
+from maskops_api.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher(Protocol):
+    def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None: ...
+
+
+class CeleryDispatcher:
+    """Publishes ``maskops.<action>(job_id)`` on the job's queue."""
+
+    def __init__(self, settings: Settings) -> None:
+        from maskops_worker.celery_app import make_celery
+
+        self.app: Celery = make_celery(settings)
+        self.app.conf.broker_connection_timeout = 3
+        self.app.conf.broker_connection_max_retries = 1
+
+    def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None:
+        from maskops_worker.celery_app import task_name
+
+        self.app.send_task(
+            task_name(action), args=[job_id], queue=queue, task_id=task_id, retry=False
+        )
+
+    def close(self) -> None:
+        self.app.close()
+
+
+def dispatch_job(factory: sessionmaker[Session], dispatcher: Dispatcher, job: Job) -> bool:
+    """Send a message for a queued job and record it; False if the broker refused."""
+    attempt = job.dispatch_count + 1
+    task_id = f"maskops-job-{job.id}-{attempt}"
+    try:
+        dispatcher.send(action=job.action, job_id=job.id, queue=job.queue, task_id=task_id)
+    except Exception as exc:
+        log.warning("job %s: could not reach the broker (%s); will retry", job.id, exc)
+        return False
+    now = utcnow()
+    with transaction(factory) as session:
+        session.execute(
+            update(Job)
+            .where(Job.id == job.id, Job.status == JobStatus.queued)
+            .values(dispatch_count=attempt, dispatched_at=now, task_id=task_id)
+        )
+    job.dispatch_count, job.dispatched_at, job.task_id = attempt, now, task_id
+    return True

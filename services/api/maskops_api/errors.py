@@ -1,0 +1,82 @@
+"""API errors and the handlers that turn every kind of bad input into a 4xx with a message."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from maskops.spec.errors import SpecError
+from sqlalchemy.exc import OperationalError
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    status_code = 400
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class NotFound(ApiError):
+    status_code = 404
+
+
+class Conflict(ApiError):
+    status_code = 409
+
+
+class Invalid(ApiError):
+    status_code = 422
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+
+
+class Forbidden(ApiError):
+    status_code = 403
+
+
+class TooLarge(ApiError):
+    status_code = 413
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        parts.append(f"{loc}: {error.get('msg', 'invalid')}" if loc else error.get("msg", ""))
+    return "; ".join(parts) or "invalid request"
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(SpecError)
+    async def _spec_error(_: Request, exc: SpecError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": _validation_message(exc), "errors": _jsonable(exc)}, status_code=422
+        )
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:
+        log.error("database unavailable: %s", exc)
+        return JSONResponse({"detail": "database unavailable"}, status_code=503)
+
+
+def _jsonable(exc: RequestValidationError) -> list[dict[str, object]]:
+    return [
+        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+        for e in exc.errors()
+    ]

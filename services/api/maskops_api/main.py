@@ -1,0 +1,73 @@
+"""The FastAPI application: ``create_app(settings)``, and ``app`` for uvicorn."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from maskops_api.db.session import make_engine, make_session_factory
+from maskops_api.dispatch import CeleryDispatcher, Dispatcher
+from maskops_api.errors import install_handlers
+from maskops_api.observability import install_metrics
+from maskops_api.reconciler import ReconcilerThread
+from maskops_api.routers import datasets, experiments, health, jobs
+from maskops_api.settings import Settings, get_settings
+
+DESCRIPTION = """\
+The maskops control plane: register datasets, create experiments from TAO specs (JSON or
+TAO text), launch jobs (dataset_convert, train, evaluate, prune, inference, export), follow
+their progress, logs and metrics, publish models and run inference.
+
+When the server listens beyond loopback every route but `/healthz`, `/readyz` and `/metrics`
+needs `Authorization: Bearer <token>` (create one with `maskops token create`).
+"""
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    dispatcher: Dispatcher | None = None,
+    run_reconciler: bool = False,
+) -> FastAPI:
+    """Build the app. ``run_reconciler`` starts the background reconciler with the app."""
+    settings = settings or get_settings()
+    engine = make_engine(settings)
+    factory = make_session_factory(engine)
+    dispatch = dispatcher or CeleryDispatcher(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        reconciler = ReconcilerThread(factory, dispatch, settings) if run_reconciler else None
+        if reconciler is not None:
+            reconciler.start()
+        try:
+            yield
+        finally:
+            if reconciler is not None:
+                reconciler.stop()
+            engine.dispose()
+
+    app = FastAPI(
+        title="maskops",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.session_factory = factory
+    app.state.dispatcher = dispatch
+    install_handlers(app)
+    install_metrics(app, factory, settings)
+    for module in (health, datasets, experiments, jobs):
+        app.include_router(module.router)
+    return app
+
+
+def __getattr__(name: str) -> FastAPI:
+    # ``uvicorn maskops_api.main:app`` builds the app from the environment on first access,
+    # so importing this module (tests, the OpenAPI dump) has no side effects.
+    if name == "app":
+        return create_app(run_reconciler=True)
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""One thin router per resource; writes go through :mod:`maskops_api.services`."""

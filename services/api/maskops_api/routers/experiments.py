@@ -1,0 +1,78 @@
+"""``/experiments``: specs as JSON or TAO text, versioned on update, text form on request."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import PlainTextResponse
+from maskops.spec.models import ExperimentSpec
+from sqlalchemy import func, select
+
+from maskops_api.db.models import Experiment
+from maskops_api.deps import ReadAccess, SessionDep, WriteAccess
+from maskops_api.schemas import ErrorOut, ExperimentCreate, ExperimentOut, ExperimentUpdate, Page
+from maskops_api.services import experiments as service
+from maskops_api.specs import spec_to_text
+
+router = APIRouter(
+    prefix="/experiments",
+    tags=["experiments"],
+    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+)
+
+VersionQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
+
+
+@router.post("", status_code=201, response_model=ExperimentOut, dependencies=[WriteAccess])
+def create_experiment(body: ExperimentCreate, session: SessionDep) -> ExperimentOut:
+    """A spec as JSON (``spec``) or in TAO's text format (``spec_text``); a bad field comes
+    back as 422 with its name (and line, for text)."""
+    experiment = service.create_experiment(session, body)
+    return service.experiment_out(experiment, service.get_version(session, experiment, None))
+
+
+@router.get("", response_model=Page[ExperimentOut], dependencies=[ReadAccess])
+def list_experiments(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> Page[ExperimentOut]:
+    total = session.scalar(select(func.count(Experiment.id))) or 0
+    rows = session.scalars(
+        select(Experiment).order_by(Experiment.id.desc()).limit(limit).offset(offset)
+    ).all()
+    items = [service.experiment_out(e, service.get_version(session, e, None)) for e in rows]
+    return Page(items=items, total=total, limit=limit, offset=offset)
+
+
+@router.get("/{experiment_id}", response_model=ExperimentOut, dependencies=[ReadAccess])
+def get_experiment(
+    experiment_id: int, session: SessionDep, version: VersionQuery = None
+) -> ExperimentOut:
+    experiment = service.get_experiment(session, experiment_id)
+    return service.experiment_out(experiment, service.get_version(session, experiment, version))
+
+
+@router.put("/{experiment_id}", response_model=ExperimentOut, dependencies=[WriteAccess])
+def update_experiment(
+    experiment_id: int, body: ExperimentUpdate, session: SessionDep
+) -> ExperimentOut:
+    """A new spec makes a new version; earlier versions stay readable (``?version=``)."""
+    experiment = service.update_experiment(session, experiment_id, body)
+    return service.experiment_out(experiment, service.get_version(session, experiment, None))
+
+
+@router.get(
+    "/{experiment_id}/spec.txt",
+    response_class=PlainTextResponse,
+    dependencies=[ReadAccess],
+    responses={200: {"content": {"text/plain": {}}}},
+)
+def get_spec_text(
+    experiment_id: int, session: SessionDep, version: VersionQuery = None
+) -> PlainTextResponse:
+    """The spec in TAO's text format (usable with ``maskops train -e``)."""
+    experiment = service.get_experiment(session, experiment_id)
+    stored = service.get_version(session, experiment, version)
+    return PlainTextResponse(spec_to_text(ExperimentSpec.model_validate(stored.spec)))

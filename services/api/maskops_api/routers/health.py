@@ -1,0 +1,70 @@
+"""``/healthz`` (the process answers), ``/readyz`` (database, broker, Triton), ``/metrics``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from maskops_api.deps import FactoryDep, SettingsDep
+from maskops_api.schemas import Health
+from maskops_api.settings import Settings
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health)
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+def check_broker(settings: Settings) -> str:
+    from kombu import Connection
+
+    try:
+        with Connection(settings.broker_url, connect_timeout=2) as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return "ok"
+    except Exception as exc:
+        return f"unreachable: {type(exc).__name__}"
+
+
+def check_triton(settings: Settings) -> str:
+    import httpx
+
+    url = settings.triton_url
+    base = url if url.startswith("http") else f"http://{url}"
+    try:
+        response = httpx.get(f"{base}/v2/health/ready", timeout=2)
+    except httpx.HTTPError as exc:
+        return f"unreachable: {type(exc).__name__}"
+    return "ok" if response.status_code == 200 else f"not ready ({response.status_code})"
+
+
+@router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+def readyz(settings: SettingsDep, factory: FactoryDep) -> JSONResponse:
+    checks: dict[str, str] = {}
+    try:
+        with factory() as session:
+            session.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"unreachable: {type(exc).__name__}"
+    checks["broker"] = check_broker(settings)
+    if settings.triton_url:
+        checks["triton"] = check_triton(settings)
+    ok = all(v == "ok" for v in checks.values())
+    body = Health(status="ok" if ok else "degraded", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}}},
+    include_in_schema=True,
+)
+def metrics(request: Request) -> Response:
+    """Prometheus text format: request latency, jobs by state, queue depth."""
+    return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,187 @@
+"""``/jobs``: submit, list, inspect, follow logs and metrics, cancel, resume, artifacts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+from sqlalchemy import func, select
+
+from maskops_api.db.models import TERMINAL_STATUSES, Job, JobAction, JobMetric, JobStatus
+from maskops_api.deps import (
+    DispatcherDep,
+    FactoryDep,
+    IdempotencyKeyDep,
+    ReadAccess,
+    SessionDep,
+    SettingsDep,
+    WriteAccess,
+)
+from maskops_api.dispatch import dispatch_job
+from maskops_api.errors import NotFound
+from maskops_api.schemas import Artifact, ErrorOut, JobCreate, JobOut, MetricPoint, Page
+from maskops_api.services import jobs as service
+
+router = APIRouter(
+    prefix="/jobs",
+    tags=["jobs"],
+    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+)
+
+LOG_FILE = "job.log"
+
+
+@router.post("", status_code=202, response_model=JobOut, dependencies=[WriteAccess])
+def submit_job(
+    body: JobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    factory: FactoryDep,
+    dispatcher: DispatcherDep,
+    idempotency_key: IdempotencyKeyDep = None,
+) -> JobOut:
+    """Queue a job; 202 with the job. Retrying with the same ``Idempotency-Key`` is safe."""
+    job, created = service.create_job(session, settings, body, idempotency_key=idempotency_key)
+    if created:
+        dispatch_job(factory, dispatcher, job)
+    return service.job_out(job)
+
+
+@router.get("", response_model=Page[JobOut], dependencies=[ReadAccess])
+def list_jobs(
+    session: SessionDep,
+    status: JobStatus | None = None,
+    action: JobAction | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> Page[JobOut]:
+    """Newest first."""
+    query = select(Job)
+    if status is not None:
+        query = query.where(Job.status == status)
+    if action is not None:
+        query = query.where(Job.action == action)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(Job.id.desc()).limit(limit).offset(offset)).all()
+    return Page(items=[service.job_out(j) for j in rows], total=total, limit=limit, offset=offset)
+
+
+@router.get("/{job_id}", response_model=JobOut, dependencies=[ReadAccess])
+def get_job(job_id: int, session: SessionDep) -> JobOut:
+    """Status, progress (step, total, ETA), latest metrics, error."""
+    return service.job_out(service.get_job(session, job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut, dependencies=[WriteAccess])
+def cancel_job(job_id: int, session: SessionDep) -> JobOut:
+    """A queued job is cancelled at once; a running job stops at its next step and keeps its
+    last checkpoint (status ``cancelling`` until it has)."""
+    return service.job_out(service.cancel_job(session, job_id))
+
+
+@router.post("/{job_id}/resume", status_code=202, response_model=JobOut, dependencies=[WriteAccess])
+def resume_job(
+    job_id: int, session: SessionDep, factory: FactoryDep, dispatcher: DispatcherDep
+) -> JobOut:
+    """Queue a failed or cancelled training job again; it continues from its checkpoint."""
+    job = service.resume_job(session, job_id)
+    dispatch_job(factory, dispatcher, job)
+    return service.job_out(job)
+
+
+@router.get("/{job_id}/metrics", response_model=list[MetricPoint], dependencies=[ReadAccess])
+def job_metrics(
+    job_id: int,
+    session: SessionDep,
+    since_step: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
+) -> list[MetricPoint]:
+    """The metric time series (losses, learning rate, AP...), oldest first."""
+    service.get_job(session, job_id)
+    rows = session.scalars(
+        select(JobMetric)
+        .where(JobMetric.job_id == job_id, JobMetric.step > since_step)
+        .order_by(JobMetric.id)
+    ).all()
+    return [MetricPoint(step=r.step, time=r.created_at, values=r.values) for r in rows]
+
+
+@router.get(
+    "/{job_id}/logs",
+    response_class=PlainTextResponse,
+    dependencies=[ReadAccess],
+    responses={200: {"content": {"text/plain": {}}}},
+)
+def job_logs(
+    job_id: int,
+    session: SessionDep,
+    settings: SettingsDep,
+    factory: FactoryDep,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    follow: bool = False,
+) -> Response:
+    """The job's log from byte ``offset``; ``follow=true`` streams until the job ends."""
+    service.get_job(session, job_id)
+    path = settings.jobs_dir / str(job_id) / LOG_FILE
+    if not follow:
+        return PlainTextResponse(_read_from(path, offset))
+
+    async def tail() -> AsyncIterator[bytes]:
+        position = offset
+        while True:
+            chunk = _read_from(path, position).encode()
+            position += len(chunk)
+            if chunk:
+                yield chunk
+            with factory() as s:
+                status = s.scalar(select(Job.status).where(Job.id == job_id))
+            if status in TERMINAL_STATUSES:
+                rest = _read_from(path, position).encode()
+                if rest:
+                    yield rest
+                return
+            await asyncio.sleep(0.5)
+
+    return StreamingResponse(tail(), media_type="text/plain")
+
+
+def _read_from(path: Path, offset: int) -> str:
+    if not path.is_file():
+        return ""
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode("utf-8", errors="replace")
+
+
+@router.get("/{job_id}/artifacts", response_model=list[Artifact], dependencies=[ReadAccess])
+def list_artifacts(job_id: int, session: SessionDep, settings: SettingsDep) -> list[Artifact]:
+    """Files the job wrote: checkpoints, exported models, reports, images, logs."""
+    service.get_job(session, job_id)
+    root = settings.jobs_dir / str(job_id)
+    if not root.is_dir():
+        return []
+    return [
+        Artifact(path=p.relative_to(root).as_posix(), size=p.stat().st_size)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    ]
+
+
+@router.get(
+    "/{job_id}/artifacts/{path:path}",
+    response_class=FileResponse,
+    dependencies=[ReadAccess],
+    responses={200: {"content": {"application/octet-stream": {}}}},
+)
+def download_artifact(
+    job_id: int, path: str, session: SessionDep, settings: SettingsDep
+) -> FileResponse:
+    service.get_job(session, job_id)
+    root = (settings.jobs_dir / str(job_id)).resolve()
+    target = (root / path).resolve()
+    if not target.is_relative_to(root) or not target.is_file():
+        raise NotFound(f"job {job_id} has no artifact {path!r}")
+    return FileResponse(target, filename=target.name)

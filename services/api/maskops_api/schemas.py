@@ -1,0 +1,287 @@
+"""Request and response bodies of the REST API (pydantic v2), with Swagger examples."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from maskops_api.db.models import JobAction, JobStatus, TokenScope
+
+T = TypeVar("T")
+
+TAO_SPEC_EXAMPLE = """\
+seed: 123
+use_amp: False
+warmup_steps: 0
+init_learning_rate: 0.005
+learning_rate_steps: "[40]"
+learning_rate_decay_levels: "[0.1]"
+total_steps: 50
+train_batch_size: 2
+eval_batch_size: 2
+num_steps_per_eval: 25
+momentum: 0.9
+l2_weight_decay: 0.0001
+data_config {
+  image_size: "(256, 256)"
+  augment_input_data: True
+  eval_samples: 8
+  num_classes: 4
+  n_workers: 1
+  max_num_instances: 50
+}
+maskrcnn_config {
+  arch: "resnet"
+  nlayers: 18
+  gt_mask_size: 56
+  mrcnn_resolution: 28
+  min_level: 2
+  max_level: 6
+  num_scales: 1
+  aspect_ratios: "[(1.0, 1.0), (1.4, 0.7), (0.7, 1.4)]"
+  anchor_scale: 8.0
+  test_detections_per_image: 50
+}
+"""
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+def _relative_path(value: str, field: str) -> str:
+    path = PurePosixPath(value.replace("\\", "/"))
+    if not value or path.is_absolute() or ".." in path.parts or ":" in path.parts[0]:
+        raise ValueError(f"{field} must be a path relative to the data root without '..'")
+    return str(path)
+
+
+class DatasetSplit(_Body):
+    image_dir: str = Field(description="Image directory, relative to the server's data root.")
+    annotation_file: str = Field(description="COCO JSON, relative to the server's data root.")
+
+    @field_validator("image_dir", "annotation_file")
+    @classmethod
+    def _relative(cls, value: str, info: Any) -> str:
+        return _relative_path(value, info.field_name)
+
+
+class DatasetCreate(_Body):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "shapes",
+                    "train": {
+                        "image_dir": "demo/images/train",
+                        "annotation_file": "demo/annotations/train.json",
+                    },
+                    "val": {
+                        "image_dir": "demo/images/val",
+                        "annotation_file": "demo/annotations/val.json",
+                    },
+                    "num_shards": 4,
+                }
+            ]
+        },
+    )
+
+    name: str = Field(min_length=1, max_length=200)
+    train: DatasetSplit
+    val: DatasetSplit | None = None
+    num_shards: int = Field(default=8, ge=1, le=1024)
+    include_masks: bool = True
+
+
+class DatasetOut(_Out):
+    id: int
+    name: str
+    splits: dict[str, DatasetSplit]
+    status: str = Field(description="Status of the dataset_convert job.")
+    convert_job_id: int | None
+    shards_dir: str | None
+    counts: dict[str, Any] | None
+    label_map: list[dict[str, Any]] | None
+    warnings: list[Any] | None
+    created_at: datetime
+
+
+class ExperimentCreate(_Body):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"name": "shapes-r18", "dataset_id": 1, "spec_text": TAO_SPEC_EXAMPLE},
+                {
+                    "name": "shapes-r18-json",
+                    "dataset_id": 1,
+                    "spec": {
+                        "total_steps": 50,
+                        "train_batch_size": 2,
+                        "init_learning_rate": 0.005,
+                        "data_config": {"image_size": [256, 256], "num_classes": 4},
+                        "maskrcnn_config": {"nlayers": 18},
+                    },
+                },
+            ]
+        },
+    )
+
+    name: str = Field(min_length=1, max_length=200)
+    dataset_id: int | None = None
+    spec: dict[str, Any] | None = Field(default=None, description="The spec as JSON.")
+    spec_text: str | None = Field(
+        default=None, description="The spec in TAO's protobuf text format."
+    )
+
+    @model_validator(mode="after")
+    def _one_spec(self) -> ExperimentCreate:
+        if (self.spec is None) == (self.spec_text is None):
+            raise ValueError("give exactly one of spec (JSON) or spec_text (TAO text)")
+        return self
+
+
+class ExperimentUpdate(_Body):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"spec_text": TAO_SPEC_EXAMPLE}]},
+    )
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    spec: dict[str, Any] | None = None
+    spec_text: str | None = None
+
+    @model_validator(mode="after")
+    def _at_most_one_spec(self) -> ExperimentUpdate:
+        if self.spec is not None and self.spec_text is not None:
+            raise ValueError("give at most one of spec (JSON) or spec_text (TAO text)")
+        return self
+
+
+class ExperimentOut(_Out):
+    id: int
+    name: str
+    dataset_id: int | None
+    version: int
+    latest_version: int
+    spec: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class JobCreate(_Body):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"action": "train", "experiment_id": 1},
+                {"action": "evaluate", "experiment_id": 1, "parent_job_id": 2},
+                {"action": "dataset_convert", "dataset_id": 1},
+            ]
+        },
+    )
+
+    action: JobAction
+    experiment_id: int | None = None
+    experiment_version: int | None = Field(
+        default=None, description="Defaults to the experiment's latest version."
+    )
+    dataset_id: int | None = Field(
+        default=None, description="Defaults to the experiment's dataset."
+    )
+    parent_job_id: int | None = Field(
+        default=None, description="The job whose model this one uses (evaluate/prune/export)."
+    )
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Progress(BaseModel):
+    step: int | None
+    total: int | None
+    fraction: float | None
+    eta_seconds: float | None
+
+
+class JobOut(_Out):
+    id: int
+    action: JobAction
+    status: JobStatus
+    experiment_id: int | None
+    experiment_version: int | None
+    dataset_id: int | None
+    parent_job_id: int | None
+    options: dict[str, Any]
+    queue: str
+    attempts: int
+    progress: Progress
+    latest_metrics: dict[str, Any] | None
+    result: dict[str, Any] | None
+    error: str | None
+    worker_id: str | None
+    heartbeat_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+class MetricPoint(BaseModel):
+    step: int
+    time: datetime
+    values: dict[str, float]
+
+
+class Artifact(BaseModel):
+    path: str
+    size: int
+
+
+class ModelOut(_Out):
+    name: str
+    version: int
+    job_id: int
+    published: bool
+    created_at: datetime
+
+
+class PublishRequest(_Body):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"job_id": 5}]})
+
+    job_id: int = Field(description="A succeeded export job.")
+
+
+class TokenCreate(_Body):
+    name: str = Field(min_length=1, max_length=200)
+    scope: TokenScope = TokenScope.read
+    expires_in_days: float | None = Field(default=None, gt=0)
+
+
+class TokenOut(BaseModel):
+    id: int
+    name: str
+    scope: TokenScope
+    expires_at: datetime | None
+    token: str | None = Field(default=None, description="Shown once, at creation.")
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    checks: dict[str, str] = Field(default_factory=dict)
+
+
+class ErrorOut(BaseModel):
+    detail: str

@@ -1,0 +1,1 @@
+"""The service layer: every write the API makes goes through these functions."""

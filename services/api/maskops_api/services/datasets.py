@@ -1,0 +1,119 @@
+"""Dataset writes: register a dataset under the data root and queue its conversion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from maskops_api.db.models import Dataset, Job, JobAction, JobStatus
+from maskops_api.errors import Invalid, NotFound
+from maskops_api.schemas import DatasetCreate, DatasetOut, DatasetSplit
+from maskops_api.services import idempotency
+from maskops_api.services.jobs import queue_for
+from maskops_api.settings import Settings
+
+ENDPOINT = "POST /datasets"
+
+
+def _inside_root(root: Path, relative: str, field: str) -> Path:
+    resolved_root = root.resolve()
+    path = (resolved_root / relative).resolve()
+    if not path.is_relative_to(resolved_root):
+        # A symlink inside the data root pointing out of it.
+        raise Invalid(f"{field}: {relative!r} leaves the data root")
+    return path
+
+
+def check_split(settings: Settings, split: str, paths: DatasetSplit) -> None:
+    image_dir = _inside_root(settings.data_root, paths.image_dir, f"{split}.image_dir")
+    annotations = _inside_root(
+        settings.data_root, paths.annotation_file, f"{split}.annotation_file"
+    )
+    if not image_dir.is_dir():
+        raise Invalid(
+            f"{split}.image_dir: {paths.image_dir!r} is not a directory under the data root"
+        )
+    if not annotations.is_file():
+        raise Invalid(
+            f"{split}.annotation_file: {paths.annotation_file!r} is not a file under the data root"
+        )
+
+
+def register_dataset(
+    session: Session, settings: Settings, body: DatasetCreate, *, idempotency_key: str | None
+) -> tuple[Dataset, Job | None]:
+    """Insert the dataset and its queued dataset_convert job (None when replaying a key)."""
+    body_hash = idempotency.request_hash(body.model_dump(mode="json"))
+    if idempotency_key:
+        existing = idempotency.lookup(
+            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
+        )
+        if existing is not None:
+            return session.get_one(Dataset, existing), None
+    splits = {"train": body.train} | ({"val": body.val} if body.val else {})
+    for name, paths in splits.items():
+        check_split(settings, name, paths)
+    dataset = Dataset(
+        name=body.name,
+        splits={name: paths.model_dump() for name, paths in splits.items()},
+        include_masks=body.include_masks,
+        num_shards=body.num_shards,
+    )
+    session.add(dataset)
+    session.flush()
+    job = Job(
+        action=JobAction.dataset_convert,
+        status=JobStatus.queued,
+        dataset_id=dataset.id,
+        options={},
+        queue=queue_for(JobAction.dataset_convert, settings),
+    )
+    session.add(job)
+    session.flush()
+    dataset.convert_job_id = job.id
+    if idempotency_key:
+        idempotency.remember(
+            session,
+            key=idempotency_key,
+            endpoint=ENDPOINT,
+            body_hash=body_hash,
+            resource_id=dataset.id,
+        )
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        existing = (
+            idempotency.lookup(session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash)
+            if idempotency_key
+            else None
+        )
+        if existing is None:
+            raise
+        return session.get_one(Dataset, existing), None
+    return dataset, job
+
+
+def get_dataset(session: Session, dataset_id: int) -> Dataset:
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        raise NotFound(f"dataset {dataset_id} not found")
+    return dataset
+
+
+def dataset_out(session: Session, dataset: Dataset) -> DatasetOut:
+    job = session.get(Job, dataset.convert_job_id) if dataset.convert_job_id else None
+    return DatasetOut(
+        id=dataset.id,
+        name=dataset.name,
+        splits={k: DatasetSplit.model_validate(v) for k, v in dataset.splits.items()},
+        status=job.status if job else "unknown",
+        convert_job_id=dataset.convert_job_id,
+        shards_dir=dataset.shards_dir,
+        counts=dataset.counts,
+        label_map=dataset.label_map,
+        warnings=dataset.warnings,
+        created_at=dataset.created_at,
+    )

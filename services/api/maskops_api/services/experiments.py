@@ -1,0 +1,86 @@
+"""Experiment writes: create from a JSON or TAO text spec; update makes a new version."""
+
+from __future__ import annotations
+
+from maskops.spec.models import ExperimentSpec
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from maskops_api.db.models import Dataset, Experiment, ExperimentVersion, utcnow
+from maskops_api.errors import NotFound
+from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate
+from maskops_api.specs import spec_from_json, spec_from_text
+
+
+def _parse(spec: dict[str, object] | None, spec_text: str | None) -> ExperimentSpec:
+    if spec_text is not None:
+        return spec_from_text(spec_text)
+    assert spec is not None
+    return spec_from_json(dict(spec))
+
+
+def create_experiment(session: Session, body: ExperimentCreate) -> Experiment:
+    parsed = _parse(body.spec, body.spec_text)
+    if body.dataset_id is not None and session.get(Dataset, body.dataset_id) is None:
+        raise NotFound(f"dataset {body.dataset_id} not found")
+    experiment = Experiment(name=body.name, dataset_id=body.dataset_id, latest_version=1)
+    session.add(experiment)
+    session.flush()
+    session.add(
+        ExperimentVersion(
+            experiment_id=experiment.id, version=1, spec=parsed.model_dump(mode="json")
+        )
+    )
+    session.commit()
+    return experiment
+
+
+def update_experiment(session: Session, experiment_id: int, body: ExperimentUpdate) -> Experiment:
+    experiment = get_experiment(session, experiment_id)
+    if body.name is not None:
+        experiment.name = body.name
+    if body.spec is not None or body.spec_text is not None:
+        parsed = _parse(body.spec, body.spec_text)
+        experiment.latest_version += 1
+        session.add(
+            ExperimentVersion(
+                experiment_id=experiment.id,
+                version=experiment.latest_version,
+                spec=parsed.model_dump(mode="json"),
+            )
+        )
+    experiment.updated_at = utcnow()
+    session.commit()
+    return experiment
+
+
+def get_experiment(session: Session, experiment_id: int) -> Experiment:
+    experiment = session.get(Experiment, experiment_id)
+    if experiment is None:
+        raise NotFound(f"experiment {experiment_id} not found")
+    return experiment
+
+
+def get_version(session: Session, experiment: Experiment, version: int | None) -> ExperimentVersion:
+    wanted = version or experiment.latest_version
+    found = session.scalars(
+        select(ExperimentVersion).where(
+            ExperimentVersion.experiment_id == experiment.id, ExperimentVersion.version == wanted
+        )
+    ).one_or_none()
+    if found is None:
+        raise NotFound(f"experiment {experiment.id} has no version {wanted}")
+    return found
+
+
+def experiment_out(experiment: Experiment, version: ExperimentVersion) -> ExperimentOut:
+    return ExperimentOut(
+        id=experiment.id,
+        name=experiment.name,
+        dataset_id=experiment.dataset_id,
+        version=version.version,
+        latest_version=experiment.latest_version,
+        spec=version.spec,
+        created_at=experiment.created_at,
+        updated_at=experiment.updated_at,
+    )

@@ -1,0 +1,42 @@
+"""``Idempotency-Key``: a retried POST returns the resource the first request created.
+
+The key row is inserted in the same transaction as the resource, so two concurrent retries
+cannot both create one: the second commit violates the key's primary key and returns the
+first request's resource instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from maskops_api.db.models import IdempotencyKey
+from maskops_api.errors import Conflict
+
+
+def request_hash(body: Any) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def lookup(session: Session, *, key: str, endpoint: str, body_hash: str) -> int | None:
+    """The resource id an earlier request with this key created, or None."""
+    row = session.scalars(
+        select(IdempotencyKey).where(IdempotencyKey.key == key, IdempotencyKey.endpoint == endpoint)
+    ).one_or_none()
+    if row is None:
+        return None
+    if row.request_hash != body_hash:
+        raise Conflict(f"Idempotency-Key {key!r} was already used with a different request body")
+    return row.resource_id
+
+
+def remember(
+    session: Session, *, key: str, endpoint: str, body_hash: str, resource_id: int
+) -> None:
+    session.add(
+        IdempotencyKey(key=key, endpoint=endpoint, request_hash=body_hash, resource_id=resource_id)
+    )

@@ -1,0 +1,238 @@
+"""Job writes: create (validated, idempotent), cancel, resume; and the job's public view."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from maskops_api.db.models import (
+    TERMINAL_STATUSES,
+    Dataset,
+    Experiment,
+    ExperimentVersion,
+    Job,
+    JobAction,
+    JobStatus,
+    utcnow,
+)
+from maskops_api.db.session import rowcount
+from maskops_api.errors import Conflict, Invalid, NotFound
+from maskops_api.schemas import JobCreate, JobOut, Progress
+from maskops_api.services import idempotency
+from maskops_api.settings import Settings
+
+MODEL_PARENTS: dict[str, frozenset[str]] = {
+    JobAction.evaluate: frozenset({JobAction.train, JobAction.prune}),
+    JobAction.inference: frozenset({JobAction.train, JobAction.prune}),
+    JobAction.export: frozenset({JobAction.train, JobAction.prune}),
+    JobAction.prune: frozenset({JobAction.train, JobAction.prune}),
+}
+"""Which jobs' outputs a follow-up job may take its model from."""
+
+ENDPOINT = "POST /jobs"
+
+
+def queue_for(action: str, settings: Settings) -> str:
+    return settings.cpu_queue if action == JobAction.dataset_convert else settings.gpu_queue
+
+
+def create_job(
+    session: Session, settings: Settings, body: JobCreate, *, idempotency_key: str | None
+) -> tuple[Job, bool]:
+    """Insert a queued job; returns ``(job, created)`` (False when replaying a key)."""
+    body_hash = idempotency.request_hash(body.model_dump(mode="json"))
+    if idempotency_key:
+        existing = idempotency.lookup(
+            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
+        )
+        if existing is not None:
+            return session.get_one(Job, existing), False
+    job = _validated_job(session, settings, body)
+    session.add(job)
+    session.flush()
+    if idempotency_key:
+        idempotency.remember(
+            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash, resource_id=job.id
+        )
+    try:
+        session.commit()
+    except IntegrityError:
+        # A concurrent request with the same key won the race; answer with its job.
+        session.rollback()
+        if not idempotency_key:
+            raise
+        existing = idempotency.lookup(
+            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
+        )
+        if existing is None:
+            raise
+        return session.get_one(Job, existing), False
+    return job, True
+
+
+def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job:
+    action = body.action
+    experiment = version = None
+    parent = None
+    if body.parent_job_id is not None:
+        parent = session.get(Job, body.parent_job_id)
+        if parent is None:
+            raise NotFound(f"parent job {body.parent_job_id} not found")
+    if action in MODEL_PARENTS:
+        if parent is None:
+            raise Invalid(f"{action} needs parent_job_id (the train or prune job to use)")
+        if parent.action not in MODEL_PARENTS[action]:
+            raise Invalid(f"{action} cannot use a {parent.action} job's output (job {parent.id})")
+        if parent.status != JobStatus.succeeded and not (
+            action == JobAction.evaluate and parent.status == JobStatus.cancelled
+        ):
+            raise Conflict(f"parent job {parent.id} is {parent.status}, not succeeded")
+    experiment_id = body.experiment_id
+    if experiment_id is None and parent is not None:
+        experiment_id = parent.experiment_id
+    if experiment_id is not None:
+        experiment = session.get(Experiment, experiment_id)
+        if experiment is None:
+            raise NotFound(f"experiment {experiment_id} not found")
+        wanted = body.experiment_version or experiment.latest_version
+        if body.experiment_version is None and body.experiment_id is None and parent is not None:
+            wanted = parent.experiment_version or wanted
+        version = find_version(session, experiment.id, wanted)
+        if version is None:
+            raise NotFound(f"experiment {experiment.id} has no version {wanted}")
+    elif action in (JobAction.train, JobAction.evaluate, JobAction.inference, JobAction.export):
+        raise Invalid(f"{action} needs experiment_id")
+    dataset_id = body.dataset_id
+    if dataset_id is None and experiment is not None:
+        dataset_id = experiment.dataset_id
+    if dataset_id is not None:
+        dataset = session.get(Dataset, dataset_id)
+        if dataset is None:
+            raise NotFound(f"dataset {dataset_id} not found")
+        if action == JobAction.train and dataset.shards_dir is None:
+            raise Conflict(
+                f"dataset {dataset.id} is not converted yet (job {dataset.convert_job_id})"
+            )
+    elif action == JobAction.dataset_convert:
+        raise Invalid("dataset_convert needs dataset_id")
+    return Job(
+        action=action,
+        status=JobStatus.queued,
+        experiment_id=experiment.id if experiment else None,
+        experiment_version=version.version if version else None,
+        dataset_id=dataset_id,
+        parent_job_id=parent.id if parent else None,
+        options=body.options,
+        queue=queue_for(action, settings),
+    )
+
+
+def find_version(session: Session, experiment_id: int, version: int) -> ExperimentVersion | None:
+    return session.scalars(
+        select(ExperimentVersion).where(
+            ExperimentVersion.experiment_id == experiment_id, ExperimentVersion.version == version
+        )
+    ).one_or_none()
+
+
+def get_job(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def cancel_job(session: Session, job_id: int) -> Job:
+    """A queued job is cancelled at once; a running one stops at its next step."""
+    job = get_job(session, job_id)
+    now = utcnow()
+    if job.status in TERMINAL_STATUSES:
+        raise Conflict(f"job {job_id} already {job.status}")
+    if job.status == JobStatus.queued:
+        values = {"status": JobStatus.cancelled, "finished_at": now, "updated_at": now}
+        where = JobStatus.queued
+    elif job.status == JobStatus.running:
+        values = {"status": JobStatus.cancelling, "updated_at": now}
+        where = JobStatus.running
+    else:
+        return job
+    changed = rowcount(
+        session.execute(update(Job).where(Job.id == job_id, Job.status == where).values(**values))
+    )
+    session.commit()
+    session.refresh(job)
+    if not changed:
+        # The job moved on meanwhile (claimed, or finished); answer from its new state.
+        return cancel_job(session, job_id) if job.status not in TERMINAL_STATUSES else job
+    return job
+
+
+def resume_job(session: Session, job_id: int) -> Job:
+    """Queue a failed or cancelled training job again; it continues from its checkpoint."""
+    job = get_job(session, job_id)
+    if job.action != JobAction.train:
+        raise Conflict(f"job {job_id} is a {job.action} job; only train jobs resume")
+    if job.status not in (JobStatus.failed, JobStatus.cancelled):
+        raise Conflict(f"job {job_id} is {job.status}; only failed or cancelled jobs resume")
+    now = utcnow()
+    changed = rowcount(
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == job.status)
+            .values(status=JobStatus.queued, error=None, finished_at=None, updated_at=now)
+        )
+    )
+    session.commit()
+    session.refresh(job)
+    if not changed:
+        raise Conflict(f"job {job_id} changed state meanwhile ({job.status})")
+    return job
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
+    now = now or utcnow()
+    step, total = job.progress_step, job.progress_total
+    fraction = step / total if step is not None and total else None
+    eta = None
+    started = _aware(job.started_at)
+    if (
+        job.status == JobStatus.running
+        and step is not None
+        and total
+        and started is not None
+        and job.progress_started_step is not None
+        and step > job.progress_started_step
+    ):
+        rate = (now - started).total_seconds() / (step - job.progress_started_step)
+        eta = max(0.0, rate * (total - step))
+    return JobOut(
+        id=job.id,
+        action=JobAction(job.action),
+        status=JobStatus(job.status),
+        experiment_id=job.experiment_id,
+        experiment_version=job.experiment_version,
+        dataset_id=job.dataset_id,
+        parent_job_id=job.parent_job_id,
+        options=job.options or {},
+        queue=job.queue,
+        attempts=job.attempts,
+        progress=Progress(step=step, total=total, fraction=fraction, eta_seconds=eta),
+        latest_metrics=job.latest_metrics,
+        result=job.result,
+        error=job.error,
+        worker_id=job.worker_id,
+        heartbeat_at=_aware(job.heartbeat_at),
+        created_at=_aware(job.created_at) or now,
+        started_at=started,
+        finished_at=_aware(job.finished_at),
+    )

@@ -1,0 +1,274 @@
+"""Start and stop the Triton Inference Server bundled in the ``nvidia-pytriton`` wheel.
+
+The PyPI build has only the python backend, and it cannot run from site-packages as is
+(measured, see ARCHITECTURE.md): the backends folder is copied somewhere writable with the
+Python 3.11 stub next to ``libtriton_python.so``, the stub finds its interpreter through
+``python3`` on PATH (so the venv's ``bin`` goes first), and the server's bundled libraries
+plus libpython come through LD_LIBRARY_PATH. Models are loaded explicitly (model control
+"explicit") so that a new version can be loaded before the old one is unloaded.
+
+Usage::
+
+    with TritonServer(Path("model_repository"), models=["demo"]) as server:
+        url = server.http_url  # "127.0.0.1:PORT"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+PYTHON_TAG = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+class TritonLaunchError(RuntimeError):
+    """Triton could not be found, started, or did not become ready."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (tests use one per server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _pytriton_root() -> Path:
+    try:
+        import pytriton  # noqa: PLC0415  (optional dependency, only needed to launch)
+    except ImportError as exc:
+        raise TritonLaunchError("nvidia-pytriton is not installed: no bundled tritonserver") from exc
+    root = Path(pytriton.__file__).parent / "tritonserver"
+    if not (root / "bin" / "tritonserver").is_file():
+        raise TritonLaunchError(f"no tritonserver binary under {root}")
+    return root
+
+
+def prepare_backends(dest: Path) -> Path:
+    """Copy the bundled backends to ``dest`` with the python stub in place; return ``dest``.
+
+    Idempotent: an already prepared folder is reused.
+    """
+    root = _pytriton_root()
+    stub_src = root / "python_backend_stubs" / PYTHON_TAG / "triton_python_backend_stub"
+    if not stub_src.is_file():
+        raise TritonLaunchError(f"no python backend stub for Python {PYTHON_TAG} in {root}")
+    stub_dst = dest / "python" / "triton_python_backend_stub"
+    if stub_dst.is_file():
+        return dest
+    shutil.copytree(root / "backends", dest, dirs_exist_ok=True)
+    shutil.copy2(stub_src, stub_dst)
+    stub_dst.chmod(0o755)
+    return dest
+
+
+def server_environment() -> dict[str, str]:
+    """The environment the bundled server and its python stub need."""
+    root = _pytriton_root()
+    env = dict(os.environ)
+    site_packages = root.parent.parent
+    libs = [str(sysconfig.get_config_var("LIBDIR")), str(site_packages / "nvidia_pytriton.libs")]
+    if env.get("LD_LIBRARY_PATH"):
+        libs.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = ":".join(libs)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return env
+
+
+class TritonServer:
+    """A tritonserver process on ``repository``; ``start()`` returns once it is ready.
+
+    Args:
+        repository: the model repository folder.
+        models: models to load at start (explicit model control; others load on request).
+        http_port, grpc_port, metrics_port: 0 picks free ports.
+        backend_dir: where the prepared backends live (default: a per-user cache folder).
+        log_file: server stdout/stderr go here (default: a temporary file).
+        startup_timeout_s: how long to wait for readiness, model loads included.
+    """
+
+    def __init__(
+        self,
+        repository: Path,
+        *,
+        models: Sequence[str] = (),
+        http_port: int = 0,
+        grpc_port: int = 0,
+        metrics_port: int = 0,
+        backend_dir: Path | None = None,
+        log_file: Path | None = None,
+        startup_timeout_s: float = 120.0,
+        verbose: bool = False,
+    ) -> None:
+        self.repository = Path(repository).resolve()
+        self.models = list(models)
+        self.http_port = http_port or free_port()
+        self.grpc_port = grpc_port or free_port()
+        self.metrics_port = metrics_port or free_port()
+        self.backend_dir = backend_dir or Path(tempfile.gettempdir()) / (
+            f"maskops-triton-backends-{os.getuid()}-py{PYTHON_TAG}"
+        )
+        self.log_file = log_file
+        self.startup_timeout_s = startup_timeout_s
+        self.verbose = verbose
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_handle: object | None = None
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint, as tritonclient expects it."""
+        return f"127.0.0.1:{self.http_port}"
+
+    def command(self) -> list[str]:
+        binary = _pytriton_root() / "bin" / "tritonserver"
+        cmd = [
+            str(binary),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={self.backend_dir}",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--model-control-mode=explicit",
+            "--exit-on-error=true",
+            "--strict-readiness=true",
+        ]
+        cmd += [f"--load-model={name}" for name in self.models]
+        if self.verbose:
+            cmd.append("--log-verbose=1")
+        return cmd
+
+    def start(self) -> TritonServer:
+        if not self.repository.is_dir():
+            raise TritonLaunchError(f"model repository {self.repository} is not a directory")
+        prepare_backends(self.backend_dir)
+        if self.log_file is None:
+            handle, name = tempfile.mkstemp(prefix="maskops-triton-", suffix=".log")
+            os.close(handle)
+            self.log_file = Path(name)
+        log = self.log_file.open("ab")
+        self._log_handle = log
+        self._process = subprocess.Popen(
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=server_environment(),
+            start_new_session=True,
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise TritonLaunchError(
+                    f"tritonserver exited with code {self._process.returncode} during start; "
+                    f"last log lines:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        raise TritonLaunchError(
+            f"tritonserver not ready after {self.startup_timeout_s:.0f} s; "
+            f"last log lines:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self.log_file is None or not self.log_file.exists():
+            return ""
+        text = self.log_file.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM (Triton drains in-flight requests), then SIGKILL after ``timeout_s``."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            # The python stubs are children of the server: signal the whole session.
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if self._log_handle is not None:
+            self._log_handle.close()  # type: ignore[attr-defined]
+            self._log_handle = None
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m maskops_triton.launcher --model-repository DIR``: run in the foreground."""
+    parser = argparse.ArgumentParser(prog="maskops-triton", description=__doc__.split("\n")[0])
+    parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--load-model", action="append", default=[], dest="models")
+    args = parser.parse_args(argv)
+    server = TritonServer(
+        args.model_repository,
+        models=args.models,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+    )
+    try:
+        server.start()
+    except TritonLaunchError as exc:
+        print(f"maskops-triton: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"maskops-triton: ready at http://{server.http_url} (log: {server.log_file})")
+    stop = False
+
+    def _on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        while not stop and server.is_running():
+            time.sleep(0.5)
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

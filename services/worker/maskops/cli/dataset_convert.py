@@ -1,0 +1,70 @@
+"""``maskops dataset_convert``: COCO JSON + images -> validated shards (TAO flags)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "dataset_convert",
+        help="convert a COCO instances dataset into training shards",
+        description=(
+            "Validate a COCO dataset and write OUT_DIR/<tag>-NNNNN-of-MMMMM.tar shards, "
+            "<tag>_manifest.json (label map, counts, checksums) and <tag>_warnings.json "
+            "(every finding, keyed by image id). Exits 2 only when the JSON is malformed "
+            "or nothing usable remains."
+        ),
+    )
+    parser.add_argument("-i", "--image_dir", required=True, type=Path, help="image directory")
+    parser.add_argument(
+        "-a", "--annotations_file", required=True, type=Path, help="COCO instances JSON"
+    )
+    parser.add_argument("-o", "--output_dir", required=True, type=Path, help="output directory")
+    parser.add_argument(
+        "-t", "--tag", default=None, help="shard name prefix (default: the JSON file's stem)"
+    )
+    parser.add_argument(
+        "-s",
+        "--num_shards",
+        type=int,
+        default=256,
+        help="number of shards (capped so each holds at least 16 images)",
+    )
+    parser.add_argument(
+        "--include_mask",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="convert segmentation masks (default); --no-include_mask for boxes only",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="image-checking processes (default: cores)"
+    )
+    add_key_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from maskops.data.coco import DatasetError
+    from maskops.data.convert import convert_dataset
+
+    try:
+        result = convert_dataset(
+            args.image_dir,
+            args.annotations_file,
+            args.output_dir,
+            tag=args.tag,
+            num_shards=args.num_shards,
+            include_masks=args.include_mask,
+            workers=args.workers,
+        )
+    except DatasetError as exc:
+        raise CLIError(str(exc)) from exc
+    except OSError as exc:
+        raise CLIError(f"{exc.filename or args.output_dir}: {exc.strerror or exc}") from exc
+    print(result.summary())
+    return EXIT_OK

@@ -1,0 +1,110 @@
+"""``maskops evaluate -e SPEC -m MODEL [--gpu_index I] [--log_file F] [-o JSON]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
+
+
+def load_resolved_spec(path: Path) -> Any:
+    """The spec at ``path`` with its relative paths resolved against its directory."""
+    from maskops.spec import SpecError, load_spec
+
+    try:
+        return load_spec(path).resolve_paths(path.parent)
+    except SpecError as exc:
+        raise CLIError(str(exc)) from None
+
+
+@contextmanager
+def tee_log(log_file: Path | None) -> Iterator[Callable[[str], None]]:
+    """A ``log(line)`` that prints and, with ``--log_file``, appends to that file too."""
+    if log_file is None:
+        yield print
+        return
+    try:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handle = log_file.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise CLIError(f"--log_file {log_file}: {exc.strerror}") from None
+    with handle:
+
+        def log(line: str) -> None:
+            print(line)
+            handle.write(line + "\n")
+            handle.flush()
+
+        yield log
+
+
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input (a one-line error), not a bug (a traceback)."""
+    from maskops.evaluation.errors import EvaluationError
+    from maskops.spec import SpecError
+
+    errors: list[type[BaseException]] = [EvaluationError, SpecError]
+    for module, name in (
+        ("maskops.data.coco", "DatasetError"),
+        ("maskops.checkpoint", "CheckpointError"),
+    ):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(errors)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "evaluate",
+        help="COCO box and mask metrics of a model on the spec's validation data",
+        description=(
+            "Run MODEL over data_config.validation_file_pattern (eval_samples images, "
+            "eval_batch_size at a time) and compare with data_config.val_json_file: prints the "
+            "COCO metrics under TAO's names (AP ... ARl, mask_AP ... mask_ARl) and writes them "
+            "as JSON."
+        ),
+    )
+    parser.add_argument("-e", "--experiment_spec", required=True, type=Path, help="spec file")
+    parser.add_argument(
+        "-m", "--model", required=True, type=Path, help="maskops checkpoint (or exported model)"
+    )
+    parser.add_argument("--gpu_index", type=int, default=0, help="CUDA device (CPU if none)")
+    parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
+    parser.add_argument(
+        "-o",
+        "--output_json",
+        type=Path,
+        default=None,
+        help="metrics JSON (default: MODEL's path with suffix .eval.json)",
+    )
+    add_key_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from maskops.evaluation.runner import run_evaluation
+
+    spec = load_resolved_spec(args.experiment_spec)
+    out_json = args.output_json or args.model.with_suffix(".eval.json")
+    with tee_log(args.log_file) as log:
+        try:
+            run_evaluation(
+                spec,
+                args.model,
+                out_json=out_json,
+                gpu_index=args.gpu_index,
+                progress=sys.stderr.isatty(),
+                log=log,
+            )
+        except engine_errors() as exc:
+            raise CLIError(str(exc)) from None
+        except OSError as exc:
+            raise CLIError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    return EXIT_OK

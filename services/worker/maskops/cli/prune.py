@@ -1,0 +1,107 @@
+"""``maskops prune -m MODEL -o OUT [-n max|L2] [-eq ...] [-pg 8] [-pth 0.1] [-nf 16] [-el L ...]``.
+
+``-o`` is normally a directory (``OUT/model.pth`` and ``OUT/prune_report.json``). TAO's own
+command lines pass a model *file* there (``-o /results/model_pruned.tlt``); a path ending in
+.pth/.pt/.tlt/.hdf5 is honoured as such: the pruned model (still a maskops checkpoint,
+whatever the extension) is written at exactly that path and the report next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
+
+MODEL_FILE_SUFFIXES = (".pth", ".pt", ".tlt", ".hdf5")
+
+
+def output_location(output: Path) -> tuple[Path, str | None]:
+    """(directory, model file name or None for the default) for ``-o``."""
+    if output.suffix.lower() in MODEL_FILE_SUFFIXES:
+        return output.parent, output.name
+    return output, None
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "prune",
+        help="remove low-norm conv filters from the backbone and FPN",
+        description=(
+            "Structured pruning: filters whose normalised L2 norm is under the threshold are "
+            "removed from the ResNet backbone and the FPN's lateral convs (the FPN output "
+            "channels that the heads read are kept), in multiples of the granularity and "
+            "keeping at least min_filters per layer. Retrain the result with the spec's "
+            "pruned_model_path. Writes OUT/model.pth and OUT/prune_report.json."
+        ),
+    )
+    parser.add_argument("-m", "--model", required=True, type=Path, help="maskops checkpoint")
+    parser.add_argument(
+        "-o",
+        "--output_dir",
+        "--output_file",
+        dest="output",
+        required=True,
+        type=Path,
+        help="output directory, or a model file path ending in .pth/.pt/.tlt/.hdf5",
+    )
+    parser.add_argument(
+        "-n", "--normalizer", default="max", help="per-layer normaliser: max (default) or L2"
+    )
+    parser.add_argument(
+        "-eq",
+        "--equalization_criterion",
+        default="union",
+        # Values are validated by the engine (one list of them, in maskops.prune.importance).
+        help="how layers whose outputs are added combine their importances: union (default), "
+        "intersection, arithmetic_mean or geometric_mean",
+    )
+    parser.add_argument(
+        "-pg", "--pruning_granularity", type=int, default=8, help="kept filters are a multiple"
+    )
+    parser.add_argument(
+        "-pth", "--pruning_threshold", type=float, default=0.1, help="normalised-norm threshold"
+    )
+    parser.add_argument(
+        "-nf", "--min_num_filters", type=int, default=16, help="minimum filters kept per layer"
+    )
+    parser.add_argument(
+        "-el",
+        "--excluded_layers",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="LAYER",
+        help="module names (or prefixes) never pruned, e.g. backbone.body.layer4",
+    )
+    add_key_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from maskops.prune import PruneError
+    from maskops.prune.run import run_prune
+
+    out_dir, model_filename = output_location(args.output)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CLIError(f"-o {args.output}: {out_dir} exists and is not a directory")
+    options: dict[str, Any] = {} if model_filename is None else {"model_filename": model_filename}
+    try:
+        report = run_prune(
+            args.model,
+            out_dir,
+            norm=args.normalizer,
+            equalization=args.equalization_criterion,
+            granularity=args.pruning_granularity,
+            threshold=args.pruning_threshold,
+            min_filters=args.min_num_filters,
+            excluded_layers=args.excluded_layers,
+            **options,
+        )
+    except PruneError as exc:
+        raise CLIError(str(exc)) from None
+    print(report.format_table())
+    print(f"pruned model: {report.output_model}")
+    print(f"report: {out_dir / 'prune_report.json'}")
+    return EXIT_OK

@@ -1,0 +1,101 @@
+"""``maskops train -e SPEC -d RESULTS_DIR [--gpus N] [--gpu_index I] [--log_file F]``.
+
+Running the same command again with the same RESULTS_DIR resumes from its newest
+checkpoint. Ctrl-C (or SIGTERM) stops at the next step boundary and saves a checkpoint; a
+second Ctrl-C interrupts at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from maskops.cli.common import EXIT_FAILURE, EXIT_OK, CLIError, add_key_argument
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "train",
+        help="train Mask R-CNN on the spec's shards (resumes in the same results dir)",
+        description=(
+            "Train the spec's Mask R-CNN on data_config.training_file_pattern, checkpointing "
+            "and validating every num_steps_per_eval steps into RESULTS_DIR. Rerunning the "
+            "same command resumes from the last checkpoint."
+        ),
+    )
+    parser.add_argument("-e", "--experiment_spec", required=True, type=Path, help="spec file")
+    parser.add_argument(
+        "-d", "--results_dir", required=True, type=Path, help="checkpoints, logs, status.json"
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=1,
+        help="processes (one per GPU; gloo on CPU); learning rates scale linearly with it",
+    )
+    parser.add_argument("--gpu_index", type=int, default=0, help="first CUDA device to use")
+    parser.add_argument("--log_file", type=Path, default=None, help="also write the log here")
+    add_key_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def _graceful_stop() -> threading.Event:
+    """An event set by the first SIGINT/SIGTERM; a second SIGINT interrupts immediately."""
+    stop = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        print(
+            "maskops train: stopping at the next step and saving a checkpoint "
+            "(Ctrl-C again to abort)",
+            file=sys.stderr,
+        )
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTERM, handle)
+    return stop
+
+
+def run(args: argparse.Namespace) -> int:
+    from maskops.engine import CancelHook, TrainingCancelled, TrainingError, run_training
+    from maskops.spec import SpecError, load_spec
+
+    spec_path: Path = args.experiment_spec
+    try:
+        spec = load_spec(spec_path).resolve_paths(spec_path.parent)
+    except SpecError as exc:
+        raise CLIError(str(exc)) from None
+    if args.gpus < 1:
+        raise CLIError(f"--gpus must be >= 1, got {args.gpus}")
+    if args.log_file is not None:
+        args.log_file.parent.mkdir(parents=True, exist_ok=True)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    stop = _graceful_stop()
+    try:
+        result = run_training(
+            spec,
+            args.results_dir,
+            gpus=args.gpus,
+            gpu_index=args.gpu_index,
+            log_file=args.log_file,
+            extra_hooks=[CancelHook(stop.is_set)],
+        )
+    except TrainingError as exc:
+        raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None
+    except TrainingCancelled as exc:
+        print(f"maskops train: {exc}; rerun the same command to resume", file=sys.stderr)
+        return EXIT_FAILURE
+    ended = f" ({result.stop_reason})" if result.stop_reason else ""
+    print(f"training finished at step {result.step}/{result.total_steps}{ended}")
+    print(f"checkpoint: {result.checkpoint}")
+    return EXIT_OK

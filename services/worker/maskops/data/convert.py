@@ -1,0 +1,345 @@
+"""``dataset_convert``: a COCO instances file and its images in, validated shards out.
+
+Output in ``out_dir`` (``tag`` defaults to the annotation file's stem, as in TAO):
+``<tag>-NNNNN-of-MMMMM.tar`` shards (format: :mod:`maskops.data.shards`), a manifest
+``<tag>_manifest.json`` (:mod:`maskops.data.manifest`) and ``<tag>_warnings.json``: every
+finding keyed by image id in TAO's shape, extended with maskops' kinds
+(``{"200365": {"box": [918], "mask": [], "size_mismatch": ["json 640x480, file 480x640"]}}``;
+the kinds are listed in :mod:`maskops.data.validate`).
+
+Streaming: images are processed in order by a small process pool with a bounded window of
+work in flight, and written straight into the current shard, so peak memory is the parsed
+JSON plus a few images, independent of the number of images. Shards hold contiguous runs
+of images in file order; the training pipeline shuffles.
+
+The conversion fails (:class:`DatasetError`) only when the JSON is malformed or nothing
+usable remains; everything else is repaired or left out and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from maskops.data.coco import CocoAnnotation, CocoImage, DatasetError, load_coco
+from maskops.data.labels import LabelMap
+from maskops.data.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, manifest_path
+from maskops.data.shards import SHARD_NAME_RE, ShardWriter, file_sha256, shard_name
+from maskops.data.validate import WARNING_KINDS, ImageOutcome, process_image
+
+DEFAULT_NUM_SHARDS = 256
+MIN_IMAGES_PER_SHARD = 16
+"""TAO's 256 shards would leave a small set with one image per file; cap the count."""
+
+ProgressFn = Callable[[int, int], None]
+"""Called with (images done, images total) as the conversion advances."""
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    tag: str
+    out_dir: Path
+    shards: tuple[Path, ...]
+    manifest_path: Path
+    warnings_path: Path
+    label_map: LabelMap
+    num_images: int
+    """Images written."""
+    num_skipped_images: int
+    num_annotations: int
+    """Annotations written (crowd included)."""
+    num_crowd: int
+    num_dropped_annotations: int
+    warning_counts: dict[str, int]
+    """Kind -> number of findings of that kind (only kinds that occurred)."""
+    category_counts: dict[int, int]
+    """Category id -> instances written."""
+    seconds: float
+
+    def summary(self) -> str:
+        """A one-screen report for the command line."""
+        lines = [
+            f"wrote {len(self.shards)} shard(s) {self.tag}-NNNNN-of-{len(self.shards):05d}.tar "
+            f"to {self.out_dir} in {self.seconds:.1f}s",
+            f"  images:      {self.num_images} written, {self.num_skipped_images} skipped",
+            f"  annotations: {self.num_annotations} written ({self.num_crowd} crowd), "
+            f"{self.num_dropped_annotations} dropped",
+            "  categories (id -> label name: instances):",
+        ]
+        shown = self.label_map.categories[:20]
+        lines += [
+            f"    {c.id:>6} -> {c.label:<3} {c.name}: {self.category_counts.get(c.id, 0)}"
+            for c in shown
+        ]
+        if len(self.label_map) > len(shown):
+            lines.append(f"    ... {len(self.label_map) - len(shown)} more in {self.manifest_path}")
+        if self.warning_counts:
+            lines.append(f"  findings ({self.warnings_path.name}):")
+            lines += [f"    {kind:<20} {n}" for kind, n in self.warning_counts.items()]
+        else:
+            lines.append("  findings: none")
+        return "\n".join(lines)
+
+
+def convert_dataset(
+    image_dir: Path | str,
+    annotation_file: Path | str,
+    out_dir: Path | str,
+    *,
+    tag: str | None = None,
+    num_shards: int = DEFAULT_NUM_SHARDS,
+    include_masks: bool = True,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+) -> ConversionResult:
+    """Validate a COCO dataset and write it as shards, a manifest and a warnings file.
+
+    Args:
+        image_dir: directory the images' ``file_name`` entries are relative to.
+        annotation_file: COCO instances JSON (polygons, RLE, crowd, any integer ids).
+        out_dir: output directory (created). Earlier shards of the same tag are replaced.
+        tag: shard name prefix; default the annotation file's stem.
+        num_shards: requested shard count, capped so each shard holds at least
+            ``MIN_IMAGES_PER_SHARD`` images (and at least one shard).
+        include_masks: convert segmentations; False writes boxes only.
+        workers: processes decoding and checking images; default the usable cores
+            (at most 4). Inside a daemonic process (a Celery prefork worker) always 1.
+        progress: optional callback ``(done, total)``.
+
+    Raises:
+        DatasetError: malformed JSON (key and index named) or nothing usable remains.
+    """
+    start = time.monotonic()
+    image_dir, annotation_file, out_dir = Path(image_dir), Path(annotation_file), Path(out_dir)
+    if num_shards < 1:
+        raise DatasetError(f"num_shards must be >= 1, got {num_shards}")
+    if not image_dir.is_dir():
+        raise DatasetError(f"{image_dir}: image directory does not exist")
+    tag = tag or annotation_file.stem
+    if "/" in tag or not tag:
+        raise DatasetError(f"tag {tag!r} must be a non-empty file name prefix")
+    coco = load_coco(annotation_file)
+    if not coco.images:
+        raise DatasetError(f"{annotation_file.name}: images: empty")
+    label_map = LabelMap.from_coco_categories(coco.categories)
+    labels = {c.id: c.label for c in label_map.categories}
+
+    warnings: dict[str, dict[str, list[Any]]] = {}
+    known_ids = {image.id for image in coco.images}
+    for image_id, anns in coco.annotations_by_image.items():
+        if image_id not in known_ids:
+            warnings[str(image_id)] = {"box": [], "mask": [], "missing_image": [a.id for a in anns]}
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _remove_old_shards(out_dir, tag)
+    count = max(1, min(num_shards, len(coco.images) // MIN_IMAGES_PER_SHARD))
+    jobs = [(image, coco.annotations_by_image.get(image.id, [])) for image in coco.images]
+    worker = partial(_process, image_dir=image_dir, labels=labels, include_masks=include_masks)
+
+    shards: list[dict[str, Any]] = []
+    category_counts: dict[int, int] = {}
+    category_images: dict[int, int] = {}
+    totals = {"images": 0, "skipped": 0, "annotations": 0, "crowd": 0, "dropped": 0}
+    writer: ShardWriter | None = None
+    current = -1
+    try:
+        outcomes = _ordered_map(worker, jobs, _worker_count(workers, len(jobs)))
+        for position, outcome in enumerate(outcomes):
+            index = position * count // len(jobs)
+            if index != current:
+                if writer is not None:
+                    shards.append(_close(writer))
+                writer, current = ShardWriter(out_dir / shard_name(tag, index, count)), index
+            assert writer is not None
+            _record_findings(warnings, outcome)
+            totals["dropped"] += outcome.dropped_annotations
+            if outcome.record is None:
+                totals["skipped"] += 1
+            else:
+                writer.write(
+                    f"{position:09d}", outcome.record, outcome.image_bytes, outcome.image_format
+                )
+                totals["images"] += 1
+                seen: set[int] = set()
+                for ann in outcome.record["annotations"]:
+                    totals["annotations"] += 1
+                    totals["crowd"] += ann["iscrowd"]
+                    cid = ann["category_id"]
+                    category_counts[cid] = category_counts.get(cid, 0) + 1
+                    seen.add(cid)
+                for cid in seen:
+                    category_images[cid] = category_images.get(cid, 0) + 1
+            if progress is not None:
+                progress(position + 1, len(jobs))
+        assert writer is not None
+        shards.append(_close(writer))
+        writer = None
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        _remove_old_shards(out_dir, tag)
+        raise
+
+    totals["dropped"] += sum(len(w.get("missing_image", [])) for w in warnings.values())
+    warnings_file = out_dir / f"{tag}_warnings.json"
+    warnings_file.write_text(json.dumps(warnings, indent=1))
+    warning_counts = {
+        kind: n
+        for kind in WARNING_KINDS
+        if (n := sum(len(entry.get(kind, [])) for entry in warnings.values()))
+    }
+    _fail_if_unusable(
+        coco.annotations, totals, annotation_file, warning_counts, warnings_file, out_dir, tag
+    )
+
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "version": MANIFEST_VERSION,
+        "tag": tag,
+        "source": {
+            "annotation_file": str(annotation_file.resolve()),
+            "annotation_sha256": file_sha256(annotation_file),
+            "image_dir": str(image_dir.resolve()),
+        },
+        "include_masks": include_masks,
+        "num_images": totals["images"],
+        "num_skipped_images": totals["skipped"],
+        "num_annotations": totals["annotations"],
+        "num_crowd": totals["crowd"],
+        "num_dropped_annotations": totals["dropped"],
+        "label_map": label_map.to_json(),
+        "categories": [
+            {
+                "id": c.id,
+                "name": c.name,
+                "label": c.label,
+                "instances": category_counts.get(c.id, 0),
+                "images": category_images.get(c.id, 0),
+            }
+            for c in label_map.categories
+        ],
+        "shards": shards,
+        "warnings_file": warnings_file.name,
+        "warning_counts": warning_counts,
+    }
+    path = manifest_path(out_dir, tag)
+    partial_path = path.with_name(path.name + ".partial")
+    partial_path.write_text(json.dumps(manifest, indent=1))
+    partial_path.replace(path)
+    return ConversionResult(
+        tag=tag,
+        out_dir=out_dir,
+        shards=tuple(out_dir / s["file"] for s in shards),
+        manifest_path=path,
+        warnings_path=warnings_file,
+        label_map=label_map,
+        num_images=totals["images"],
+        num_skipped_images=totals["skipped"],
+        num_annotations=totals["annotations"],
+        num_crowd=totals["crowd"],
+        num_dropped_annotations=totals["dropped"],
+        warning_counts=warning_counts,
+        category_counts=category_counts,
+        seconds=time.monotonic() - start,
+    )
+
+
+def _process(
+    job: tuple[CocoImage, list[CocoAnnotation]],
+    *,
+    image_dir: Path,
+    labels: dict[int, int],
+    include_masks: bool,
+) -> ImageOutcome:
+    image, annotations = job
+    return process_image(
+        image, annotations, image_dir=image_dir, labels=labels, include_masks=include_masks
+    )
+
+
+def _close(writer: ShardWriter) -> dict[str, Any]:
+    writer.close()
+    return {
+        "file": writer.path.name,
+        "num_samples": writer.num_samples,
+        "sha256": file_sha256(writer.path),
+    }
+
+
+def _record_findings(warnings: dict[str, dict[str, list[Any]]], outcome: ImageOutcome) -> None:
+    if not outcome.findings:
+        return
+    # TAO's warnings file always carries "box" and "mask" for an image it lists.
+    entry = warnings.setdefault(str(outcome.image_id), {"box": [], "mask": []})
+    for kind, items in outcome.findings.items():
+        entry.setdefault(kind, []).extend(items)
+
+
+def _fail_if_unusable(
+    annotations: list[CocoAnnotation],
+    totals: dict[str, int],
+    annotation_file: Path,
+    warning_counts: dict[str, int],
+    warnings_file: Path,
+    out_dir: Path,
+    tag: str,
+) -> None:
+    reasons = ", ".join(f"{kind} {n}" for kind, n in warning_counts.items()) or "none"
+    message = ""
+    if totals["images"] == 0:
+        message = f"no usable image: all {totals['skipped']} were skipped"
+    elif annotations and totals["annotations"] == 0:
+        message = f"no usable annotation: all {len(annotations)} were dropped"
+        if warning_counts.get("empty_mask"):
+            message += " (no masks? convert with --no-include_mask for boxes only)"
+    if message:
+        _remove_old_shards(out_dir, tag)
+        raise DatasetError(
+            f"{annotation_file.name}: {message}; findings: {reasons}; see {warnings_file}"
+        )
+
+
+def _remove_old_shards(out_dir: Path, tag: str) -> None:
+    for path in out_dir.iterdir():
+        match = SHARD_NAME_RE.match(path.name.removesuffix(".partial"))
+        if match and match["tag"] == tag:
+            path.unlink()
+    manifest_path(out_dir, tag).unlink(missing_ok=True)
+
+
+def _worker_count(requested: int | None, jobs: int) -> int:
+    if multiprocessing.current_process().daemon:
+        return 1  # daemonic processes (Celery prefork children) may not have children
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    count = requested if requested is not None else min(4, cores or 1)
+    return max(1, min(count, jobs // 8 or 1))
+
+
+def _ordered_map(fn: Callable[[_T], _R], items: Iterable[_T], workers: int) -> Iterator[_R]:
+    """``map`` over a process pool, in order, with at most ``4 * workers`` items in flight."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    # fork: workers start in milliseconds and need no re-import (the worker function and
+    # its arguments only touch PIL, numpy and pycocotools, never threads of the parent).
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        pending: deque[Future[_R]] = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 4 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()

@@ -1,0 +1,336 @@
+"""A synthetic instance-segmentation dataset in COCO format with exact masks.
+
+Images show flat-coloured circles, squares and triangles on textured gradient backgrounds.
+Shapes may overlap: a shape drawn later occludes earlier ones, and an occluded shape's
+``segmentation`` is its *visible* part, written as several convex polygons (polygon minus
+each occluder, cut along the occluder's edges). Every image pixel a shape's colour covers
+is exactly the pycocotools decoding of that shape's polygons: the image is painted from
+those decodings, and placements whose decodings would claim a pixel twice are rejected.
+
+Category ids are deliberately not contiguous (circle 1, square 3, triangle 7) so that the
+id -> training-label mapping is exercised by every run on demo data.
+
+Determinism: each image is drawn from its own generator seeded by ``(seed, image index)``,
+so a dataset is a pure function of its arguments and two sizes share their first images.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from pycocotools import mask as mask_utils
+
+CATEGORIES: tuple[dict[str, Any], ...] = (
+    {"id": 1, "name": "circle", "supercategory": "shape"},
+    {"id": 3, "name": "square", "supercategory": "shape"},
+    {"id": 7, "name": "triangle", "supercategory": "shape"},
+)
+
+_MAX_SHAPES = 5
+_MIN_VISIBLE_FRACTION = 0.55
+_PLACEMENT_TRIES = 30
+_JPEG_QUALITY = 95
+
+Polygon = list[tuple[float, float]]
+"""Vertices in pixel coordinates (x, y), counter-clockwise in image axes (y down)."""
+
+
+@dataclass(frozen=True)
+class DemoDataset:
+    """Where :func:`generate_demo_dataset` wrote a dataset."""
+
+    root: Path
+    train_images: Path
+    val_images: Path
+    train_json: Path
+    val_json: Path
+    num_train: int
+    num_val: int
+
+    def __fspath__(self) -> str:
+        return str(self.root)
+
+    def __truediv__(self, other: str) -> Path:
+        """``dataset / "annotations" / "val.json"``: the dataset acts as its root path."""
+        return self.root / other
+
+
+@dataclass
+class _Shape:
+    category_id: int
+    polygon: Polygon
+    color: tuple[int, int, int]
+
+
+def generate_demo_dataset(
+    out_dir: Path | str,
+    *,
+    num_images: int = 200,
+    image_size: tuple[int, int] = (256, 256),
+    seed: int = 0,
+    val_fraction: float = 0.2,
+) -> DemoDataset:
+    """Write ``out_dir/images/{train,val}/*.jpg`` and ``out_dir/annotations/{train,val}.json``.
+
+    Args:
+        out_dir: destination directory (created; existing files of the same names are
+            overwritten).
+        num_images: total number of images over both splits (>= 2).
+        image_size: ``(height, width)`` of every image, each side >= 32.
+        seed: any integer; the same arguments always give the same files.
+        val_fraction: share of images in the validation split (at least one image each).
+
+    Image ids run 1..num_images over both splits (train first); annotation ids likewise.
+    Each file's ``file_name`` is relative to its split's image directory.
+    """
+    height, width = image_size
+    if num_images < 2:
+        raise ValueError(f"num_images must be >= 2 (one per split), got {num_images}")
+    if height < 32 or width < 32:
+        raise ValueError(f"image_size sides must be >= 32, got {image_size}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    num_val = min(num_images - 1, max(1, round(num_images * val_fraction)))
+    num_train = num_images - num_val
+    root = Path(out_dir)
+    paths = {split: root / "images" / split for split in ("train", "val")}
+    for path in paths.values():
+        path.mkdir(parents=True, exist_ok=True)
+    (root / "annotations").mkdir(parents=True, exist_ok=True)
+
+    next_ann_id = 1
+    for split, first, count in (("train", 0, num_train), ("val", num_train, num_val)):
+        images: list[dict[str, Any]] = []
+        annotations: list[dict[str, Any]] = []
+        for index in range(first, first + count):
+            image_id = index + 1
+            file_name = f"{image_id:06d}.jpg"
+            drawn = draw_image(np.random.default_rng([seed, index]), height, width)
+            Image.fromarray(drawn.pixels).save(
+                paths[split] / file_name, format="JPEG", quality=_JPEG_QUALITY
+            )
+            images.append(
+                {"id": image_id, "file_name": file_name, "height": height, "width": width}
+            )
+            for ann in drawn.annotations:
+                annotations.append({"id": next_ann_id, "image_id": image_id, **ann})
+                next_ann_id += 1
+        document = {
+            "info": {"description": f"maskops synthetic shapes, seed {seed}"},
+            "licenses": [],
+            "images": images,
+            "annotations": annotations,
+            "categories": [dict(c) for c in CATEGORIES],
+        }
+        (root / "annotations" / f"{split}.json").write_text(json.dumps(document))
+    return DemoDataset(
+        root=root,
+        train_images=paths["train"],
+        val_images=paths["val"],
+        train_json=root / "annotations" / "train.json",
+        val_json=root / "annotations" / "val.json",
+        num_train=num_train,
+        num_val=num_val,
+    )
+
+
+@dataclass(frozen=True)
+class DrawnImage:
+    pixels: np.ndarray
+    """uint8 [H, W, 3]."""
+    annotations: list[dict[str, Any]]
+    """COCO annotations without ``id`` and ``image_id``, in drawing order."""
+    colors: list[tuple[int, int, int]]
+    """Each annotation's flat colour (before noise)."""
+
+
+def draw_image(
+    rng: np.random.Generator, height: int, width: int, *, noise: float = 4.0
+) -> DrawnImage:
+    """One image and its annotations; ``noise`` is the sigma of the per-pixel noise."""
+    background = _background(rng, height, width)
+    shapes: list[_Shape] = []
+    visible: list[np.ndarray] = []
+    for _ in range(int(rng.integers(1, _MAX_SHAPES + 1))):
+        for _try in range(_PLACEMENT_TRIES):
+            candidate = _random_shape(rng, height, width, background)
+            masks = _visible_masks([*shapes, candidate], height, width)
+            if masks is not None:
+                shapes.append(candidate)
+                visible = masks
+                break
+    pixels = background
+    annotations: list[dict[str, Any]] = []
+    for shape, mask in zip(shapes, visible, strict=True):
+        pixels[mask.astype(bool)] = shape.color
+    for index, shape in enumerate(shapes):
+        pieces = _visible_polygons(shapes, index)
+        rle = _rasterise(pieces, height, width)
+        x, y, w, h = (float(v) for v in mask_utils.toBbox(rle))
+        annotations.append(
+            {
+                "category_id": shape.category_id,
+                "segmentation": [_flat(p) for p in pieces],
+                "area": float(mask_utils.area(rle)),
+                "bbox": [x, y, w, h],
+                "iscrowd": 0,
+            }
+        )
+    if noise > 0:
+        # A tile of noise repeated over the image: as good as fresh noise for a detector,
+        # and ~50x cheaper at 640x480 than drawing a normal variate per pixel.
+        tile = rng.standard_normal(size=(61, 67, 3), dtype=np.float32) * np.float32(noise)
+        reps = (-(-height // 61), -(-width // 67), 1)
+        pixels += np.tile(tile, reps)[:height, :width]
+    return DrawnImage(
+        np.clip(pixels, 0, 255).astype(np.uint8), annotations, [s.color for s in shapes]
+    )
+
+
+def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """A float32 [H, W, 3] two-colour linear gradient with low-frequency texture."""
+    start, end = rng.uniform(30, 225, size=(2, 3))
+    angle = rng.uniform(0, 2 * math.pi)
+    diagonal = math.hypot(height, width)
+    xs = np.arange(width, dtype=np.float32) * np.float32(math.cos(angle) / diagonal)
+    ys = np.arange(height, dtype=np.float32) * np.float32(math.sin(angle) / diagonal)
+    t = np.clip(ys[:, None] + xs[None, :] + np.float32(0.5), 0, 1)
+    image = start.astype(np.float32) + (end - start).astype(np.float32) * t[..., None]
+    coarse = rng.integers(0, 256, size=(5, 5, 3), dtype=np.uint8)
+    smooth = Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC)
+    texture = (np.asarray(smooth, dtype=np.float32) - np.float32(127.5)) * np.float32(0.2)
+    return np.asarray(image + texture, dtype=np.float32)
+
+
+def _random_shape(
+    rng: np.random.Generator, height: int, width: int, background: np.ndarray
+) -> _Shape:
+    category = CATEGORIES[int(rng.integers(len(CATEGORIES)))]
+    radius = rng.uniform(0.09, 0.22) * min(height, width)
+    cx = rng.uniform(radius + 1, width - radius - 1)
+    cy = rng.uniform(radius + 1, height - radius - 1)
+    rotation = rng.uniform(0, 2 * math.pi)
+    vertices = {"circle": 40, "square": 4, "triangle": 3}[category["name"]]
+    polygon = [
+        (
+            cx + radius * math.cos(rotation + 2 * math.pi * k / vertices),
+            cy + radius * math.sin(rotation + 2 * math.pi * k / vertices),
+        )
+        for k in range(vertices)
+    ]
+    local = background[int(cy), int(cx)]
+    color = rng.uniform(0, 255, size=3)
+    # A colour too close to the background under the shape would make it unlearnable.
+    while float(np.abs(color - local).sum()) < 150:
+        color = rng.uniform(0, 255, size=3)
+    rounded = [(round(x, 2), round(y, 2)) for x, y in polygon]
+    return _Shape(int(category["id"]), rounded, (int(color[0]), int(color[1]), int(color[2])))
+
+
+def _visible_masks(shapes: Sequence[_Shape], height: int, width: int) -> list[np.ndarray] | None:
+    """Decoded visible masks of every shape, or None if the layout is not acceptable.
+
+    Rejected: a shape less than ``_MIN_VISIBLE_FRACTION`` visible, or two decodings that
+    claim the same pixel (the image could then not show both exactly).
+    """
+    masks: list[np.ndarray] = []
+    claimed = np.zeros((height, width), dtype=np.uint8)
+    for index, shape in enumerate(shapes):
+        full = mask_utils.area(_rasterise([shape.polygon], height, width))
+        pieces = _visible_polygons(shapes, index)
+        if not pieces:
+            return None
+        mask = mask_utils.decode(_rasterise(pieces, height, width))
+        if full == 0 or mask.sum() < _MIN_VISIBLE_FRACTION * full or (claimed & mask).any():
+            return None
+        claimed |= mask
+        masks.append(mask)
+    return masks
+
+
+def _visible_polygons(shapes: Sequence[_Shape], index: int) -> list[Polygon]:
+    """The convex pieces of shape ``index`` not covered by any later shape."""
+    pieces = [shapes[index].polygon]
+    for occluder in shapes[index + 1 :]:
+        pieces = [part for piece in pieces for part in _difference(piece, occluder.polygon)]
+    return [[(round(x, 2), round(y, 2)) for x, y in p] for p in pieces if _area(p) >= 1.0]
+
+
+def _difference(subject: Polygon, clip: Polygon) -> list[Polygon]:
+    """``subject`` minus ``clip`` (both convex) as disjoint convex polygons.
+
+    Piece i lies outside clip edge i and inside edges 0..i-1, so the pieces tile the
+    difference without overlapping.
+    """
+    if _signed_area(clip) < 0:
+        clip = clip[::-1]
+    pieces: list[Polygon] = []
+    remaining = subject
+    for i, start in enumerate(clip):
+        end = clip[(i + 1) % len(clip)]
+        outside = _clip_halfplane(remaining, start, end, keep_left=False)
+        if len(outside) >= 3 and _area(outside) > 1e-6:
+            pieces.append(outside)
+        remaining = _clip_halfplane(remaining, start, end, keep_left=True)
+        if len(remaining) < 3:
+            break
+    return pieces
+
+
+def _clip_halfplane(
+    polygon: Polygon, start: tuple[float, float], end: tuple[float, float], *, keep_left: bool
+) -> Polygon:
+    """Sutherland-Hodgman clip of a convex polygon against the line start->end."""
+    dx, dy = end[0] - start[0], end[1] - start[1]
+    sign = 1.0 if keep_left else -1.0
+
+    def side(p: tuple[float, float]) -> float:
+        return sign * (dx * (p[1] - start[1]) - dy * (p[0] - start[0]))
+
+    out: Polygon = []
+    for k, current in enumerate(polygon):
+        previous = polygon[k - 1]
+        s_cur, s_prev = side(current), side(previous)
+        if s_cur >= 0:
+            if s_prev < 0:
+                out.append(_intersect(previous, current, s_prev, s_cur))
+            out.append(current)
+        elif s_prev >= 0:
+            out.append(_intersect(previous, current, s_prev, s_cur))
+    return out
+
+
+def _intersect(
+    a: tuple[float, float], b: tuple[float, float], sa: float, sb: float
+) -> tuple[float, float]:
+    t = sa / (sa - sb)
+    return (a[0] + t * (b[0] - a[0]), a[1] + t * (b[1] - a[1]))
+
+
+def _signed_area(polygon: Polygon) -> float:
+    return 0.5 * sum(
+        x0 * y1 - x1 * y0
+        for (x0, y0), (x1, y1) in zip(polygon, polygon[1:] + polygon[:1], strict=True)
+    )
+
+
+def _area(polygon: Polygon) -> float:
+    return abs(_signed_area(polygon))
+
+
+def _flat(polygon: Polygon) -> list[float]:
+    return [c for point in polygon for c in point]
+
+
+def _rasterise(polygons: Sequence[Polygon], height: int, width: int) -> dict[str, Any]:
+    """pycocotools' rasterisation of a multi-polygon as one compressed RLE."""
+    rles = mask_utils.frPyObjects([_flat(p) for p in polygons], height, width)
+    merged: dict[str, Any] = mask_utils.merge(rles)
+    return merged

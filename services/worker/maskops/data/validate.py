@@ -1,0 +1,343 @@
+"""Turning one COCO image and its annotations into a clean shard sample, logging each fix.
+
+Every problem found is recorded under a *kind* (the keys of ``<tag>_warnings.json``) and
+either repaired or the offending item is left out; nothing is dropped silently.
+
+Annotation kinds (values: annotation ids):
+    box                 box reaches outside the image: clipped to it
+    mask                mask extends more than 1 px beyond its box: kept as is
+    degenerate_box      zero/negative-area or non-finite box: replaced by the mask's
+                        bounding box when there is a mask, else the annotation is dropped
+    degenerate_polygon  polygon with fewer than 3 points, an odd or non-finite coordinate
+                        list, or zero area: that polygon is dropped
+    empty_mask          masks are converted but the annotation has none (no segmentation,
+                        all polygons degenerate, or nothing inside the image): dropped
+    bad_mask            RLE whose size is not the image's, or whose counts are corrupt:
+                        dropped
+    unknown_category    category id not in ``categories``: dropped
+    missing_image       ``image_id`` has no entry in ``images``: dropped (reported under
+                        that image id)
+Image kinds (values: short details):
+    missing_file        not on disk: image skipped
+    unreadable          not decodable, or truncated: image skipped
+    exif_rotated        EXIF orientation applied, image stored upright
+    color_mode          grayscale/CMYK/alpha/palette image converted to RGB (alpha is
+                        composited over black)
+    format              neither JPEG nor PNG: stored as PNG
+    size_mismatch       width/height in the JSON disagree with the file: the file wins
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+from pycocotools import mask as mask_utils
+
+from maskops.data.coco import CocoAnnotation, CocoImage
+
+ANNOTATION_KINDS = (
+    "box",
+    "mask",
+    "degenerate_box",
+    "degenerate_polygon",
+    "empty_mask",
+    "bad_mask",
+    "unknown_category",
+    "missing_image",
+)
+IMAGE_KINDS = (
+    "missing_file",
+    "unreadable",
+    "exif_rotated",
+    "color_mode",
+    "format",
+    "size_mismatch",
+)
+WARNING_KINDS = ANNOTATION_KINDS + IMAGE_KINDS
+
+_BOX_TOLERANCE = 0.01
+"""Pixels a box may exceed the image by before it counts as out of bounds (float noise)."""
+_MASK_TOLERANCE = 1.0
+_EXIF_ORIENTATION = 0x0112
+_JPEG_QUALITY = 95
+
+
+@dataclass
+class ImageOutcome:
+    """What became of one image: a sample to write (or None if skipped) and the findings."""
+
+    image_id: int
+    record: dict[str, Any] | None = None
+    image_bytes: bytes = b""
+    image_format: str = "jpeg"
+    findings: dict[str, list[Any]] = field(default_factory=dict)
+    dropped_annotations: int = 0
+
+    def note(self, kind: str, item: Any) -> None:
+        self.findings.setdefault(kind, []).append(item)
+
+
+def process_image(
+    image: CocoImage,
+    annotations: list[CocoAnnotation],
+    *,
+    image_dir: Path,
+    labels: dict[int, int],
+    include_masks: bool,
+) -> ImageOutcome:
+    """Validate and normalise one image and its annotations.
+
+    Args:
+        image: the ``images`` entry.
+        annotations: the annotations pointing at it, in file order.
+        image_dir: directory ``file_name`` is relative to.
+        labels: category id -> contiguous training label.
+        include_masks: whether masks are converted (else segmentations are ignored).
+
+    Returns:
+        The outcome; ``record`` is None when the image itself is unusable.
+    """
+    outcome = ImageOutcome(image.id)
+    path = image_dir / image.file_name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        outcome.note("missing_file", image.file_name)
+        outcome.dropped_annotations = len(annotations)
+        return outcome
+    except OSError as exc:
+        outcome.note("unreadable", f"{image.file_name}: {exc.strerror or exc}")
+        outcome.dropped_annotations = len(annotations)
+        return outcome
+    try:
+        pil: Image.Image = Image.open(io.BytesIO(data))
+        pil.load()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        outcome.note("unreadable", f"{image.file_name}: {exc}")
+        outcome.dropped_annotations = len(annotations)
+        return outcome
+
+    pil, reencode = _normalise_pixels(pil, image, outcome)
+    width, height = pil.size
+    if (image.width, image.height) not in ((None, None), (width, height)):
+        outcome.note("size_mismatch", f"json {image.width}x{image.height}, file {width}x{height}")
+    # A JPEG source stays JPEG (one re-encode at high quality); anything else becomes PNG.
+    fmt = "jpeg" if _is_jpeg(data) else "png"
+    if reencode:
+        data = _encode(pil, fmt)
+    outcome.image_bytes, outcome.image_format = data, fmt
+
+    records = []
+    for ann in annotations:
+        record = _annotation(ann, width, height, labels, include_masks, outcome)
+        if record is None:
+            outcome.dropped_annotations += 1
+        else:
+            records.append(record)
+    outcome.record = {
+        "image_id": image.id,
+        "file_name": image.file_name,
+        "height": height,
+        "width": width,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "annotations": records,
+    }
+    return outcome
+
+
+def _is_jpeg(data: bytes) -> bool:
+    return data[:3] == b"\xff\xd8\xff"
+
+
+def _normalise_pixels(
+    pil: Image.Image, image: CocoImage, outcome: ImageOutcome
+) -> tuple[Image.Image, bool]:
+    """Upright RGB pixels; True when they no longer match the source bytes."""
+    reencode = False
+    source_format = pil.format or "unknown"
+    if source_format not in ("JPEG", "MPO", "PNG"):
+        outcome.note("format", f"{source_format} stored as PNG")
+        reencode = True
+    orientation = pil.getexif().get(_EXIF_ORIENTATION, 1)
+    if orientation not in (1, None):
+        raw = pil.size
+        upright = (raw[1], raw[0]) if orientation in (5, 6, 7, 8) else raw
+        if (image.width, image.height) == raw and raw != upright:
+            # The annotations were made on the stored pixels, not the displayed ones.
+            outcome.note("exif_rotated", f"orientation {orientation} ignored: json size is raw")
+        else:
+            pil = ImageOps.exif_transpose(pil)
+            outcome.note("exif_rotated", f"orientation {orientation} applied")
+            reencode = True
+    if pil.mode != "RGB":
+        outcome.note("color_mode", pil.mode)
+        has_alpha = pil.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
+            pil.mode == "P" and "transparency" in pil.info
+        )
+        if has_alpha:
+            rgba = pil.convert("RGBA")
+            black = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
+            pil = Image.alpha_composite(black, rgba).convert("RGB")
+        elif pil.mode in ("I;16", "I;16B", "I;16L", "I"):
+            # 16-bit grayscale: scale to 8 bits instead of clipping at 255.
+            array = np.asarray(pil, dtype=np.float64)
+            peak = max(float(array.max()), 1.0)
+            pil = Image.fromarray((array * (255.0 / peak)).astype(np.uint8)).convert("RGB")
+        else:
+            pil = pil.convert("RGB")
+        reencode = True
+    return pil, reencode
+
+
+def _encode(pil: Image.Image, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    if fmt == "jpeg":
+        pil.save(buffer, format="JPEG", quality=_JPEG_QUALITY)
+    else:
+        pil.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _annotation(
+    ann: CocoAnnotation,
+    width: int,
+    height: int,
+    labels: dict[int, int],
+    include_masks: bool,
+    outcome: ImageOutcome,
+) -> dict[str, Any] | None:
+    """The shard record of one annotation, or None when it must be dropped."""
+    if ann.category_id not in labels:
+        outcome.note("unknown_category", ann.id)
+        return None
+    x, y, w, h = ann.bbox
+    box: tuple[float, float, float, float] | None = None
+    if all(math.isfinite(v) for v in ann.bbox) and w > 0 and h > 0:
+        x0, y0 = max(0.0, x), max(0.0, y)
+        x1, y1 = min(float(width), x + w), min(float(height), y + h)
+        outside = (
+            x < -_BOX_TOLERANCE
+            or y < -_BOX_TOLERANCE
+            or x + w > width + _BOX_TOLERANCE
+            or y + h > height + _BOX_TOLERANCE
+        )
+        if outside:
+            outcome.note("box", ann.id)
+        if x1 > x0 and y1 > y0:
+            box = (x0, y0, x1, y1)
+
+    rle: dict[str, Any] | None = None
+    if include_masks:
+        rle = _mask(ann, width, height, outcome)
+        if rle is None:
+            return None
+    if box is None:
+        outcome.note("degenerate_box", ann.id)
+        if rle is None:
+            return None
+        mx, my, mw, mh = (float(v) for v in mask_utils.toBbox(rle))
+        box = (mx, my, mx + mw, my + mh)
+    elif rle is not None:
+        mx, my, mw, mh = (float(v) for v in mask_utils.toBbox(rle))
+        if (
+            mx < box[0] - _MASK_TOLERANCE
+            or my < box[1] - _MASK_TOLERANCE
+            or mx + mw > box[2] + _MASK_TOLERANCE
+            or my + mh > box[3] + _MASK_TOLERANCE
+        ):
+            outcome.note("mask", ann.id)
+
+    record: dict[str, Any] = {
+        "id": ann.id,
+        "category_id": ann.category_id,
+        "label": labels[ann.category_id],
+        "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]],
+        "iscrowd": int(ann.iscrowd),
+    }
+    if rle is not None:
+        record["area"] = float(mask_utils.area(rle))
+        record["mask"] = rle["counts"].decode("ascii")
+    else:
+        record["area"] = (box[2] - box[0]) * (box[3] - box[1])
+    return record
+
+
+def _mask(
+    ann: CocoAnnotation, width: int, height: int, outcome: ImageOutcome
+) -> dict[str, Any] | None:
+    """The annotation's mask as compressed RLE at the image's size, or None (noted)."""
+    seg = ann.segmentation
+    rle: dict[str, Any] | None = None
+    if isinstance(seg, list):
+        polygons = [p for p in seg if _valid_polygon(p)]
+        if len(polygons) < len(seg):
+            outcome.note("degenerate_polygon", ann.id)
+        if polygons:
+            rle = mask_utils.merge(mask_utils.frPyObjects(polygons, height, width))
+    elif isinstance(seg, dict):
+        if seg["size"] != [height, width]:
+            outcome.note("bad_mask", ann.id)
+            return None
+        counts = seg["counts"]
+        try:
+            runs = counts if isinstance(counts, list) else _decode_rle_string(counts)
+        except ValueError:
+            runs = []
+        if sum(runs) != height * width:
+            outcome.note("bad_mask", ann.id)
+            return None
+        if isinstance(counts, list):
+            rle = mask_utils.frPyObjects(seg, height, width)
+        else:
+            rle = {"size": [height, width], "counts": counts.encode("ascii")}
+    if rle is None or mask_utils.area(rle) == 0:
+        outcome.note("empty_mask", ann.id)
+        return None
+    return rle
+
+
+def _valid_polygon(polygon: list[float]) -> bool:
+    if len(polygon) < 6 or len(polygon) % 2 or not all(math.isfinite(v) for v in polygon):
+        return False
+    xs, ys = polygon[0::2], polygon[1::2]
+    twice_area = sum(
+        xs[i] * ys[(i + 1) % len(xs)] - xs[(i + 1) % len(xs)] * ys[i] for i in range(len(xs))
+    )
+    return abs(twice_area) > 1e-9
+
+
+def _decode_rle_string(text: str) -> list[int]:
+    """Run lengths of a COCO compressed-RLE string (pycocotools' rleFrString, in Python).
+
+    pycocotools trusts the string and writes past its buffer on a corrupt one, so the
+    runs are checked here first.
+    """
+    runs: list[int] = []
+    position = 0
+    while position < len(text):
+        value, shift, more = 0, 0, True
+        while more:
+            if position >= len(text):
+                raise ValueError("truncated RLE string")
+            c = ord(text[position]) - 48
+            if not 0 <= c < 64:
+                raise ValueError(f"invalid RLE character {text[position]!r}")
+            value |= (c & 0x1F) << (5 * shift)
+            more = bool(c & 0x20)
+            position += 1
+            shift += 1
+            if not more and c & 0x10:
+                value |= -1 << (5 * shift)
+        if len(runs) > 2:
+            value += runs[-2]
+        if value < 0:
+            raise ValueError("negative run length")
+        runs.append(value)
+    return runs

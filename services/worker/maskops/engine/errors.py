@@ -1,0 +1,31 @@
+"""Outcomes of a training run other than success."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TrainingError(Exception):
+    """A user-facing training failure: one line, naming what is wrong."""
+
+
+class NonFiniteLossError(TrainingError):
+    """The loss became NaN or infinite; nothing from the failing step was saved."""
+
+    def __init__(self, step: int, losses: dict[str, float]) -> None:
+        bad = ", ".join(f"{k}={v}" for k, v in losses.items()) or "total loss"
+        super().__init__(
+            f"non-finite loss at step {step} ({bad}); the last good checkpoint is kept, "
+            "try a lower init_learning_rate or a longer warmup"
+        )
+        self.step = step
+
+
+class TrainingCancelled(Exception):
+    """Training stopped on request at a step boundary; ``checkpoint`` holds that step."""
+
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        where = f", checkpoint {checkpoint}" if checkpoint else ""
+        super().__init__(f"training cancelled at step {step}{where}")
+        self.step = step
+        self.checkpoint = checkpoint

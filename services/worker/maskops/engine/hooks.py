@@ -1,0 +1,349 @@
+"""The hooks a training run is assembled from.
+
+Order matters and is the order :func:`maskops.engine.train.run_training` registers them:
+cancellation (before a step), training metrics, checkpoint, evaluation, early stop, then
+the writers (log/JSONL/TensorBoard), status file and progress bar, which report what the
+hooks before them produced in the same step. Only rank 0 runs hooks that write files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from maskops.engine.optim import l2_loss_value
+from maskops.engine.trainer import HookBase
+
+logger = logging.getLogger("maskops.train")
+
+TOTAL_LOSS = "Total loss"
+L2_LOSS = "L2 loss"
+LEARNING_RATE = "learning rate"
+SAMPLES_PER_SEC = "samples/sec"
+
+EvalFn = Callable[[nn.Module, int], dict[str, float]]
+"""``(model in eval or train mode as the function sets it, step) -> metrics``."""
+
+
+def _due(step: int, period: int, max_steps: int) -> bool:
+    return step == max_steps or (period > 0 and step % period == 0)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that readers see the old file or the new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+class CancelHook(HookBase):
+    """Stops at the next step boundary once ``should_cancel()`` is true.
+
+    The run then saves a checkpoint of the last completed step and
+    :func:`~maskops.engine.train.run_training` raises
+    :class:`~maskops.engine.errors.TrainingCancelled`.
+    """
+
+    def __init__(self, should_cancel: Callable[[], bool]) -> None:
+        self.should_cancel = should_cancel
+
+    @classmethod
+    def on_file(cls, path: Path) -> CancelHook:
+        """Cancel when ``path`` exists: a flag another process can set."""
+        return cls(path.exists)
+
+    def before_step(self) -> None:
+        if self.should_cancel():
+            self.trainer.request_stop("cancelled", cancel=True)
+
+
+class TrainingMetricsHook(HookBase):
+    """Every ``period`` steps (and the last): losses, L2 loss, Total loss, lr, samples/sec.
+
+    Converting the losses to floats synchronises with the device, so it happens only here.
+    L2 is applied by the optimizer; its value is computed for the log as TAO defines it.
+    """
+
+    def __init__(
+        self, period: int, *, l2_params: Sequence[torch.Tensor], l2_weight_decay: float
+    ) -> None:
+        self.period = max(1, period)
+        self.l2_params = l2_params
+        self.l2_weight_decay = l2_weight_decay
+        self._last_time = 0.0
+        self._last_samples = 0
+
+    def before_train(self) -> None:
+        self._last_time = time.perf_counter()
+        self._last_samples = self.trainer.samples_seen
+
+    def after_step(self) -> None:
+        trainer = self.trainer
+        if not _due(trainer.iter, self.period, trainer.max_steps):
+            return
+        metrics = {k: float(v) for k, v in trainer.last_losses.items()}
+        l2 = l2_loss_value(self.l2_params, self.l2_weight_decay) if self.l2_weight_decay else 0.0
+        metrics[L2_LOSS] = l2
+        metrics[TOTAL_LOSS] = sum(metrics.values())
+        metrics[LEARNING_RATE] = trainer.lr
+        now = time.perf_counter()
+        elapsed = now - self._last_time
+        samples = trainer.samples_seen - self._last_samples
+        metrics[SAMPLES_PER_SEC] = samples / elapsed if elapsed > 0 else 0.0
+        self._last_time, self._last_samples = now, trainer.samples_seen
+        trainer.put_metrics(metrics)
+
+
+class CheckpointHook(HookBase):
+    """Saves every ``period`` steps, at the end, and when stopped; never after a failure."""
+
+    def __init__(self, period: int, save: Callable[[int], Path]) -> None:
+        self.period = period
+        self.save = save
+        self._saved_step = -1
+
+    def before_train(self) -> None:
+        self._saved_step = self.trainer.iter
+
+    def _save(self) -> None:
+        step = self.trainer.iter
+        if step != self._saved_step:
+            self.trainer.last_checkpoint = self.save(step)
+            self._saved_step = step
+
+    def after_step(self) -> None:
+        if self.period > 0 and self.trainer.iter % self.period == 0:
+            self._save()
+
+    def after_train(self) -> None:
+        if self.trainer.exception is None:
+            self._save()
+
+
+class EvalHook(HookBase):
+    """Runs ``eval_fn`` every ``period`` steps and at the end; publishes its metrics.
+
+    The evaluation runs inside ``torch.random.fork_rng`` so that it leaves the training RNG
+    untouched: a resumed run (which does not repeat the evaluation) stays bit-identical to
+    an uninterrupted one.
+    """
+
+    def __init__(self, period: int, eval_fn: EvalFn) -> None:
+        self.period = period
+        self.eval_fn = eval_fn
+        self.last_eval_step = -1
+
+    def _run(self) -> None:
+        trainer = self.trainer
+        model = trainer.unwrapped
+        was_training = model.training
+        devices = [trainer.device.index or 0] if trainer.device.type == "cuda" else []
+        start = time.perf_counter()
+        with torch.random.fork_rng(devices=devices):
+            metrics = self.eval_fn(model, trainer.iter)
+        model.train(was_training)
+        self.last_eval_step = trainer.iter
+        logger.info("validation at step %d took %.1f s", trainer.iter, time.perf_counter() - start)
+        trainer.put_metrics(metrics)
+
+    def after_step(self) -> None:
+        if _due(self.trainer.iter, self.period, self.trainer.max_steps):
+            self._run()
+
+    def after_train(self) -> None:
+        # A stop before max_steps still gets its final figures.
+        trainer = self.trainer
+        if trainer.exception is None and self.last_eval_step != trainer.iter and trainer.iter > 0:
+            self._run()
+
+
+class EarlyStopHook(HookBase):
+    """Stops once validation ``AP`` >= target_box_ap and ``mask_AP`` >= target_mask_ap.
+
+    A target of 0 is off. Targets are on the evaluator's scale (COCO AP in 0..1).
+    """
+
+    def __init__(self, *, target_box_ap: float, target_mask_ap: float) -> None:
+        self.targets = {"AP": target_box_ap, "mask_AP": target_mask_ap}
+        self.targets = {k: v for k, v in self.targets.items() if v > 0}
+
+    def after_step(self) -> None:
+        metrics = self.trainer.latest_metrics
+        if not self.targets or not all(k in metrics for k in self.targets):
+            return
+        if all(metrics[k] >= target for k, target in self.targets.items()):
+            reached = ", ".join(f"{k} {metrics[k]:.4f} >= {t}" for k, t in self.targets.items())
+            logger.info("early stop at step %d: %s", self.trainer.iter, reached)
+            self.trainer.request_stop(f"target reached: {reached}")
+
+
+class MetricWriter(Protocol):
+    def write(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LogWriter:
+    """``step N/T: RPN score loss: 0.123, ...`` lines in TAO's vocabulary."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        body = ", ".join(f"{k}: {_fmt(v)}" for k, v in metrics.items())
+        logger.info("step %d/%d: %s", step, self.max_steps, body)
+
+    def close(self) -> None:
+        pass
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3e}" if value != 0 and abs(value) < 1e-3 else f"{value:.5f}"
+
+
+class JsonlWriter:
+    """``metrics.jsonl``: one ``{"step": N, "time": ..., metrics...}`` object per line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": step, "time": time.time(), **metrics}
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardWriter:
+    """Scalars under their TAO names (``val/`` and ``eval/`` prefixes kept as given)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if math.isfinite(value):
+                self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WriterHook(HookBase):
+    """Hands every metric published in a step to the writers."""
+
+    def __init__(self, writers: Sequence[MetricWriter]) -> None:
+        self.writers = list(writers)
+
+    def _flush(self) -> None:
+        for step, metrics in self.trainer.pop_pending_metrics():
+            for writer in self.writers:
+                writer.write(step, metrics)
+
+    def after_step(self) -> None:
+        self._flush()
+
+    def after_train(self) -> None:
+        self._flush()
+        for writer in self.writers:
+            writer.close()
+
+
+class StatusHook(HookBase):
+    """Maintains ``status.json`` for the worker: state, step, total, ETA, latest metrics.
+
+    States: ``running``, ``succeeded``, ``stopped`` (early stop), ``cancelled``,
+    ``failed`` (with ``error``). Rewritten atomically, at most every ``min_interval_s``
+    while running and always at the start and end.
+    """
+
+    def __init__(self, path: Path, *, min_interval_s: float = 1.0) -> None:
+        self.path = path
+        self.min_interval_s = min_interval_s
+        self._last_write = 0.0
+        self._start_step = 0
+        self._start_time = 0.0
+
+    def _write(self, state: str, error: str | None = None) -> None:
+        trainer = self.trainer
+        done = trainer.iter - self._start_step
+        elapsed = time.perf_counter() - self._start_time
+        remaining = trainer.max_steps - trainer.iter
+        eta = elapsed / done * remaining if done > 0 else None
+        status = {
+            "state": state,
+            "step": trainer.iter,
+            "total_steps": trainer.max_steps,
+            "eta_seconds": None if state != "running" else eta,
+            "metrics": trainer.latest_metrics,
+            "last_checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None,
+            "stop_reason": trainer.stop_reason,
+            "error": error,
+            "updated_at": datetime.now(UTC).isoformat(),
+        }
+        write_json_atomic(self.path, status)
+        self._last_write = time.perf_counter()
+
+    def before_train(self) -> None:
+        self._start_step = self.trainer.iter
+        self._start_time = time.perf_counter()
+        self._write("running")
+
+    def after_step(self) -> None:
+        if time.perf_counter() - self._last_write >= self.min_interval_s:
+            self._write("running")
+
+    def after_train(self) -> None:
+        trainer = self.trainer
+        if trainer.exception is not None:
+            self._write("failed", error=str(trainer.exception) or type(trainer.exception).__name__)
+        elif trainer.cancelled:
+            self._write("cancelled")
+        elif trainer.stop_reason is not None:
+            self._write("stopped")
+        else:
+            self._write("succeeded")
+
+
+class ProgressHook(HookBase):
+    """A tqdm bar on a terminal; nothing when stderr is a file or pipe."""
+
+    def __init__(self, *, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._bar: Any = None
+
+    def before_train(self) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            trainer = self.trainer
+            self._bar = tqdm(
+                total=trainer.max_steps, initial=trainer.iter, unit="step", dynamic_ncols=True
+            )
+
+    def after_step(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+            losses = self.trainer.latest_metrics
+            if TOTAL_LOSS in losses:
+                self._bar.set_postfix(loss=f"{losses[TOTAL_LOSS]:.4f}", refresh=False)
+
+    def after_train(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

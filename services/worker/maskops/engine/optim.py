@@ -1,0 +1,55 @@
+"""Optimizer and regularisers of the recipe: SGD with momentum, L2 and L1 weight decay.
+
+Following TAO (and the TF Mask R-CNN it derives from), regularisers apply to weights only:
+convolution and linear kernels (tensors of rank >= 2), never biases or normalisation scales
+and shifts (rank 1). TAO adds ``l2_weight_decay * sum(w**2) / 2`` to the loss; its gradient
+``l2_weight_decay * w`` is exactly SGD's ``weight_decay``, so L2 is applied by the optimizer
+(one fused update instead of a second pass over the weights) and its value is computed only
+when it is logged. L1 has no optimizer equivalent and is a real penalty
+``l1_weight_decay * sum(|w|)`` added to the loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+
+def regularized_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The trainable parameters weight decay applies to: kernels of rank >= 2."""
+    return [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
+
+
+def build_optimizer(
+    model: nn.Module, *, lr: float, momentum: float, l2_weight_decay: float
+) -> torch.optim.SGD:
+    """SGD with momentum; weight decay on kernels only (see module docstring).
+
+    Frozen parameters (``requires_grad=False``) are left out, so they stay bit-identical.
+    """
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.ndim > 1 else no_decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": l2_weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.SGD(
+        [g for g in groups if g["params"]], lr=lr, momentum=momentum, weight_decay=0.0
+    )
+
+
+def l1_penalty(params: Iterable[torch.Tensor], weight: float) -> torch.Tensor:
+    """``weight * sum(|w|)`` over ``params`` as a differentiable scalar."""
+    return weight * torch.stack([p.abs().sum() for p in params]).sum()
+
+
+@torch.no_grad()
+def l2_loss_value(params: Iterable[torch.Tensor], weight: float) -> float:
+    """TAO's logged L2 loss ``weight * sum(w**2) / 2``."""
+    total = torch.stack([p.float().pow(2).sum() for p in params]).sum()
+    return float(weight * total / 2)

@@ -1,0 +1,430 @@
+"""``run_training``: the one entry point the CLI and the Celery task share.
+
+Recipe decisions (TAO's where TAO has one):
+
+* SGD with momentum. L2 weight decay on kernels only, applied by the optimizer; L1 as a
+  real penalty in the loss (see :mod:`maskops.engine.optim`).
+* Learning rates: the spec's rates are per process, i.e. for a batch of
+  ``train_batch_size * accumulate_grad_steps`` images per optimizer step. With ``--gpus N``
+  the effective batch is N times larger and both rates are multiplied by N (the linear
+  scaling rule); the scaled values are logged at the start of the run.
+* ``total_steps`` counts optimizer steps; with ``num_epochs`` it is
+  ``num_epochs * num_examples_per_epoch / (train_batch_size * accumulate_grad_steps * N)``.
+* ``pruned_model_path``: the pruned architecture and weights are the starting point and,
+  as TAO advises for retraining pruned models, the L1/L2 regularisers are turned off (the
+  run logs that it does so).
+* Resume: when RESULTS_DIR holds ``model.step-N.pth`` checkpoints, the run continues from
+  the newest with its optimizer, scaler, RNG states and data position, so that it ends
+  where an uninterrupted run ends. ``checkpoint`` (pretrained weights) is then not loaded.
+* Only rank 0 writes checkpoints, logs, TensorBoard events and ``status.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from maskops.data.labels import LabelMap
+from maskops.engine.checkpointing import Checkpointer, latest_checkpoint
+from maskops.engine.distributed import RankInfo, launch, torchrun_env
+from maskops.engine.errors import TrainingCancelled, TrainingError
+from maskops.engine.hooks import (
+    CheckpointHook,
+    EarlyStopHook,
+    EvalFn,
+    EvalHook,
+    JsonlWriter,
+    LogWriter,
+    MetricWriter,
+    ProgressHook,
+    StatusHook,
+    TensorBoardWriter,
+    TrainingMetricsHook,
+    WriterHook,
+    write_json_atomic,
+)
+from maskops.engine.optim import build_optimizer, regularized_parameters
+from maskops.engine.schedule import LRSchedule
+from maskops.engine.state import seed_everything
+from maskops.engine.trainer import AmpSettings, Batch, HookBase, Trainer
+from maskops.engine.validation import validation_loss
+from maskops.spec.models import ExperimentSpec
+
+logger = logging.getLogger("maskops.train")
+
+STATUS_FILE = "status.json"
+METRICS_FILE = "metrics.jsonl"
+EVENTS_DIR = "events"
+LOG_PERIOD = 10
+"""Steps between metric logs (and the device synchronisation they cost)."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    step: int
+    total_steps: int
+    checkpoint: Path | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    stop_reason: str | None = None
+    """Why training ended before ``total_steps`` (an early-stop target), else None."""
+
+
+def resolve_total_steps(spec: ExperimentSpec, *, world_size: int = 1) -> int:
+    """Optimizer steps to train for (see the module docstring for ``num_epochs``)."""
+    if spec.num_epochs > 0:
+        per_step = world_size * spec.accumulate_grad_steps
+        return max(1, spec.resolved_total_steps // per_step)
+    if spec.total_steps <= 0:
+        raise TrainingError("total_steps must be > 0 (or set num_epochs)")
+    return spec.total_steps
+
+
+def check_num_classes(spec: ExperimentSpec, label_map: LabelMap) -> None:
+    """Too few classes is an error naming the categories; too many is a warning."""
+    wanted = spec.data_config.num_classes
+    needed = label_map.num_classes
+    if wanted < needed:
+        names = ", ".join(f"{c.name} (id {c.id})" for c in label_map.categories)
+        raise TrainingError(
+            f"data_config.num_classes is {wanted} but the training data has "
+            f"{len(label_map)} categories plus background: {names}; set num_classes to {needed}"
+        )
+    if wanted > needed:
+        logger.warning(
+            "data_config.num_classes is %d but the training data needs only %d "
+            "(%d categories + background); the extra classes are never trained",
+            wanted,
+            needed,
+            len(label_map),
+        )
+
+
+def build_training_model(spec: ExperimentSpec, *, num_classes: int) -> nn.Module:
+    """The starting model: the pruned one, or a fresh build; then ``checkpoint`` weights."""
+    from maskops.checkpoint import CheckpointError, load_model, load_weights_into
+    from maskops.modeling import build_model
+
+    try:
+        if spec.pruned_model_path:
+            model: nn.Module = load_model(spec.pruned_model_path).model
+            logger.info("starting from the pruned model %s", spec.pruned_model_path)
+        else:
+            model = build_model(
+                spec.maskrcnn_config,
+                num_classes=num_classes,
+                image_size=spec.data_config.image_size,
+            )
+        if spec.checkpoint:
+            report = load_weights_into(
+                model, spec.checkpoint, skip_regex=spec.skip_checkpoint_variables
+            )
+            logger.info("checkpoint %s: %s", spec.checkpoint, report.summary())
+    except CheckpointError as exc:
+        field_name = (
+            "checkpoint"
+            if spec.checkpoint and spec.checkpoint in str(exc)
+            else ("pruned_model_path")
+        )
+        raise TrainingError(f"{field_name}: {exc}") from exc
+    except ValueError as exc:
+        raise TrainingError(str(exc)) from exc
+    return model
+
+
+def _infinite(make_loader: Callable[[], Any]) -> Iterator[Batch]:
+    # The shard loader starts where it is told and runs until the last step; a finite one
+    # is restarted so that a short dataset still feeds total_steps.
+    while True:
+        empty = True
+        for batch in make_loader():
+            empty = False
+            yield batch
+        if empty:
+            raise TrainingError("the training data yielded no batches")
+
+
+def _loss_eval_fn(
+    spec: ExperimentSpec, info: RankInfo, amp: AmpSettings, label_map: LabelMap
+) -> EvalFn:
+    from maskops.data.pipeline import build_eval_loader
+
+    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
+        loader = build_eval_loader(spec, label_map=label_map)
+        return validation_loss(model, loader, device=info.device, amp=amp)
+
+    return evaluate
+
+
+def coco_eval_fn(
+    spec: ExperimentSpec, info: RankInfo, amp: AmpSettings, label_map: LabelMap
+) -> EvalFn:
+    """The 24 COCO metrics on the validation shards (ground truth ``val_json_file``)."""
+    from maskops.data.pipeline import build_eval_loader
+    from maskops.evaluation.coco import IouType
+    from maskops.evaluation.evaluator import COCOEvaluator
+
+    iou_types: tuple[IouType, ...] = (
+        ("bbox", "segm") if spec.maskrcnn_config.include_mask else ("bbox",)
+    )
+    evaluator = COCOEvaluator(spec.data_config.val_json_file, label_map, iou_types=iou_types)
+
+    @torch.no_grad()
+    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
+        model.eval()
+        evaluator.reset()
+        # Ground truth comes from val_json_file: the loader need not decode masks.
+        for images, targets in build_eval_loader(spec, label_map=label_map, with_masks=False):
+            with amp.autocast():
+                outputs = model([img.to(info.device) for img in images])
+            evaluator.process(
+                targets, [{k: v.float().cpu() for k, v in out.items()} for out in outputs]
+            )
+        return evaluator.evaluate()
+
+    return evaluate
+
+
+def default_eval_fn(
+    spec: ExperimentSpec, info: RankInfo, amp: AmpSettings, label_map: LabelMap
+) -> EvalFn:
+    """COCO metrics when the spec names ``val_json_file``, else the validation loss."""
+    if spec.data_config.val_json_file:
+        return coco_eval_fn(spec, info, amp, label_map)
+    return _loss_eval_fn(spec, info, amp, label_map)
+
+
+def label_map_of(spec: ExperimentSpec) -> LabelMap:
+    from maskops.data.manifest import load_label_map
+
+    pattern = spec.data_config.training_file_pattern
+    if not pattern:
+        raise TrainingError("data_config.training_file_pattern is empty")
+    try:
+        return load_label_map(pattern)
+    except (OSError, ValueError) as exc:
+        raise TrainingError(f"data_config.training_file_pattern {pattern!r}: {exc}") from exc
+
+
+def _train_rank(
+    info: RankInfo,
+    spec: ExperimentSpec,
+    results_dir: Path,
+    log_file: Path | None,
+    extra_hooks: Sequence[HookBase] = (),
+    eval_fn: EvalFn | None = None,
+    log_every: int = LOG_PERIOD,
+) -> TrainResult | None:
+    file_handler: logging.Handler | None = None
+    if info.is_main and log_file is not None:
+        file_handler = logging.FileHandler(log_file)
+        file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(file_handler)
+        logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+    try:
+        return _train_rank_inner(info, spec, results_dir, extra_hooks, eval_fn, log_every)
+    finally:
+        if file_handler is not None:
+            logger.removeHandler(file_handler)
+            file_handler.close()
+
+
+def _train_rank_inner(
+    info: RankInfo,
+    spec: ExperimentSpec,
+    results_dir: Path,
+    extra_hooks: Sequence[HookBase],
+    eval_fn: EvalFn | None,
+    log_every: int,
+) -> TrainResult | None:
+    from maskops.data.pipeline import build_train_loader
+
+    world_size = info.world_size
+    total_steps = resolve_total_steps(spec, world_size=world_size)
+    label_map = label_map_of(spec)
+    check_num_classes(spec, label_map)
+
+    seed_everything(spec.seed)
+    model = build_training_model(spec, num_classes=spec.data_config.num_classes)
+    model.to(info.device)
+
+    lr_scale = float(world_size)
+    l1, l2 = spec.l1_weight_decay, spec.l2_weight_decay
+    if spec.pruned_model_path and (l1 or l2):
+        if info.is_main:
+            logger.info(
+                "retraining a pruned model: l1_weight_decay %g and l2_weight_decay %g are "
+                "turned off, as TAO advises for pruned models",
+                l1,
+                l2,
+            )
+        l1 = l2 = 0.0
+    schedule = LRSchedule.from_spec(spec, lr_scale=lr_scale)
+    if info.is_main:
+        logger.info(
+            "%d process(es) x batch %d x accumulate %d = %d images per step; learning rates "
+            "scaled linearly by %g: init %g, warmup %g",
+            world_size,
+            spec.train_batch_size,
+            spec.accumulate_grad_steps,
+            world_size * spec.train_batch_size * spec.accumulate_grad_steps,
+            lr_scale,
+            schedule.init_learning_rate,
+            schedule.warmup_learning_rate,
+        )
+    optimizer = build_optimizer(model, lr=schedule(0), momentum=spec.momentum, l2_weight_decay=l2)
+    amp = AmpSettings.for_device(info.device, enabled=spec.use_amp)
+    scaler = torch.amp.GradScaler(info.device.type) if amp.needs_scaler else None
+
+    checkpointer = Checkpointer(
+        directory=results_dir,
+        keep=spec.keep_checkpoints,
+        model=model,
+        optimizer=optimizer,
+        spec=spec,
+        label_map=label_map,
+        scaler=scaler,
+        accumulate_grad_steps=spec.accumulate_grad_steps,
+        lr_scale=lr_scale,
+    )
+    start_step = 0
+    resume_from = latest_checkpoint(results_dir)
+    if resume_from is not None:
+        start_step = checkpointer.resume(resume_from)
+        if info.is_main:
+            logger.info("resuming from %s at step %d of %d", resume_from, start_step, total_steps)
+
+    train_model: nn.Module = model
+    if world_size > 1:
+        device_ids = [info.device.index] if info.device.type == "cuda" else None
+        train_model = DistributedDataParallel(model, device_ids=device_ids)
+
+    data_position = start_step * spec.accumulate_grad_steps
+
+    def make_loader() -> Any:
+        # The loader's own seeding must not consume the training RNG (resume exactness).
+        with torch.random.fork_rng(devices=[]):
+            loader = build_train_loader(
+                spec,
+                rank=info.rank,
+                world_size=world_size,
+                start_step=data_position,
+                label_map=label_map,
+            )
+        return loader
+
+    trainer = Trainer(
+        model=train_model,
+        optimizer=optimizer,
+        data=_infinite(make_loader),
+        schedule=schedule,
+        max_steps=total_steps,
+        device=info.device,
+        amp=amp,
+        start_step=start_step,
+        accumulate_grad_steps=spec.accumulate_grad_steps,
+        scaler=scaler,
+        l1_params=regularized_parameters(model) if l1 else (),
+        l1_weight_decay=l1,
+        world_size=world_size,
+        rank=info.rank,
+    )
+    trainer.last_checkpoint = resume_from
+    hooks: list[HookBase] = []
+    if info.is_main:
+        events: list[MetricWriter] = [
+            LogWriter(total_steps),
+            JsonlWriter(results_dir / METRICS_FILE),
+            TensorBoardWriter(results_dir / EVENTS_DIR),
+        ]
+        hooks = [
+            TrainingMetricsHook(
+                log_every, l2_params=regularized_parameters(model), l2_weight_decay=l2
+            ),
+            CheckpointHook(spec.num_steps_per_eval, checkpointer.save),
+            EvalHook(
+                spec.num_steps_per_eval, eval_fn or default_eval_fn(spec, info, amp, label_map)
+            ),
+            EarlyStopHook(target_box_ap=spec.target_box_ap, target_mask_ap=spec.target_mask_ap),
+            WriterHook(events),
+            StatusHook(results_dir / STATUS_FILE),
+            ProgressHook(),
+            *extra_hooks,
+        ]
+    trainer.register_hooks(hooks)
+    trainer.train()
+
+    if not info.is_main:
+        return None
+    if trainer.cancelled:
+        raise TrainingCancelled(trainer.iter, trainer.last_checkpoint)
+    return TrainResult(
+        step=trainer.iter,
+        total_steps=total_steps,
+        checkpoint=trainer.last_checkpoint,
+        metrics=dict(trainer.latest_metrics),
+        stop_reason=trainer.stop_reason,
+    )
+
+
+def run_training(
+    spec: ExperimentSpec,
+    results_dir: Path,
+    *,
+    gpus: int = 1,
+    gpu_index: int = 0,
+    log_file: Path | None = None,
+    extra_hooks: Sequence[HookBase] = (),
+    eval_fn: EvalFn | None = None,
+    log_every: int = LOG_PERIOD,
+) -> TrainResult:
+    """Train (or resume training) the spec's model into ``results_dir``.
+
+    ``gpus`` processes run DistributedDataParallel (gloo on a CPU-only machine); under
+    torchrun the environment's rank and world size win. ``extra_hooks`` run on rank 0 only
+    in this process (a :class:`~maskops.engine.hooks.CancelHook`, a progress reporter);
+    they need not be picklable. ``eval_fn`` replaces the periodic evaluation (COCO
+    metrics when available, else validation loss). ``log_every``: steps between metric logs.
+
+    Raises:
+        TrainingError: bad input or a non-finite loss (one line, naming what is wrong).
+        TrainingCancelled: a cancel hook fired; its checkpoint holds the last step.
+    """
+    if gpus < 1:
+        raise TrainingError(f"--gpus must be >= 1, got {gpus}")
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    world_size = gpus if torchrun_env() is None else torchrun_env()[1]  # type: ignore[index]
+    if world_size > 1 and not torch.cuda.is_available():
+        logger.info("no CUDA device: %d processes train on the CPU with the gloo backend", gpus)
+    try:
+        result = launch(
+            _train_rank,
+            world_size=gpus,
+            gpu_index=gpu_index,
+            args=(spec, results_dir, log_file),
+            main_kwargs={
+                "extra_hooks": tuple(extra_hooks),
+                "eval_fn": eval_fn,
+                "log_every": log_every,
+            },
+        )
+    except (TrainingError, RuntimeError) as exc:
+        # A failure before the loop started has no status yet: record it for the worker.
+        status = results_dir / STATUS_FILE
+        try:
+            state = json.loads(status.read_text()).get("state")
+        except (OSError, ValueError):
+            state = None
+        if state != "failed":
+            write_json_atomic(status, {"state": "failed", "error": str(exc)})
+        raise
+    assert result is not None, "rank 0 returns the result"
+    return result

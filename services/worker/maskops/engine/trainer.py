@@ -1,0 +1,248 @@
+"""A small training loop with hooks (in the style of detectron2's ``engine``).
+
+The :class:`Trainer` owns only the step: fetch ``accumulate_grad_steps`` micro-batches, run
+forward under autocast, add the L1 penalty, backward (scaled when fp16), one optimizer
+update at the learning rate the schedule gives for that step. Everything periodic
+(checkpoints, validation, logging, progress, status file, early stop, cancellation) is a
+:class:`HookBase` subclass, so the CLI and the Celery task assemble the same loop.
+
+Step counting: ``trainer.iter`` is the number of completed optimizer steps. Checkpoints are
+named by it; the step being computed is ``iter + 1`` in messages (1-based, as users count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from maskops.engine.errors import NonFiniteLossError
+from maskops.engine.optim import l1_penalty
+from maskops.engine.schedule import apply_learning_rate
+from maskops.modeling import LOSS_NAMES
+
+Batch = tuple[list[torch.Tensor], list[dict[str, Any]]]
+"""Images (float ``[3, H, W]`` in 0..1, already resized and padded) and torchvision targets."""
+
+L1_LOSS = "L1 loss"
+
+
+def tao_loss_name(key: str) -> str:
+    """TAO's name for one of torchvision's loss keys."""
+    return LOSS_NAMES.get(key, key)
+
+
+@dataclass(frozen=True)
+class AmpSettings:
+    """Mixed precision for one device type.
+
+    On CUDA: bf16 where the GPU supports it (no loss scaling needed), else fp16 with a
+    GradScaler. On CPU: bf16 autocast (real on AVX-512 BF16 / AMX hardware).
+    """
+
+    enabled: bool
+    device_type: str
+    dtype: torch.dtype = torch.bfloat16
+
+    @classmethod
+    def for_device(cls, device: torch.device, *, enabled: bool) -> AmpSettings:
+        if device.type == "cuda":
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return cls(enabled=enabled, device_type="cuda", dtype=dtype)
+        return cls(enabled=enabled, device_type=device.type, dtype=torch.bfloat16)
+
+    @property
+    def needs_scaler(self) -> bool:
+        return self.enabled and self.dtype == torch.float16
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
+
+
+class HookBase:
+    """Called around the loop; ``self.trainer`` is set when the hook is registered."""
+
+    trainer: Trainer
+
+    def before_train(self) -> None:
+        """Once, before the first step (also on a resumed run)."""
+
+    def before_step(self) -> None:
+        """Before each step; a stop requested here prevents the step."""
+
+    def after_step(self) -> None:
+        """After each completed optimizer step (``trainer.iter`` counts it)."""
+
+    def after_train(self) -> None:
+        """Once at the end, also after a failure (``trainer.exception`` is then set)."""
+
+
+def move_batch(batch: Batch, device: torch.device) -> Batch:
+    images, targets = batch
+    images = [img.to(device, non_blocking=True) for img in images]
+    targets = [
+        {
+            k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in t.items()
+        }
+        for t in targets
+    ]
+    return images, targets
+
+
+@dataclass
+class Trainer:
+    """Runs optimizer steps ``start_step + 1 .. max_steps`` and calls the hooks.
+
+    ``model`` may be wrapped in DistributedDataParallel; ``unwrapped`` is the bare model.
+    ``data`` yields micro-batches forever (the data position is ``iter * accumulate``).
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    data: Iterator[Batch]
+    schedule: Callable[[int], float]
+    max_steps: int
+    device: torch.device
+    amp: AmpSettings
+    start_step: int = 0
+    accumulate_grad_steps: int = 1
+    scaler: torch.amp.GradScaler | None = None
+    l1_params: Sequence[torch.Tensor] = ()
+    l1_weight_decay: float = 0.0
+    world_size: int = 1
+    rank: int = 0
+
+    iter: int = field(init=False)
+    lr: float = field(init=False, default=0.0)
+    last_losses: dict[str, torch.Tensor] = field(init=False, default_factory=dict)
+    """The last step's losses (TAO names, detached, averaged over micro-batches)."""
+    latest_metrics: dict[str, float] = field(init=False, default_factory=dict)
+    """Every metric published so far, latest value each (training and validation)."""
+    samples_seen: int = field(init=False, default=0)
+    """Images processed by this run on all ranks (a resumed run counts from 0)."""
+    stop_reason: str | None = field(init=False, default=None)
+    cancelled: bool = field(init=False, default=False)
+    exception: BaseException | None = field(init=False, default=None)
+    last_checkpoint: Path | None = field(init=False, default=None)
+    """Set by the checkpoint hook (or by the caller on resume)."""
+    train_start_time: float = field(init=False, default=0.0)
+    _hooks: list[HookBase] = field(init=False, default_factory=list)
+    _pending: list[tuple[int, dict[str, float]]] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.iter = self.start_step
+        if self.accumulate_grad_steps < 1:
+            raise ValueError(
+                f"accumulate_grad_steps must be >= 1, got {self.accumulate_grad_steps}"
+            )
+
+    @property
+    def unwrapped(self) -> nn.Module:
+        module = getattr(self.model, "module", self.model)
+        assert isinstance(module, nn.Module)
+        return module
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def register_hooks(self, hooks: Sequence[HookBase]) -> None:
+        for hook in hooks:
+            hook.trainer = self
+            self._hooks.append(hook)
+
+    def request_stop(self, reason: str, *, cancel: bool = False) -> None:
+        """Stop at the next step boundary (all ranks agree before the next step)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.cancelled = self.cancelled or cancel
+
+    def put_metrics(self, metrics: dict[str, float], *, step: int | None = None) -> None:
+        """Publish metrics for writer hooks (log, TensorBoard, status file)."""
+        self.latest_metrics.update(metrics)
+        self._pending.append((self.iter if step is None else step, dict(metrics)))
+
+    def pop_pending_metrics(self) -> list[tuple[int, dict[str, float]]]:
+        pending, self._pending = self._pending, []
+        return pending
+
+    def train(self) -> None:
+        self.train_start_time = time.perf_counter()
+        self.model.train()
+        for hook in self._hooks:
+            hook.before_train()
+        try:
+            while self.iter < self.max_steps:
+                for hook in self._hooks:
+                    hook.before_step()
+                if self._stop_agreed():
+                    break
+                self.run_step()
+                for hook in self._hooks:
+                    hook.after_step()
+        except BaseException as exc:
+            self.exception = exc
+            raise
+        finally:
+            for hook in self._hooks:
+                hook.after_train()
+
+    def _stop_agreed(self) -> bool:
+        # Every rank must take the same branch, or the next collective deadlocks.
+        if self.world_size > 1 and dist.is_initialized():
+            flag = torch.tensor([1 if self.stop_reason else 0], dtype=torch.int32)
+            if dist.get_backend() == "nccl":
+                flag = flag.to(self.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            if flag.item() and self.stop_reason is None:
+                self.stop_reason = "stopped by another rank"
+            return bool(flag.item())
+        return self.stop_reason is not None
+
+    def run_step(self) -> None:
+        self.lr = self.schedule(self.iter)
+        apply_learning_rate(self.optimizer, self.lr)
+        accumulate = self.accumulate_grad_steps
+        sums: dict[str, torch.Tensor] = {}
+        for micro in range(accumulate):
+            images, targets = move_batch(next(self.data), self.device)
+            last = micro == accumulate - 1
+            no_sync = getattr(self.model, "no_sync", None)
+            sync_ctx = no_sync() if (no_sync is not None and not last) else contextlib.nullcontext()
+            with sync_ctx:
+                with self.amp.autocast():
+                    loss_dict = self.model(images, targets)
+                losses = {tao_loss_name(k): v.float() for k, v in loss_dict.items()}
+                if self.l1_weight_decay > 0:
+                    # Outside autocast: a sum over every kernel wants fp32.
+                    losses[L1_LOSS] = l1_penalty(self.l1_params, self.l1_weight_decay)
+                total = torch.stack(list(losses.values())).sum()
+                if not bool(torch.isfinite(total)):
+                    raise NonFiniteLossError(
+                        self.iter + 1, {k: float(v) for k, v in losses.items()}
+                    )
+                scaled = total / accumulate
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+            for key, value in losses.items():
+                detached = value.detach() / accumulate
+                sums[key] = sums[key] + detached if key in sums else detached
+            self.samples_seen += len(images) * self.world_size
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.last_losses = sums
+        self.iter += 1

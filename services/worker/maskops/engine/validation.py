@@ -1,0 +1,52 @@
+"""Loss on the validation set: the periodic evaluation used when COCO metrics are absent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from maskops.engine.trainer import AmpSettings, Batch, move_batch, tao_loss_name
+
+VAL_PREFIX = "val/"
+
+
+@torch.no_grad()
+def validation_loss(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    *,
+    device: torch.device,
+    amp: AmpSettings,
+) -> dict[str, float]:
+    """Mean training losses over the validation batches, keyed ``val/<TAO name>``.
+
+    The model runs in training mode (only it computes losses) with every batch-norm layer
+    in eval mode, so validation never changes the running statistics.
+    """
+    was_training = model.training
+    model.train()
+    for module in model.modules():
+        if isinstance(module, _BatchNorm):
+            module.eval()
+    sums: dict[str, float] = {}
+    batches_seen = 0
+    try:
+        for batch in batches:
+            images, targets = move_batch(batch, device)
+            with amp.autocast():
+                loss_dict = model(images, targets)
+            total = 0.0
+            for key, value in loss_dict.items():
+                name = VAL_PREFIX + tao_loss_name(key)
+                sums[name] = sums.get(name, 0.0) + float(value)
+                total += float(value)
+            sums[VAL_PREFIX + "Total loss"] = sums.get(VAL_PREFIX + "Total loss", 0.0) + total
+            batches_seen += 1
+    finally:
+        model.train(was_training)
+    if batches_seen == 0:
+        return {}
+    return {k: v / batches_seen for k, v in sums.items()}

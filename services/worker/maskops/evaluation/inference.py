@@ -1,0 +1,194 @@
+"""``maskops inference``: detect on a directory of images, draw and save the results."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from tqdm import tqdm
+
+from maskops.data.transforms import resize_and_pad
+from maskops.evaluation.errors import EvaluationError, ImageReadError
+from maskops.evaluation.images import list_images, load_rgb, pil_to_tensor
+from maskops.evaluation.postprocess import detections_to_coco
+from maskops.evaluation.predictor import LoadedPredictor, load_predictor
+from maskops.evaluation.runner import select_device
+from maskops.evaluation.visualize import draw_detections
+from maskops.spec.models import ExperimentSpec
+
+IMAGES_INDEX = "coco_images.json"
+"""Written next to the per-image results: a COCO skeleton (images, categories) that
+``pycocotools.coco.COCO(...).loadRes`` accepts the results against."""
+
+
+@dataclass
+class InferenceSummary:
+    images: int = 0
+    detections: int = 0
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def assign_image_ids(paths: Sequence[Path]) -> list[int]:
+    """Image ids for result files: the file stems when all are distinct integers (COCO
+    names its files ``000000397133.jpg``), else positions 1..N in sorted order."""
+    stems = [p.stem for p in paths]
+    if stems and all(s.isdigit() for s in stems) and len({int(s) for s in stems}) == len(stems):
+        return [int(s) for s in stems]
+    return list(range(1, len(paths) + 1))
+
+
+def _label_names(paths: Sequence[Path]) -> list[str]:
+    """``<stem>.json`` per image, ``<name>.json`` where two images share a stem."""
+    stems = [p.stem for p in paths]
+    return [f"{p.stem if stems.count(p.stem) == 1 else p.name}.json" for p in paths]
+
+
+def _save_image(image: Image.Image, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if path.suffix.lower() in (".jpg", ".jpeg"):
+        image.save(tmp, format="JPEG", quality=95)
+    else:
+        image.save(tmp, format="PNG")
+    tmp.replace(path)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data) + "\n")
+    tmp.replace(path)
+
+
+def _stderr(message: str) -> None:
+    tqdm.write(message, file=sys.stderr)
+
+
+def run_inference(
+    spec: ExperimentSpec,
+    model_path: str | Path,
+    image_dir: Path,
+    out_image_dir: Path,
+    *,
+    label_dir: Path | None = None,
+    threshold: float = 0.6,
+    include_mask: bool = False,
+    gpu_index: int | None = 0,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    warn: Callable[[str], None] = _stderr,
+    loaded: LoadedPredictor | None = None,
+) -> InferenceSummary:
+    """Detect objects in every JPEG/PNG of ``image_dir`` and write annotated copies.
+
+    Images are read upright (EXIF orientation applied) as RGB, resized and padded to the
+    spec's ``image_size`` and run ``eval_batch_size`` at a time. Unreadable files (and
+    files that are not JPEG/PNG) are reported through ``warn`` and skipped.
+
+    Args:
+        spec: supplies ``data_config.image_size`` and ``eval_batch_size``.
+        model_path: a maskops checkpoint (or a registered exported format).
+        image_dir: the input images (not searched recursively).
+        out_image_dir: annotated images, same file names and formats as the inputs.
+        label_dir: if given, one COCO results JSON per image (``<stem>.json``: a list of
+            ``image_id``, ``category_id``, ``bbox`` ``[x, y, w, h]``, ``score`` and, for
+            models with masks, ``segmentation`` RLE), plus :data:`IMAGES_INDEX`.
+        threshold: detections scoring below this are neither drawn nor written.
+        include_mask: draw instance masks.
+        gpu_index: CUDA device when available.
+        progress: show a progress bar.
+        log, warn: receive progress lines and per-file problems.
+        loaded: an already opened model (then ``model_path`` is only used in messages).
+
+    Returns:
+        Counts and the skipped files with reasons.
+    """
+    started = time.perf_counter()
+    if not image_dir.is_dir():
+        raise EvaluationError(f"-i {image_dir}: not a directory")
+    if out_image_dir.resolve() == image_dir.resolve():
+        raise EvaluationError("the output image directory must differ from the input directory")
+    if spec.eval_batch_size < 1:
+        raise EvaluationError(f"eval_batch_size must be at least 1, got {spec.eval_batch_size}")
+    paths, others = list_images(image_dir)
+    summary = InferenceSummary()
+    for other in others:
+        summary.skipped.append((other, "not a .jpg/.jpeg/.png file"))
+        warn(f"skipped {other}: not a .jpg/.jpeg/.png file")
+    if loaded is None:
+        loaded = load_predictor(model_path, device=select_device(gpu_index))
+    if include_mask and not loaded.include_mask:
+        warn(f"{model_path} predicts no masks (include_mask is off in its spec); drawing boxes")
+    out_image_dir.mkdir(parents=True, exist_ok=True)
+    image_ids = assign_image_ids(paths)
+    label_names = _label_names(paths)
+    index_images: list[dict[str, Any]] = []
+    names = {c.id: c.name for c in loaded.label_map.categories}
+    image_size = spec.data_config.image_size
+    batch_size = spec.eval_batch_size
+    with tqdm(total=len(paths), unit="img", disable=not progress, desc="inference") as bar:
+        for start in range(0, len(paths), batch_size):
+            batch: list[tuple[int, Image.Image, float]] = []
+            inputs: list[torch.Tensor] = []
+            for index in range(start, min(start + batch_size, len(paths))):
+                try:
+                    image = load_rgb(paths[index])
+                except ImageReadError as exc:
+                    summary.skipped.append((paths[index], str(exc)))
+                    warn(f"skipped {exc}")
+                    continue
+                tensor, scale = resize_and_pad(pil_to_tensor(image), image_size)
+                batch.append((index, image, scale))
+                inputs.append(tensor)
+            outputs = loaded.predictor(inputs) if inputs else []
+            for (index, image, scale), output in zip(batch, outputs, strict=True):
+                detections = detections_to_coco(
+                    output,
+                    image_id=image_ids[index],
+                    scale=scale,
+                    orig_hw=(image.height, image.width),
+                    label_map=loaded.label_map,
+                    score_threshold=threshold,
+                )
+                annotated = draw_detections(
+                    image, detections, category_names=names, include_mask=include_mask
+                )
+                _save_image(annotated, out_image_dir / paths[index].name)
+                if label_dir is not None:
+                    label_dir.mkdir(parents=True, exist_ok=True)
+                    _write_json(label_dir / label_names[index], detections)
+                index_images.append(
+                    {
+                        "id": image_ids[index],
+                        "file_name": paths[index].name,
+                        "height": image.height,
+                        "width": image.width,
+                    }
+                )
+                summary.images += 1
+                summary.detections += len(detections)
+            bar.update(min(batch_size, len(paths) - start))
+    if label_dir is not None:
+        label_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(
+            label_dir / IMAGES_INDEX,
+            {
+                "images": index_images,
+                "categories": [{"id": c.id, "name": c.name} for c in loaded.label_map.categories],
+                "annotations": [],
+            },
+        )
+    summary.seconds = time.perf_counter() - started
+    log(
+        f"Annotated {summary.images} image(s) with {summary.detections} detection(s) "
+        f"in {summary.seconds:.1f} s; skipped {len(summary.skipped)}; images in {out_image_dir}"
+        + (f", results in {label_dir}" if label_dir is not None else "")
+    )
+    return summary

@@ -1,0 +1,185 @@
+"""The exported graph: a maskops Mask R-CNN as an ONNX model with fixed-size outputs.
+
+Graph contract (the same for fp32, fp16 and int8 files):
+
+- input ``images``: float32 ``[1, 3, H, W]``, RGB in 0..1, already resized keeping the
+  aspect ratio and zero-padded bottom/right to the spec's ``image_size`` (H, W)
+  (:func:`maskops.data.transforms.resize_and_pad`). ImageNet normalisation is *inside* the
+  graph (it is elementwise, so it exports cleanly); resizing and padding are not (inside, the
+  exporter bakes the example's padded size into the graph while reporting success).
+- outputs, padded to ``D = test_detections_per_image`` rows (rows past ``num_detections``
+  are zeros): ``boxes`` float32 ``[1, D, 4]`` xyxy in the input frame (divide by the
+  preprocessing scale for original pixels); ``scores`` float32 ``[1, D]``; ``labels`` int64
+  ``[1, D]`` (contiguous training labels 1..K, see the label map in the metadata);
+  ``masks`` float32 ``[1, D, M, M]`` mask probabilities over each box (M =
+  ``mrcnn_resolution``; pasting into the image happens on the host);
+  ``num_detections`` int32 ``[1, 1]``.
+
+The batch dimension is 1: the legacy TorchScript exporter (the one that exports
+torchvision's Mask R-CNN as is, see ARCHITECTURE.md) unrolls torchvision's per-image Python
+loops, so a graph serves one image. Triton batches at the ensemble level (dynamic batching
+on the python-backend models, which run the graph once per image); fixed output sizes keep
+TensorRT's and DeepStream's shapes static.
+
+The exported file carries the spec, the label map and the precision in its metadata
+(``metadata_props``), so an ONNX file alone is enough to evaluate or publish it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from maskops.data.labels import LabelMap
+from maskops.spec.models import ExperimentSpec
+
+INPUT_NAME = "images"
+OUTPUT_NAMES: tuple[str, ...] = ("boxes", "scores", "labels", "masks", "num_detections")
+OPSET = 17
+METADATA_FORMAT = "maskops-onnx/1"
+
+
+class DetectionGraph(nn.Module):
+    """Wraps a maskops Mask R-CNN (eval mode) into the fixed-output graph contract above."""
+
+    def __init__(self, model: nn.Module, *, max_detections: int) -> None:
+        super().__init__()
+        self.model = model
+        self.max_detections = max_detections
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``images`` float ``[1, 3, H, W]`` in 0..1 -> the five padded outputs."""
+        out = self.model([images[0]])[0]
+        boxes, scores, labels = out["boxes"], out["scores"], out["labels"]
+        masks = out["masks"][:, 0]
+        # The count comes from the shape so that the tracer records it as data, not a constant.
+        count = torch._shape_as_tensor(scores)[:1]
+        pad = self.max_detections - scores.shape[0]
+        boxes = F.pad(boxes, (0, 0, 0, pad))
+        scores = F.pad(scores, (0, pad))
+        labels = F.pad(labels, (0, pad))
+        masks = F.pad(masks, (0, 0, 0, 0, 0, pad))
+        return (
+            boxes[None],
+            scores[None],
+            labels[None],
+            masks[None],
+            count.to(torch.int32).reshape(1, 1),
+        )
+
+
+@dataclass(frozen=True)
+class GraphMetadata:
+    """What an exported file says about itself (stored as ONNX ``metadata_props``)."""
+
+    spec: ExperimentSpec
+    label_map: LabelMap
+    data_type: str
+    image_size: tuple[int, int]
+    max_detections: int
+    mask_resolution: int
+
+    def to_props(self) -> dict[str, str]:
+        return {
+            "maskops_format": METADATA_FORMAT,
+            "maskops_spec": json.dumps(self.spec.model_dump(mode="json")),
+            "maskops_label_map": json.dumps(self.label_map.to_json()),
+            "maskops_data_type": self.data_type,
+            "maskops_image_size": json.dumps(list(self.image_size)),
+            "maskops_max_detections": str(self.max_detections),
+            "maskops_mask_resolution": str(self.mask_resolution),
+        }
+
+    @classmethod
+    def from_props(cls, props: dict[str, str], *, source: str) -> GraphMetadata:
+        if props.get("maskops_format") != METADATA_FORMAT:
+            raise ValueError(f"{source}: not a maskops ONNX export (no {METADATA_FORMAT} metadata)")
+        height, width = json.loads(props["maskops_image_size"])
+        return cls(
+            spec=ExperimentSpec.model_validate(json.loads(props["maskops_spec"])),
+            label_map=LabelMap.from_json(json.loads(props["maskops_label_map"])),
+            data_type=props["maskops_data_type"],
+            image_size=(int(height), int(width)),
+            max_detections=int(props["maskops_max_detections"]),
+            mask_resolution=int(props["maskops_mask_resolution"]),
+        )
+
+
+def set_metadata(model: onnx.ModelProto, metadata: GraphMetadata) -> None:
+    """Replace the maskops entries of ``model.metadata_props`` with ``metadata``."""
+    props = metadata.to_props()
+    keep = [p for p in model.metadata_props if p.key not in props]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    for key, value in props.items():
+        model.metadata_props.add(key=key, value=value)
+
+
+def read_metadata(path: Path) -> GraphMetadata:
+    """The maskops metadata of an exported ONNX file (weights are not loaded)."""
+    model = onnx.load(str(path), load_external_data=False)
+    return GraphMetadata.from_props(
+        {p.key: p.value for p in model.metadata_props}, source=str(path)
+    )
+
+
+def trace_to_onnx(
+    model: nn.Module,
+    *,
+    image_size: tuple[int, int],
+    max_detections: int,
+    example: torch.Tensor | None = None,
+) -> onnx.ModelProto:
+    """Export ``model`` (eval mode, CPU) to an in-memory fp32 ONNX model of the graph contract.
+
+    Args:
+        model: maskops Mask R-CNN; its eval output follows the modeling contract.
+        image_size: (H, W) of the ``images`` input.
+        max_detections: D, the padded output length (>= the model's detections per image).
+        example: ``[1, 3, H, W]`` tracing input; real images trace the same graph as noise
+            but keep the tracer's shape-dependent branches honest, so pass one when you can.
+    """
+    graph = DetectionGraph(model.eval(), max_detections=max_detections).eval()
+    if example is None:
+        example = torch.rand(1, 3, *image_size, generator=torch.Generator().manual_seed(0))
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        # The tracer warns about every Python int it records; the graph is checked by parity.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            graph,
+            (example,),
+            buffer,
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=[INPUT_NAME],
+            output_names=list(OUTPUT_NAMES),
+            do_constant_folding=True,
+        )
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def describe_io(model: onnx.ModelProto) -> dict[str, Any]:
+    """Names, element types and shapes of the graph's inputs and outputs (for reports)."""
+
+    def shape(value: onnx.ValueInfoProto) -> list[int | str]:
+        dims = value.type.tensor_type.shape.dim
+        return [d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in dims]
+
+    def entry(value: onnx.ValueInfoProto) -> dict[str, Any]:
+        elem = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()
+        return {"name": value.name, "dtype": elem, "shape": shape(value)}
+
+    return {
+        "inputs": [entry(v) for v in model.graph.input],
+        "outputs": [entry(v) for v in model.graph.output],
+    }

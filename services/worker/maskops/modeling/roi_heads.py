@@ -1,0 +1,257 @@
+"""torchvision's RoIHeads with TF/TAO proposal sampling and TF-style mask targets.
+
+Two things differ from torchvision, both because the spec asks for TF semantics:
+
+* Proposal labelling (:class:`RangeMatcher`): foreground if IoU >= ``fg_thresh``,
+  background if ``bg_thresh_lo <= IoU < bg_thresh_hi``, ignored otherwise (torchvision has
+  one threshold: everything below it is background). Images without ground truth keep
+  torchvision's behaviour (every proposal is background).
+* Mask targets (:func:`project_masks_via_gt_crops`): as in TF Mask R-CNN, each ground-truth
+  mask is first cropped to its own box and resampled to ``gt_mask_size`` squared, and each
+  positive proposal's ``M x M`` target is then cut from that crop (zero outside the ground
+  truth box). torchvision instead samples the full-image mask at ``M x M`` directly, which
+  is the limit of a very large gt_mask_size. Targets stay soft (bilinear values in 0..1),
+  as torchvision's are.
+
+The mask branch is optional (``include_mask=False`` gives Faster R-CNN heads). Keypoints
+are not supported. Loss keys are torchvision's: ``loss_classifier``, ``loss_box_reg``,
+``loss_mask``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchvision.models.detection import _utils as det_utils
+from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss, maskrcnn_inference
+from torchvision.ops import roi_align
+
+
+class RangeMatcher(det_utils.Matcher):
+    """Proposal-to-ground-truth matcher with TF's three thresholds.
+
+    Returns, per proposal, the index of the best-overlapping ground truth if its IoU is
+    >= ``fg_thresh``; ``BELOW_LOW_THRESHOLD`` (-1, background) if it lies in
+    ``[bg_thresh_lo, bg_thresh_hi)``; ``BETWEEN_THRESHOLDS`` (-2, ignored) otherwise.
+    """
+
+    def __init__(self, *, fg_thresh: float, bg_thresh_hi: float, bg_thresh_lo: float) -> None:
+        if bg_thresh_lo > bg_thresh_hi:
+            raise ValueError(
+                f"bg_thresh_lo ({bg_thresh_lo}) must not exceed bg_thresh_hi ({bg_thresh_hi})"
+            )
+        # torchvision's Matcher insists on low <= high; TF allows bg_thresh_hi > fg_thresh
+        # (foreground wins where the two ranges overlap), so the real bound is kept apart.
+        super().__init__(fg_thresh, min(bg_thresh_hi, fg_thresh), allow_low_quality_matches=False)
+        self.bg_thresh_hi = float(bg_thresh_hi)
+        self.bg_thresh_lo = float(bg_thresh_lo)
+
+    def __call__(self, match_quality_matrix: Tensor) -> Tensor:
+        """``match_quality_matrix``: ``[G, P]`` IoUs (G >= 1). Returns ``[P]`` int64."""
+        if match_quality_matrix.numel() == 0:
+            raise ValueError("RangeMatcher needs at least one ground-truth box and one proposal")
+        matched_vals, matches = match_quality_matrix.max(dim=0)
+        is_fg = matched_vals >= self.high_threshold
+        is_bg = (matched_vals >= self.bg_thresh_lo) & (matched_vals < self.bg_thresh_hi) & ~is_fg
+        out = torch.full_like(matches, self.BETWEEN_THRESHOLDS)
+        out = torch.where(is_bg, torch.full_like(matches, self.BELOW_LOW_THRESHOLD), out)
+        return torch.where(is_fg, matches, out)
+
+
+def project_masks_via_gt_crops(
+    gt_masks: Tensor,
+    gt_boxes: Tensor,
+    boxes: Tensor,
+    matched_idxs: Tensor,
+    *,
+    gt_mask_size: int,
+    resolution: int,
+) -> Tensor:
+    """Mask targets for positive proposals, through a ``gt_mask_size`` crop of each GT.
+
+    Args:
+        gt_masks: ``[G, H, W]`` uint8/bool/float instance masks in the input frame.
+        gt_boxes: ``[G, 4]`` xyxy ground-truth boxes, input pixels.
+        boxes: ``[P, 4]`` xyxy proposals, input pixels.
+        matched_idxs: ``[P]`` int64, the ground truth each proposal is matched to.
+        gt_mask_size: side of the intermediate per-instance crop.
+        resolution: ``M``, side of the returned targets.
+
+    Returns:
+        ``[P, M, M]`` float targets in 0..1, in ``boxes``' dtype.
+    """
+    dtype = boxes.dtype if boxes.is_floating_point() else torch.float32
+    if boxes.shape[0] == 0:
+        return boxes.new_zeros((0, resolution, resolution), dtype=dtype)
+    used, inverse = torch.unique(matched_idxs, return_inverse=True)
+    masks = gt_masks[used][:, None].to(dtype)
+    used_boxes = gt_boxes[used].to(dtype)
+    index = torch.arange(used.shape[0], device=boxes.device, dtype=dtype)[:, None]
+    crops = roi_align(
+        masks, torch.cat([index, used_boxes], dim=1), (gt_mask_size, gt_mask_size), 1.0, -1, True
+    )
+    # A zero border: roi_align clamps samples within one pixel outside its input to the edge
+    # value, which would smear the GT box's border into proposals that are larger than it.
+    crops = F.pad(crops, (1, 1, 1, 1))
+
+    gt = used_boxes[inverse]
+    widths = (gt[:, 2] - gt[:, 0]).clamp(min=1e-6)
+    heights = (gt[:, 3] - gt[:, 1]).clamp(min=1e-6)
+    x1 = (boxes[:, 0].to(dtype) - gt[:, 0]) * gt_mask_size / widths + 1
+    y1 = (boxes[:, 1].to(dtype) - gt[:, 1]) * gt_mask_size / heights + 1
+    x2 = (boxes[:, 2].to(dtype) - gt[:, 0]) * gt_mask_size / widths + 1
+    y2 = (boxes[:, 3].to(dtype) - gt[:, 1]) * gt_mask_size / heights + 1
+    rois = torch.stack([inverse.to(dtype), x1, y1, x2, y2], dim=1)
+    return roi_align(crops, rois, (resolution, resolution), 1.0, -1, True)[:, 0]
+
+
+def mask_loss(mask_logits: Tensor, mask_targets: Tensor, labels: Tensor) -> Tensor:
+    """Binary cross-entropy of each RoI's mask for its ground-truth class.
+
+    Args:
+        mask_logits: ``[P, num_classes, M, M]``.
+        mask_targets: ``[P, M, M]`` in 0..1.
+        labels: ``[P]`` int64 class of each RoI.
+    """
+    if mask_targets.numel() == 0:
+        return mask_logits.sum() * 0
+    picked = mask_logits[torch.arange(labels.shape[0], device=labels.device), labels]
+    return F.binary_cross_entropy_with_logits(picked, mask_targets.to(picked.dtype))
+
+
+class SpecRoIHeads(RoIHeads):
+    """Box (and optionally mask) heads; see the module docstring for what differs."""
+
+    def __init__(
+        self,
+        *,
+        box_roi_pool: nn.Module,
+        box_head: nn.Module,
+        box_predictor: nn.Module,
+        fg_thresh: float,
+        bg_thresh_hi: float,
+        bg_thresh_lo: float,
+        batch_size_per_image: int,
+        positive_fraction: float,
+        bbox_reg_weights: tuple[float, float, float, float],
+        score_thresh: float,
+        nms_thresh: float,
+        detections_per_img: int,
+        gt_mask_size: int,
+        mask_roi_pool: nn.Module | None = None,
+        mask_head: nn.Module | None = None,
+        mask_predictor: nn.Module | None = None,
+    ) -> None:
+        super().__init__(
+            box_roi_pool,
+            box_head,
+            box_predictor,
+            fg_thresh,
+            bg_thresh_hi,
+            batch_size_per_image,
+            positive_fraction,
+            bbox_reg_weights,
+            score_thresh,
+            nms_thresh,
+            detections_per_img,
+            mask_roi_pool=mask_roi_pool,
+            mask_head=mask_head,
+            mask_predictor=mask_predictor,
+        )
+        self.proposal_matcher = RangeMatcher(
+            fg_thresh=fg_thresh, bg_thresh_hi=bg_thresh_hi, bg_thresh_lo=bg_thresh_lo
+        )
+        self.gt_mask_size = int(gt_mask_size)
+
+    def _mask_logits(
+        self, features: dict[str, Tensor], boxes: list[Tensor], image_shapes: list[tuple[int, int]]
+    ) -> Tensor:
+        assert self.mask_roi_pool is not None
+        assert self.mask_head is not None
+        assert self.mask_predictor is not None
+        pooled = self.mask_roi_pool(features, boxes, image_shapes)
+        logits: Tensor = self.mask_predictor(self.mask_head(pooled))
+        return logits
+
+    def forward(
+        self,
+        features: dict[str, Tensor],
+        proposals: list[Tensor],
+        image_shapes: list[tuple[int, int]],
+        targets: list[dict[str, Tensor]] | None = None,
+    ) -> tuple[list[dict[str, Tensor]], dict[str, Tensor]]:
+        """Args:
+            features: FPN maps ``{"p{l}": [B, C, H_l, W_l]}``.
+            proposals: per image ``[P_i, 4]`` xyxy proposals, input pixels.
+            image_shapes: per image unpadded ``(H, W)``.
+            targets: training only: per image ``boxes`` ``[N, 4]`` xyxy float, ``labels``
+                ``[N]`` int64, and ``masks`` ``[N, H, W]`` uint8 when the mask branch exists.
+
+        Returns:
+            Training: ``([], losses)``. Eval: per image ``boxes`` ``[D, 4]`` xyxy (input
+            frame), ``labels`` ``[D]`` int64, ``scores`` ``[D]`` and, with a mask branch,
+            ``masks`` ``[D, 1, M, M]`` probabilities; and ``{}``.
+        """
+        if not self.training:
+            return self._detect(features, proposals, image_shapes), {}
+        if targets is None:
+            raise ValueError("targets are required in training mode")
+        self.check_targets(targets)
+        for i, t in enumerate(targets):
+            if not t["boxes"].is_floating_point():
+                raise TypeError(f"target {i}: boxes must be float, got {t['boxes'].dtype}")
+            if t["labels"].dtype != torch.int64:
+                raise TypeError(f"target {i}: labels must be int64, got {t['labels'].dtype}")
+
+        proposals, matched_idxs, labels, regression_targets = self.select_training_samples(
+            proposals, targets
+        )
+        box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
+        class_logits, box_regression = self.box_predictor(box_features)
+        loss_classifier, loss_box_reg = fastrcnn_loss(
+            class_logits, box_regression, labels, regression_targets
+        )
+        losses = {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
+        if self.has_mask():
+            positives = [torch.where(lbl > 0)[0] for lbl in labels]
+            mask_proposals = [p[pos] for p, pos in zip(proposals, positives, strict=True)]
+            pos_matched = [m[pos] for m, pos in zip(matched_idxs, positives, strict=True)]
+            mask_logits = self._mask_logits(features, mask_proposals, image_shapes)
+            mask_targets = [
+                project_masks_via_gt_crops(
+                    t["masks"],
+                    t["boxes"],
+                    p,
+                    m,
+                    gt_mask_size=self.gt_mask_size,
+                    resolution=mask_logits.shape[-1],
+                )
+                for t, p, m in zip(targets, mask_proposals, pos_matched, strict=True)
+            ]
+            mask_labels = [t["labels"][m] for t, m in zip(targets, pos_matched, strict=True)]
+            losses["loss_mask"] = mask_loss(
+                mask_logits, torch.cat(mask_targets), torch.cat(mask_labels)
+            )
+        return [], losses
+
+    def _detect(
+        self,
+        features: dict[str, Tensor],
+        proposals: list[Tensor],
+        image_shapes: list[tuple[int, int]],
+    ) -> list[dict[str, Tensor]]:
+        box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
+        class_logits, box_regression = self.box_predictor(box_features)
+        boxes, scores, labels = self.postprocess_detections(
+            class_logits, box_regression, proposals, image_shapes
+        )
+        result = [
+            {"boxes": b, "labels": lbl, "scores": s}
+            for b, lbl, s in zip(boxes, labels, scores, strict=True)
+        ]
+        if self.has_mask():
+            mask_logits = self._mask_logits(features, boxes, image_shapes)
+            for r, probs in zip(result, maskrcnn_inference(mask_logits, labels), strict=True):
+                r["masks"] = probs
+        return result

@@ -1,0 +1,76 @@
+"""``maskops prune`` as an engine function: load a checkpoint, prune it, save model + report."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from maskops.checkpoint import CheckpointError, load_model, save_checkpoint
+from maskops.prune.importance import Equalization, Norm
+from maskops.prune.pruner import PruneError, prune_model
+from maskops.prune.report import PruneReport
+
+MODEL_FILENAME = "model.pth"
+REPORT_FILENAME = "prune_report.json"
+
+TRACE_SIZE = 128
+"""Side of the square zero image used to trace the backbone (sizes do not affect tracing)."""
+
+
+def run_prune(
+    model_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    norm: Norm = "max",
+    equalization: Equalization = "union",
+    granularity: int = 8,
+    threshold: float = 0.1,
+    min_filters: int = 16,
+    excluded_layers: Sequence[str] = (),
+    model_filename: str = MODEL_FILENAME,
+) -> PruneReport:
+    """Prune the maskops checkpoint ``model_path`` into ``out_dir``.
+
+    Writes ``out_dir/<model_filename>`` (a maskops checkpoint of the pruned architecture,
+    step 0, with the source's spec and label map, so that a spec's ``pruned_model_path``
+    rebuilds it without the original) and ``out_dir/prune_report.json``. MACs are counted
+    at the stored spec's ``data_config.image_size``. Options are those of
+    :func:`maskops.prune.prune_model`.
+
+    Raises:
+        PruneError: bad options, or a file that is not a usable maskops checkpoint.
+    """
+    source = Path(model_path)
+    try:
+        loaded = load_model(source, map_location="cpu")
+    except CheckpointError as exc:
+        raise PruneError(str(exc)) from exc
+    # The backbone needs at least one pixel at its coarsest level.
+    trace_side = max(TRACE_SIZE, 2**loaded.spec.maskrcnn_config.max_level)
+    report = prune_model(
+        loaded.model,
+        example_inputs=torch.zeros(1, 3, trace_side, trace_side),
+        norm=norm,
+        equalization=equalization,
+        granularity=granularity,
+        threshold=threshold,
+        min_filters=min_filters,
+        excluded_layers=excluded_layers,
+        macs_image_size=loaded.spec.data_config.image_size,
+    )
+    out = Path(out_dir)
+    model_file = save_checkpoint(
+        out / model_filename,
+        model=loaded.model,
+        spec=loaded.spec,
+        label_map=loaded.label_map,
+        step=0,
+    )
+    report.source_model = str(source)
+    report.output_model = str(model_file)
+    (out / REPORT_FILENAME).write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    return report

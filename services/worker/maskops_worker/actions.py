@@ -1,0 +1,181 @@
+"""One function per job action: each turns a job into a call of the engine function that the
+CLI uses too, and returns the job's result (JSON-able). No engine logic lives here.
+
+Engine modules are imported inside the actions: a CPU worker converting datasets never
+imports the model code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from maskops.spec.models import ExperimentSpec
+
+from maskops_worker import state
+from maskops_worker.runner import Action, JobCancelled, JobContext, JobInputError
+
+MAX_LISTED_WARNINGS = 100
+"""Findings listed on the dataset per split; the full list stays in the warnings file."""
+
+
+def dataset_convert(ctx: JobContext) -> dict[str, Any]:
+    from maskops.data.convert import convert_dataset
+
+    job = ctx.job
+    if job.dataset_id is None or not job.dataset_splits:
+        raise JobInputError("dataset_convert needs a dataset_id")
+    root = ctx.settings.data_root
+    out_dir = root / "datasets" / str(job.dataset_id) / "shards"
+    counts: dict[str, Any] = {}
+    warnings: list[Any] = []
+    label_map: list[Any] = []
+    splits = list(job.dataset_splits.items())
+    for index, (split, paths) in enumerate(splits):
+        if ctx.cancel_requested:
+            raise JobCancelled()
+        result = convert_dataset(
+            ctx.data_path(paths["image_dir"]),
+            ctx.data_path(paths["annotation_file"]),
+            out_dir,
+            tag=split,
+            num_shards=job.dataset_num_shards,
+            include_masks=job.dataset_include_masks,
+            progress=_split_progress(ctx, index, len(splits)),
+        )
+        _append(ctx, result.summary())
+        counts[split] = {
+            "images": result.num_images,
+            "skipped_images": result.num_skipped_images,
+            "annotations": result.num_annotations,
+            "crowd": result.num_crowd,
+            "dropped_annotations": result.num_dropped_annotations,
+            "shards": len(result.shards),
+            "per_category": {str(k): v for k, v in result.category_counts.items()},
+        }
+        label_map = label_map or result.label_map.to_json()
+        findings = json.loads(result.warnings_path.read_text())
+        warnings.append(
+            {
+                "split": split,
+                "counts": result.warning_counts,
+                "file": str(result.warnings_path.relative_to(root)),
+                "images": dict(list(findings.items())[:MAX_LISTED_WARNINGS]),
+            }
+        )
+    relative_out = str(out_dir.relative_to(root))
+    state.record_dataset(
+        ctx.factory,
+        job.dataset_id,
+        shards_dir=relative_out,
+        counts=counts,
+        label_map=label_map,
+        warnings=warnings,
+    )
+    return {"shards_dir": relative_out, "counts": {k: v["images"] for k, v in counts.items()}}
+
+
+def _split_progress(ctx: JobContext, index: int, num_splits: int) -> Callable[[int, int], None]:
+    """Progress of split ``index`` as a share of the whole job, in thousandths."""
+
+    def report(done: int, total: int) -> None:
+        ctx.report(index * 1000 + int(1000 * done / max(total, 1)), 1000 * num_splits)
+
+    return report
+
+
+def _append(ctx: JobContext, text: str) -> None:
+    with ctx.log_file.open("a", encoding="utf-8") as f:
+        f.write(text.rstrip("\n") + "\n")
+
+
+def job_spec(ctx: JobContext) -> ExperimentSpec:
+    """The experiment's spec with its data paths filled from the job's converted dataset.
+
+    Paths the spec sets itself win; relative ones resolve against the data root.
+    """
+    job = ctx.job
+    if job.spec is None:
+        raise JobInputError(f"job {job.id} ({job.action}) needs an experiment_id")
+    spec = ExperimentSpec.model_validate(job.spec)
+    data = spec.data_config
+    root = ctx.settings.data_root
+    if job.dataset_shards_dir:
+        shards = root / job.dataset_shards_dir
+        if not data.training_file_pattern:
+            data.training_file_pattern = str(shards / "train-*")
+        if not data.validation_file_pattern and "val" in (job.dataset_splits or {}):
+            data.validation_file_pattern = str(shards / "val-*")
+    if not data.val_json_file and job.dataset_splits and "val" in job.dataset_splits:
+        data.val_json_file = str(root / job.dataset_splits["val"]["annotation_file"])
+    for name in ("training_file_pattern", "validation_file_pattern", "val_json_file"):
+        value = getattr(data, name)
+        if value and not Path(value).is_absolute():
+            setattr(data, name, str(root / value))
+    if not data.training_file_pattern:
+        raise JobInputError(
+            "the experiment has no training_file_pattern and its dataset is not converted yet"
+        )
+    return spec
+
+
+def train(ctx: JobContext) -> dict[str, Any]:
+    from maskops.engine.errors import TrainingCancelled
+    from maskops.engine.train import run_training
+
+    from maskops_worker.hooks import control_plane_hook
+
+    spec = job_spec(ctx)
+    # The same directory on every attempt: a re-dispatched or resumed job continues from
+    # its last checkpoint there.
+    results_dir = ctx.work_dir / "results"
+    try:
+        outcome = run_training(
+            spec,
+            results_dir,
+            gpus=1,
+            gpu_index=int(ctx.job.options.get("gpu_index", 0)),
+            log_file=ctx.log_file,
+            extra_hooks=[control_plane_hook(ctx)],
+        )
+    except TrainingCancelled as exc:
+        raise JobCancelled(_checkpoint_result(ctx, exc.step, exc.checkpoint)) from exc
+    root = ctx.settings.data_root
+    return {
+        "step": outcome.step,
+        "total_steps": outcome.total_steps,
+        "results_dir": str(results_dir.relative_to(root)),
+        "checkpoint": str(outcome.checkpoint.relative_to(root)) if outcome.checkpoint else None,
+        "metrics": outcome.metrics,
+        "stop_reason": outcome.stop_reason,
+    }
+
+
+def _checkpoint_result(ctx: JobContext, step: int, checkpoint: Path | None) -> dict[str, Any]:
+    root = ctx.settings.data_root
+    return {
+        "step": step,
+        "checkpoint": str(checkpoint.relative_to(root)) if checkpoint else None,
+    }
+
+
+def parent_model(ctx: JobContext) -> Path:
+    """The model file a follow-up job (evaluate, prune, export, inference) works on."""
+    job = ctx.job
+    if "model_path" in job.options:
+        return ctx.data_path(str(job.options["model_path"]))
+    result = job.parent_result or {}
+    for key in ("checkpoint", "model", "onnx"):
+        if result.get(key):
+            return ctx.data_path(str(result[key]))
+    raise JobInputError(
+        f"job {job.id} ({job.action}) needs parent_job_id of a succeeded train/prune job"
+    )
+
+
+ACTIONS: dict[str, Action] = {
+    "dataset_convert": dataset_convert,
+    "train": train,
+}

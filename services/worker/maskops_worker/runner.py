@@ -1,0 +1,195 @@
+"""``run_job``: claim a job, run its action with heartbeats, record the outcome.
+
+Celery tasks are one-line wrappers over :func:`run_job`; tests call it directly. No
+database transaction is held while the action runs: the claim, every heartbeat, progress
+report and the final status are separate short transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from maskops_api.db.models import JobStatus
+from maskops_api.db.session import make_engine, make_session_factory
+from maskops_api.settings import Settings, get_settings
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from maskops_worker import state
+
+log = logging.getLogger(__name__)
+
+
+class JobCancelled(Exception):
+    """Raised by an action that stopped for a cancel request; ``result`` is what it kept."""
+
+    def __init__(self, result: dict[str, Any] | None = None) -> None:
+        super().__init__("cancelled")
+        self.result = result or {}
+
+
+class LeaseLost(Exception):
+    """The job was taken over by another worker (our heartbeat had gone stale)."""
+
+
+class JobInputError(Exception):
+    """The job cannot run with what it was given; the message is shown to the user."""
+
+
+@dataclass
+class JobContext:
+    """What an action gets: its job, a working directory, and ways to report back."""
+
+    job: state.JobSnapshot
+    settings: Settings
+    work_dir: Path
+    log_file: Path
+    factory: sessionmaker[Session]
+    owner: str
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    """Set when the job should stop at the next step (cancel requested, or lease lost)."""
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.stop_event.is_set()
+
+    def report(
+        self, step: int, total: int | None = None, metrics: dict[str, float] | None = None
+    ) -> None:
+        """Record progress; never raises for a database hiccup (the heartbeat carries on)."""
+        try:
+            kept = state.report_progress(
+                self.factory,
+                self.job.id,
+                owner=self.owner,
+                step=step,
+                total=total,
+                metrics=metrics,
+            )
+        except SQLAlchemyError as exc:
+            log.warning("job %s: progress report failed: %s", self.job.id, exc)
+            return
+        if not kept:
+            self.lease_lost.set()
+            self.stop_event.set()
+
+    def data_path(self, relative: str) -> Path:
+        return self.settings.data_root / relative
+
+
+Action = Callable[[JobContext], dict[str, Any]]
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _HeartbeatThread(threading.Thread):
+    def __init__(self, ctx: JobContext, interval_s: float) -> None:
+        super().__init__(name=f"heartbeat-{ctx.job.id}", daemon=True)
+        self.ctx = ctx
+        self.interval_s = interval_s
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval_s):
+            try:
+                beat = state.heartbeat(self.ctx.factory, self.ctx.job.id, owner=self.ctx.owner)
+            except SQLAlchemyError as exc:
+                log.warning("job %s: heartbeat failed: %s", self.ctx.job.id, exc)
+                continue
+            if beat.lease_lost:
+                self.ctx.lease_lost.set()
+                self.ctx.stop_event.set()
+                return
+            if beat.cancel_requested:
+                self.ctx.stop_event.set()
+
+
+_factories: dict[str, sessionmaker[Session]] = {}
+
+
+def session_factory(settings: Settings) -> sessionmaker[Session]:
+    """One engine per database per process (a worker runs many jobs)."""
+    key = f"{settings.database_url}|{settings.database_schema}"
+    if key not in _factories:
+        _factories[key] = make_session_factory(make_engine(settings))
+    return _factories[key]
+
+
+def run_job(
+    job_id: int,
+    *,
+    settings: Settings | None = None,
+    actions: dict[str, Action] | None = None,
+) -> str:
+    """Run job ``job_id`` if it is queued; returns its final status, or ``"skipped"`` when
+    another worker holds it or it is no longer queued, or ``"lease_lost"``."""
+    settings = settings or get_settings()
+    if actions is None:
+        from maskops_worker.actions import ACTIONS
+
+        actions = ACTIONS
+    factory = session_factory(settings)
+    owner = _owner()
+    job = state.claim(factory, job_id, owner=owner, worker_id=socket.gethostname())
+    if job is None:
+        log.info("job %s is not queued; skipping this delivery", job_id)
+        return "skipped"
+    work_dir = state.job_dir(settings.data_root, job_id)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ctx = JobContext(
+        job=job,
+        settings=settings,
+        work_dir=work_dir,
+        log_file=work_dir / "job.log",
+        factory=factory,
+        owner=owner,
+    )
+    _append_log(ctx.log_file, f"attempt {job.attempts}: {job.action} started by {owner}")
+    beat = _HeartbeatThread(ctx, settings.heartbeat_interval_s)
+    beat.start()
+    status, error, result = JobStatus.failed, None, None
+    try:
+        action = actions.get(job.action)
+        if action is None:
+            raise JobInputError(f"unknown action {job.action!r}")
+        result = action(ctx)
+        status = JobStatus.cancelled if ctx.cancel_requested else JobStatus.succeeded
+    except JobCancelled as cancelled:
+        status, result = JobStatus.cancelled, cancelled.result
+    except Exception as exc:
+        error = _one_line(exc)
+        _append_log(ctx.log_file, traceback.format_exc())
+    finally:
+        beat.done.set()
+        beat.join()
+    if ctx.lease_lost.is_set():
+        _append_log(ctx.log_file, f"attempt {job.attempts}: lease lost; another worker owns it")
+        return "lease_lost"
+    _append_log(ctx.log_file, f"attempt {job.attempts}: {status}" + (f": {error}" if error else ""))
+    if not state.finish(factory, job_id, owner=owner, status=status, error=error, result=result):
+        return "lease_lost"
+    return str(status)
+
+
+def _one_line(exc: BaseException) -> str:
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, JobInputError):
+        return message
+    return f"{type(exc).__name__}: {message}"
+
+
+def _append_log(path: Path, line: str) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line.rstrip("\n") + "\n")

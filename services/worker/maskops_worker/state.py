@@ -1,0 +1,200 @@
+"""Job state transitions made by a worker, each one short transaction.
+
+Every write after the claim is conditional on the worker still holding the job's lease
+(``lease_owner``): a worker whose job was taken over after a heartbeat timeout can no longer
+report progress or finish it, so one job never has two writers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from maskops_api.db.models import (
+    Dataset,
+    ExperimentVersion,
+    Job,
+    JobMetric,
+    JobStatus,
+    utcnow,
+)
+from maskops_api.db.session import rowcount, transaction
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """What a worker needs to know about its job, read once at claim time."""
+
+    id: int
+    action: str
+    attempts: int
+    options: dict[str, Any]
+    spec: dict[str, Any] | None
+    """The experiment version's spec (JSON form), if the job has an experiment."""
+    dataset_id: int | None
+    dataset_splits: dict[str, Any] | None
+    dataset_shards_dir: str | None
+    dataset_include_masks: bool
+    dataset_num_shards: int
+    parent_job_id: int | None
+    parent_action: str | None
+    parent_result: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    lease_lost: bool
+    cancel_requested: bool
+
+
+def claim(
+    factory: sessionmaker[Session], job_id: int, *, owner: str, worker_id: str
+) -> JobSnapshot | None:
+    """Take a queued job (``None`` if it is not queued: running elsewhere, done, cancelled)."""
+    now = utcnow()
+    with transaction(factory) as session:
+        claimed = rowcount(
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.status == JobStatus.queued)
+                .values(
+                    status=JobStatus.running,
+                    lease_owner=owner,
+                    worker_id=worker_id,
+                    heartbeat_at=now,
+                    started_at=now,
+                    updated_at=now,
+                    attempts=Job.attempts + 1,
+                    error=None,
+                    # ETA is measured over the current attempt only.
+                    progress_started_step=None,
+                )
+            )
+        )
+        if claimed != 1:
+            return None
+        job = session.get_one(Job, job_id)
+        spec = None
+        if job.experiment_id is not None:
+            spec = session.scalars(
+                select(ExperimentVersion.spec).where(
+                    ExperimentVersion.experiment_id == job.experiment_id,
+                    ExperimentVersion.version == job.experiment_version,
+                )
+            ).one()
+        dataset = session.get(Dataset, job.dataset_id) if job.dataset_id is not None else None
+        parent = session.get(Job, job.parent_job_id) if job.parent_job_id is not None else None
+        return JobSnapshot(
+            id=job.id,
+            action=job.action,
+            attempts=job.attempts,
+            options=dict(job.options or {}),
+            spec=spec,
+            dataset_id=job.dataset_id,
+            dataset_splits=dataset.splits if dataset else None,
+            dataset_shards_dir=dataset.shards_dir if dataset else None,
+            dataset_include_masks=dataset.include_masks if dataset else True,
+            dataset_num_shards=dataset.num_shards if dataset else 1,
+            parent_job_id=job.parent_job_id,
+            parent_action=parent.action if parent else None,
+            parent_result=parent.result if parent else None,
+        )
+
+
+def heartbeat(factory: sessionmaker[Session], job_id: int, *, owner: str) -> Heartbeat:
+    now = utcnow()
+    with transaction(factory) as session:
+        kept = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.lease_owner == owner)
+            .values(heartbeat_at=now)
+            .returning(Job.status)
+        ).scalar_one_or_none()
+    return Heartbeat(lease_lost=kept is None, cancel_requested=kept == JobStatus.cancelling)
+
+
+def report_progress(
+    factory: sessionmaker[Session],
+    job_id: int,
+    *,
+    owner: str,
+    step: int,
+    total: int | None,
+    metrics: dict[str, float] | None = None,
+) -> bool:
+    """Record progress (and a metrics point); False if the lease was lost."""
+    now = utcnow()
+    values: dict[str, Any] = {"progress_step": step, "heartbeat_at": now, "updated_at": now}
+    if total is not None:
+        values["progress_total"] = total
+    with transaction(factory) as session:
+        job = session.scalars(
+            select(Job).where(Job.id == job_id, Job.lease_owner == owner).with_for_update()
+        ).one_or_none()
+        if job is None:
+            return False
+        if job.progress_started_step is None:
+            values["progress_started_step"] = step
+        if metrics:
+            values["latest_metrics"] = {**(job.latest_metrics or {}), **metrics}
+            session.add(JobMetric(job_id=job_id, step=step, values=metrics, created_at=now))
+        session.execute(update(Job).where(Job.id == job_id).values(**values))
+    return True
+
+
+def finish(
+    factory: sessionmaker[Session],
+    job_id: int,
+    *,
+    owner: str,
+    status: JobStatus,
+    error: str | None = None,
+    result: dict[str, Any] | None = None,
+) -> bool:
+    """Move the job to a terminal state; a pending cancel wins over success."""
+    now = utcnow()
+    with transaction(factory) as session:
+        current = session.scalars(
+            select(Job.status).where(Job.id == job_id, Job.lease_owner == owner).with_for_update()
+        ).one_or_none()
+        if current is None:
+            return False
+        if current == JobStatus.cancelling and status == JobStatus.succeeded:
+            status = JobStatus.cancelled
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(
+                status=status,
+                error=error,
+                result=result,
+                lease_owner=None,
+                finished_at=now,
+                updated_at=now,
+            )
+        )
+    return True
+
+
+def job_dir(data_root: Path, job_id: int) -> Path:
+    return data_root / "jobs" / str(job_id)
+
+
+def record_dataset(
+    factory: sessionmaker[Session],
+    dataset_id: int,
+    *,
+    shards_dir: str,
+    counts: dict[str, Any],
+    label_map: list[Any],
+    warnings: list[Any],
+) -> None:
+    with transaction(factory) as session:
+        session.execute(
+            update(Dataset)
+            .where(Dataset.id == dataset_id)
+            .values(shards_dir=shards_dir, counts=counts, label_map=label_map, warnings=warnings)
+        )

@@ -1,0 +1,43 @@
+"""Celery tasks: one per action, each taking a job id and wrapping :func:`run_job`.
+
+Reliability: acks_late + reject_on_worker_lost (a message is acknowledged only once its job
+ended), soft/hard time limits from the settings, and automatic retries for broker/database
+connection errors only; any other failure is recorded on the job by ``run_job``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu.exceptions import OperationalError as BrokerOperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from sqlalchemy.exc import OperationalError as DatabaseOperationalError
+
+from maskops_worker.celery_app import CPU_ACTIONS, GPU_ACTIONS, app, task_name
+from maskops_worker.runner import run_job
+
+RETRYABLE: tuple[type[BaseException], ...] = (
+    BrokerOperationalError,
+    RedisConnectionError,
+    DatabaseOperationalError,
+)
+
+
+def _register(action: str) -> Any:
+    def task(job_id: int) -> str:
+        return run_job(job_id)
+
+    task.__name__ = action
+    task.__qualname__ = action
+    return app.task(
+        name=task_name(action),
+        acks_late=True,
+        reject_on_worker_lost=True,
+        autoretry_for=RETRYABLE,
+        retry_backoff=True,
+        retry_backoff_max=60,
+        max_retries=10,
+    )(task)
+
+
+TASKS = {action: _register(action) for action in sorted(GPU_ACTIONS | CPU_ACTIONS)}

@@ -1,0 +1,196 @@
+"""Control-plane integration: real Postgres (migrated, own schema), real Redis, real
+``celery worker`` processes and the real engine on the generated demo dataset.
+
+Isolation: one Postgres schema and one queue-name prefix per test session (parallel runs
+do not collide); every table is truncated before each test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from maskops_api.db.migrate import upgrade_head
+from maskops_api.db.models import Base
+from maskops_api.main import create_app
+from maskops_api.settings import Settings
+from sqlalchemy import create_engine, text
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+CELERY = Path(sys.executable).with_name("celery")
+
+
+@pytest.fixture(scope="session")
+def api_settings(
+    postgres_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
+    tag = uuid.uuid4().hex[:8]
+    settings = Settings(
+        database_url=postgres_url,
+        database_schema=f"maskops_api_it_{tag}",
+        broker_url=redis_url,
+        queue_prefix=f"maskops-it-{tag}-",
+        data_root=tmp_path_factory.mktemp("data_root"),
+        heartbeat_interval_s=0.5,
+        heartbeat_timeout_s=60,
+        redispatch_after_s=0,
+        _env_file=None,  # type: ignore[call-arg]
+    )
+    upgrade_head(settings)
+    yield settings
+    engine = create_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA IF EXISTS "{settings.database_schema}" CASCADE'))
+    engine.dispose()
+    client = redis.Redis.from_url(redis_url)
+    for queue in (settings.gpu_queue, settings.cpu_queue):
+        client.delete(queue)
+    client.close()
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that gives a worker process these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MASKOPS_")}
+    env.update(
+        MASKOPS_DATABASE_URL=settings.database_url,
+        MASKOPS_DATABASE_SCHEMA=settings.database_schema or "",
+        MASKOPS_BROKER_URL=settings.broker_url,
+        MASKOPS_QUEUE_PREFIX=settings.queue_prefix,
+        MASKOPS_DATA_ROOT=str(settings.data_root),
+        MASKOPS_HEARTBEAT_INTERVAL_S=str(settings.heartbeat_interval_s),
+        MASKOPS_HEARTBEAT_TIMEOUT_S=str(settings.heartbeat_timeout_s),
+        OMP_NUM_THREADS="1",
+    )
+    return env
+
+
+@pytest.fixture
+def clean_db(api_settings: Settings) -> Settings:
+    engine = create_engine(
+        api_settings.database_url,
+        connect_args={"options": f"-csearch_path={api_settings.database_schema}"},
+    )
+    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+    client = redis.Redis.from_url(api_settings.broker_url)
+    for queue in (api_settings.gpu_queue, api_settings.cpu_queue):
+        client.delete(queue)
+    client.close()
+    return api_settings
+
+
+@pytest.fixture
+def client(clean_db: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(clean_db)) as test_client:
+        yield test_client
+
+
+class Worker:
+    """A real ``celery worker`` process (its own process group, so SIGKILL takes it all)."""
+
+    def __init__(self, settings: Settings, log_dir: Path, name: str) -> None:
+        self.settings = settings
+        self.log_path = log_dir / f"{name}.log"
+        self.name = name
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        queues = f"{self.settings.gpu_queue},{self.settings.cpu_queue}"
+        command = [
+            str(CELERY), "-A", "maskops_worker.celery_app:app", "worker", "-Q", queues,
+            "-c", "1", "--prefetch-multiplier", "1", "-n", f"{self.name}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
+        ]  # fmt: skip
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=settings_env(self.settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def workers(clean_db: Settings, tmp_path: Path) -> Iterator[Callable[[str], Worker]]:
+    started: list[Worker] = []
+
+    def start(name: str = "w1") -> Worker:
+        worker = Worker(clean_db, tmp_path, name).start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_root(api_settings: Settings) -> str:
+    """The demo dataset under the data root (``demo/``): 16 train + 4 val images, 128 px."""
+    from maskops.data.demo import generate_demo_dataset
+
+    generate_demo_dataset(
+        api_settings.data_root / "demo",
+        num_images=20,
+        image_size=(128, 128),
+        seed=0,
+        val_fraction=0.2,
+    )
+    return "demo"
+
+
+def wait_for(
+    client: TestClient,
+    job_id: int,
+    statuses: set[str],
+    *,
+    timeout: float = 240,
+    worker: Worker | None = None,
+    until: Callable[[dict[str, Any]], bool] | None = None,
+) -> dict[str, Any]:
+    """Poll ``GET /jobs/{id}`` until its status is in ``statuses`` (and ``until`` holds)."""
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = client.get(f"/jobs/{job_id}").json()
+        if job["status"] in statuses and (until is None or until(job)):
+            return job
+        time.sleep(0.2)
+    logs = client.get(f"/jobs/{job_id}/logs").text
+    raise AssertionError(
+        f"job {job_id} still {job.get('status')} after {timeout}s: {job}\n--- job log\n{logs}"
+        + (f"\n--- worker log\n{worker.log()[-5000:]}" if worker else "")
+    )

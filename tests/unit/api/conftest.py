@@ -1,0 +1,91 @@
+"""Control-plane unit tests: the real app, migrations and runner on a SQLite database.
+
+The broker is replaced by a dispatcher that records what would be sent (these tests check
+the control plane's own decisions; tests/integration/api runs the real broker and worker).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from maskops_api.db.migrate import upgrade_head
+from maskops_api.db.session import make_engine, make_session_factory
+from maskops_api.main import create_app
+from maskops_api.settings import Settings
+from sqlalchemy.orm import Session, sessionmaker
+
+
+@dataclass
+class RecordingDispatcher:
+    sent: list[tuple[str, int, str, str]] = field(default_factory=list)
+    fail: bool = False
+
+    def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None:
+        if self.fail:
+            raise ConnectionError("broker down")
+        self.sent.append((action, job_id, queue, task_id))
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    data_root = tmp_path / "data"
+    for split in ("train", "val"):
+        (data_root / "shapes" / "images" / split).mkdir(parents=True)
+    (data_root / "shapes" / "annotations").mkdir()
+    for split in ("train", "val"):
+        (data_root / "shapes" / "annotations" / f"{split}.json").write_text(
+            json.dumps({"images": [], "annotations": [], "categories": []})
+        )
+    result = Settings(
+        database_url=f"sqlite:///{tmp_path / 'maskops.db'}",
+        broker_url="memory://",
+        data_root=data_root,
+        queue_prefix="t_",
+        heartbeat_interval_s=0.05,
+        heartbeat_timeout_s=30,
+        redispatch_after_s=0,
+        _env_file=None,  # type: ignore[call-arg]
+    )
+    upgrade_head(result)
+    return result
+
+
+@pytest.fixture
+def factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(settings)
+    yield make_session_factory(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def dispatcher() -> RecordingDispatcher:
+    return RecordingDispatcher()
+
+
+@pytest.fixture
+def client(settings: Settings, dispatcher: RecordingDispatcher) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, dispatcher=dispatcher)) as test_client:
+        yield test_client
+
+
+DATASET_BODY = {
+    "name": "shapes",
+    "train": {
+        "image_dir": "shapes/images/train",
+        "annotation_file": "shapes/annotations/train.json",
+    },
+    "val": {"image_dir": "shapes/images/val", "annotation_file": "shapes/annotations/val.json"},
+    "num_shards": 2,
+}
+
+SMALL_SPEC = {
+    "total_steps": 4,
+    "train_batch_size": 1,
+    "data_config": {"image_size": [128, 128], "num_classes": 4},
+    "maskrcnn_config": {"nlayers": 10},
+}

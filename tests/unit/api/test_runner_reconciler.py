@@ -1,0 +1,153 @@
+"""``run_job`` and the reconciler on a real database: leases, heartbeats, cancel, takeover."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from maskops_api.db.models import Job, JobMetric, JobStatus, utcnow
+from maskops_api.reconciler import reconcile
+from maskops_api.settings import Settings
+from maskops_worker.runner import JobContext, run_job
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from tests.unit.api.conftest import RecordingDispatcher
+
+
+def _job(factory: sessionmaker[Session], **values: Any) -> int:
+    with factory() as s, s.begin():
+        job = Job(action="train", queue="t_gpu", options={}, **values)
+        s.add(job)
+        s.flush()
+        return job.id
+
+
+def _get(factory: sessionmaker[Session], job_id: int) -> Job:
+    with factory() as s:
+        return s.get_one(Job, job_id)
+
+
+def test_success_records_progress_metrics_and_result(settings: Settings, factory) -> None:
+    job_id = _job(factory)
+
+    def action(ctx: JobContext) -> dict[str, Any]:
+        for step in range(1, 4):
+            ctx.report(step, 3, {"Total loss": 1.0 / step})
+        return {"checkpoint": "x.pth"}
+
+    assert run_job(job_id, settings=settings, actions={"train": action}) == "succeeded"
+    job = _get(factory, job_id)
+    assert (job.status, job.attempts, job.progress_step, job.progress_total) == (
+        "succeeded",
+        1,
+        3,
+        3,
+    )
+    assert job.result == {"checkpoint": "x.pth"} and job.lease_owner is None
+    assert job.latest_metrics == {"Total loss": 1.0 / 3}
+    with factory() as s:
+        steps = s.scalars(select(JobMetric.step).where(JobMetric.job_id == job_id)).all()
+    assert steps == [1, 2, 3]
+    log = (settings.jobs_dir / str(job_id) / "job.log").read_text()
+    assert "attempt 1: train started" in log and "attempt 1: succeeded" in log
+
+
+def test_failure_is_one_line_with_traceback_in_the_log(settings: Settings, factory) -> None:
+    job_id = _job(factory)
+
+    def action(ctx: JobContext) -> dict[str, Any]:
+        raise ValueError("image 7: annotation 3 has\na negative width")
+
+    assert run_job(job_id, settings=settings, actions={"train": action}) == "failed"
+    job = _get(factory, job_id)
+    assert job.error == "ValueError: image 7: annotation 3 has a negative width"
+    assert "Traceback" in (settings.jobs_dir / str(job_id) / "job.log").read_text()
+
+
+def test_only_queued_jobs_are_claimed(settings: Settings, factory) -> None:
+    calls: list[int] = []
+    for status in ("running", "succeeded", "cancelled"):
+        job_id = _job(factory, status=status)
+        result = run_job(
+            job_id, settings=settings, actions={"train": lambda c: calls.append(1) or {}}
+        )
+        assert result == "skipped"
+    assert calls == []
+
+
+def test_cancel_stops_at_the_next_step(settings: Settings, factory) -> None:
+    job_id = _job(factory)
+    reached = threading.Event()
+
+    def action(ctx: JobContext) -> dict[str, Any]:
+        for step in range(1, 1000):
+            if ctx.cancel_requested:
+                return {"stopped_at": step}
+            ctx.report(step, 1000)
+            reached.set()
+            time.sleep(0.01)
+        return {}
+
+    worker = threading.Thread(
+        target=run_job, args=(job_id,), kwargs={"settings": settings, "actions": {"train": action}}
+    )
+    worker.start()
+    assert reached.wait(10)
+    with factory() as s, s.begin():
+        s.execute(update(Job).where(Job.id == job_id).values(status="cancelling"))
+    worker.join(20)
+    job = _get(factory, job_id)
+    assert job.status == "cancelled" and job.result["stopped_at"] < 1000
+
+
+def test_stale_job_is_requeued_and_the_old_worker_loses_its_lease(
+    settings: Settings, factory, dispatcher: RecordingDispatcher
+) -> None:
+    job_id = _job(factory)
+    started = threading.Event()
+    outcome: list[str] = []
+
+    def slow(ctx: JobContext) -> dict[str, Any]:
+        started.set()
+        while not ctx.stop_event.is_set():
+            time.sleep(0.01)
+        return {}
+
+    def work() -> None:
+        outcome.append(run_job(job_id, settings=settings, actions={"train": slow}))
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    assert started.wait(10)
+    # Pretend the worker stopped beating long ago (a frozen or killed process).
+    future = utcnow() + timedelta(seconds=settings.heartbeat_timeout_s + 5)
+    report = reconcile(factory, dispatcher, settings, now=future)
+    assert report.requeued == [job_id] and job_id in report.redispatched
+    worker.join(20)
+    assert outcome == ["lease_lost"]
+    job = _get(factory, job_id)
+    assert job.status == "queued" and job.lease_owner is None
+    # The re-dispatched delivery runs it again: attempt 2.
+    assert (
+        run_job(job_id, settings=settings, actions={"train": lambda c: {"ok": True}}) == "succeeded"
+    )
+    assert _get(factory, job_id).attempts == 2
+
+
+def test_reconciler_redispatches_queued_jobs_and_finishes_stale_cancels(
+    settings: Settings, factory, dispatcher: RecordingDispatcher
+) -> None:
+    never_sent = _job(factory)
+    stale_cancel = _job(
+        factory, status="cancelling", lease_owner="gone", heartbeat_at=utcnow() - timedelta(hours=1)
+    )
+    fresh = _job(factory, status="running", lease_owner="alive", heartbeat_at=utcnow())
+    report = reconcile(factory, dispatcher, settings)
+    assert report.redispatched == [never_sent]
+    assert report.cancelled == [stale_cancel]
+    assert dispatcher.sent == [("train", never_sent, "t_gpu", f"maskops-job-{never_sent}-1")]
+    assert _get(factory, stale_cancel).status == JobStatus.cancelled
+    assert _get(factory, fresh).status == JobStatus.running
