@@ -18,6 +18,7 @@ import torch
 
 if TYPE_CHECKING:
     from maskops.data.demo import DemoDataset
+    from maskops.spec.models import ExperimentSpec
 
 POSTGRES_URL = os.environ.get(
     "MASKOPS_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -95,3 +96,64 @@ def demo_shards(tmp_path_factory: pytest.TempPathFactory, demo_dataset: DemoData
     convert_dataset(demo_dataset.train_images, demo_dataset.train_json, out, workers=1)
     convert_dataset(demo_dataset.val_images, demo_dataset.val_json, out, workers=1)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_spec(demo_dataset: DemoDataset, demo_shards: Path) -> ExperimentSpec:
+    """A CI-sized training spec on ``demo_shards``: resnet10 at 128x128, batch 2, 4 steps.
+
+    FPN levels 3..5 (anchors 16..64 px, the demo shapes' sizes) and small heads and
+    sampling sizes: the default 512 RoIs through the 4-conv mask head and the stride-4 level
+    would make each step many times slower.
+    ``val_json_file`` is the demo val split, so the end-of-training evaluation is COCO.
+    """
+    from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+
+    return ExperimentSpec(
+        seed=7,
+        total_steps=4,
+        train_batch_size=2,
+        eval_batch_size=4,
+        # From scratch at batch 2 the mask head diverges at 0.01; 0.004 learns steadily.
+        init_learning_rate=0.004,
+        warmup_learning_rate=0.0004,
+        warmup_steps=2,
+        num_steps_per_eval=0,
+        data_config=DataConfig(
+            image_size=(128, 128),
+            training_file_pattern=f"{demo_shards}/train*",
+            validation_file_pattern=f"{demo_shards}/val*",
+            val_json_file=str(demo_dataset.val_json),
+            num_classes=4,
+            n_workers=0,
+            eval_samples=4,
+        ),
+        maskrcnn_config=MaskRCNNConfig(
+            nlayers=10,
+            min_level=3,
+            max_level=5,
+            anchor_scale=2.0,
+            rpn_batch_size_per_im=64,
+            batch_size_per_im=32,
+            fast_rcnn_mlp_head_dim=128,
+            train_rpn_pre_nms_topn=200,
+            train_rpn_post_nms_topn=100,
+            test_rpn_pre_nms_topn=100,
+            test_rpn_post_nms_topn=50,
+            test_detections_per_image=20,
+            gt_mask_size=28,
+            mrcnn_resolution=16,
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_spec: ExperimentSpec) -> Path:
+    """A maskops checkpoint of ``tiny_spec``'s resnet10 trained 4 steps on the demo shards
+    (``save_checkpoint`` format, label map circle/square/triangle, step 4). Barely trained:
+    use it for plumbing (load, evaluate, prune, export), not for accuracy."""
+    from maskops.engine import run_training
+
+    result = run_training(tiny_spec, tmp_path_factory.mktemp("tiny_checkpoint"))
+    assert result.checkpoint is not None
+    return result.checkpoint

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.db.models import TokenScope
 from maskops_api.dispatch import Dispatcher
 from maskops_api.errors import Forbidden, Unauthorized
+from maskops_api.schemas import MAX_ID
 from maskops_api.services.tokens import allows, find_token
 from maskops_api.settings import Settings
 
@@ -50,6 +51,10 @@ IdempotencyKeyDep = Annotated[
         description="Retrying a POST with the same key returns the first request's resource.",
     ),
 ]
+
+JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
+DatasetId = Annotated[int, Path(ge=1, le=MAX_ID)]
+ExperimentId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 _bearer = HTTPBearer(auto_error=False, description="An API token from `maskops token create`.")
 

@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from maskops.spec.errors import SpecError
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
+
+from maskops_api.schemas import ErrorOut
 
 log = logging.getLogger(__name__)
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": description}
+    for code, description in (
+        (401, "No API token, or an unknown, revoked or expired one"),
+        (403, "The token's scope does not allow this"),
+        (404, "No such resource"),
+        (409, "The resource's state does not allow this"),
+        (422, "Invalid input; the message names the field (and line, for TAO text specs)"),
+        (503, "The database is unavailable"),
+    )
+}
+"""Every resource route may answer these, always as ``{"detail": "..."}``."""
 
 
 class ApiError(Exception):
@@ -68,6 +84,12 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(
             {"detail": _validation_message(exc), "errors": _jsonable(exc)}, status_code=422
         )
+
+    @app.exception_handler(DataError)
+    async def _bad_value(_: Request, exc: DataError) -> JSONResponse:
+        # The database refused a value the schema let through (a NUL byte in a string).
+        first = str(exc.orig).splitlines()[0] if exc.orig else "invalid value"
+        return JSONResponse({"detail": f"invalid value: {first}"}, status_code=422)
 
     @app.exception_handler(OperationalError)
     async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from maskops_api.db.models import JobAction, JobStatus, TokenScope
+from maskops_api.db.models import JobAction, JobStatus
 
 T = TypeVar("T")
+
+MAX_ID = 2**31 - 1
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+"""Database ids (Postgres ``integer``)."""
 
 TAO_SPEC_EXAMPLE = """\
 seed: 123
@@ -58,7 +62,8 @@ class _Out(BaseModel):
 
 def _relative_path(value: str, field: str) -> str:
     path = PurePosixPath(value.replace("\\", "/"))
-    if not value or path.is_absolute() or ".." in path.parts or ":" in path.parts[0]:
+    parts = path.parts
+    if "\x00" in value or not parts or path.is_absolute() or ".." in parts or ":" in parts[0]:
         raise ValueError(f"{field} must be a path relative to the data root without '..'")
     return str(path)
 
@@ -136,7 +141,7 @@ class ExperimentCreate(_Body):
     )
 
     name: str = Field(min_length=1, max_length=200)
-    dataset_id: int | None = None
+    dataset_id: Id | None = None
     spec: dict[str, Any] | None = Field(default=None, description="The spec as JSON.")
     spec_text: str | None = Field(
         default=None, description="The spec in TAO's protobuf text format."
@@ -190,15 +195,18 @@ class JobCreate(_Body):
     )
 
     action: JobAction
-    experiment_id: int | None = None
+    experiment_id: Id | None = None
     experiment_version: int | None = Field(
-        default=None, description="Defaults to the experiment's latest version."
+        default=None, ge=1, le=MAX_ID, description="Defaults to the experiment's latest version."
     )
     dataset_id: int | None = Field(
-        default=None, description="Defaults to the experiment's dataset."
+        default=None, ge=1, le=MAX_ID, description="Defaults to the experiment's dataset."
     )
     parent_job_id: int | None = Field(
-        default=None, description="The job whose model this one uses (evaluate/prune/export)."
+        default=None,
+        ge=1,
+        le=MAX_ID,
+        description="The job whose model this one uses (evaluate/prune/export).",
     )
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -261,21 +269,7 @@ class ModelOut(_Out):
 class PublishRequest(_Body):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"job_id": 5}]})
 
-    job_id: int = Field(description="A succeeded export job.")
-
-
-class TokenCreate(_Body):
-    name: str = Field(min_length=1, max_length=200)
-    scope: TokenScope = TokenScope.read
-    expires_in_days: float | None = Field(default=None, gt=0)
-
-
-class TokenOut(BaseModel):
-    id: int
-    name: str
-    scope: TokenScope
-    expires_at: datetime | None
-    token: str | None = Field(default=None, description="Shown once, at creation.")
+    job_id: int = Field(ge=1, le=MAX_ID, description="A succeeded export job.")
 
 
 class Health(BaseModel):

@@ -1,1 +1,1 @@
-"""Triton Inference Server launch: the bundled PyPI binary locally, the official image in compose."""
+"""Triton Inference Server launch: bundled PyPI binary locally, official image in compose."""

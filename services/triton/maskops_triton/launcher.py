@@ -48,9 +48,11 @@ def free_port() -> int:
 
 def _pytriton_root() -> Path:
     try:
-        import pytriton  # noqa: PLC0415  (optional dependency, only needed to launch)
+        import pytriton
     except ImportError as exc:
-        raise TritonLaunchError("nvidia-pytriton is not installed: no bundled tritonserver") from exc
+        raise TritonLaunchError(
+            "nvidia-pytriton is not installed: no bundled tritonserver"
+        ) from exc
     root = Path(pytriton.__file__).parent / "tritonserver"
     if not (root / "bin" / "tritonserver").is_file():
         raise TritonLaunchError(f"no tritonserver binary under {root}")

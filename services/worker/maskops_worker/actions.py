@@ -91,7 +91,7 @@ def _append(ctx: JobContext, text: str) -> None:
         f.write(text.rstrip("\n") + "\n")
 
 
-def job_spec(ctx: JobContext) -> ExperimentSpec:
+def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> ExperimentSpec:
     """The experiment's spec with its data paths filled from the job's converted dataset.
 
     Paths the spec sets itself win; relative ones resolve against the data root.
@@ -114,10 +114,8 @@ def job_spec(ctx: JobContext) -> ExperimentSpec:
         value = getattr(data, name)
         if value and not Path(value).is_absolute():
             setattr(data, name, str(root / value))
-    if not data.training_file_pattern:
-        raise JobInputError(
-            "the experiment has no training_file_pattern and its dataset is not converted yet"
-        )
+    if need and not getattr(data, need):
+        raise JobInputError(f"the experiment has no {need} and its dataset provides none")
     return spec
 
 
@@ -175,7 +173,108 @@ def parent_model(ctx: JobContext) -> Path:
     )
 
 
+def _relative(ctx: JobContext, path: Path) -> str:
+    return str(path.relative_to(ctx.settings.data_root))
+
+
+def _logger(ctx: JobContext) -> Callable[[str], None]:
+    return lambda line: _append(ctx, line)
+
+
+def evaluate(ctx: JobContext) -> dict[str, Any]:
+    from maskops.evaluation.runner import run_evaluation
+
+    spec = job_spec(ctx, need="validation_file_pattern")
+    model = parent_model(ctx)
+    report = ctx.work_dir / "metrics.json"
+    metrics = run_evaluation(
+        spec,
+        model,
+        out_json=report,
+        gpu_index=int(ctx.job.options.get("gpu_index", 0)),
+        progress=False,
+        log=_logger(ctx),
+    )
+    ctx.report(1, 1, metrics)
+    return {"metrics": metrics, "model": _relative(ctx, model), "report": _relative(ctx, report)}
+
+
+PRUNE_OPTIONS = ("norm", "equalization", "granularity", "threshold", "min_filters")
+
+
+def prune(ctx: JobContext) -> dict[str, Any]:
+    from maskops.prune.run import run_prune
+
+    unknown = set(ctx.job.options) - {*PRUNE_OPTIONS, "excluded_layers", "model_path"}
+    if unknown:
+        raise JobInputError(f"unknown prune options: {sorted(unknown)}")
+    options: dict[str, Any] = {k: ctx.job.options[k] for k in PRUNE_OPTIONS if k in ctx.job.options}
+    out_dir = ctx.work_dir / "pruned"
+    report = run_prune(
+        parent_model(ctx),
+        out_dir,
+        excluded_layers=tuple(ctx.job.options.get("excluded_layers", ())),
+        **options,
+    )
+    _append(ctx, f"params {report.params_before} -> {report.params_after}")
+    ctx.report(1, 1, {"params_ratio": report.params_ratio})
+    model = Path(report.output_model) if report.output_model else out_dir / "model.pth"
+    return {
+        "model": _relative(ctx, model if model.is_absolute() else out_dir / model),
+        "params_before": report.params_before,
+        "params_after": report.params_after,
+        "macs_before": report.macs_before,
+        "macs_after": report.macs_after,
+    }
+
+
+def inference(ctx: JobContext) -> dict[str, Any]:
+    from maskops.evaluation.inference import run_inference
+
+    spec = job_spec(ctx, need="")
+    options = ctx.job.options
+    if "image_dir" in options:
+        image_dir = _inside_data_root(ctx, str(options["image_dir"]))
+    elif ctx.job.dataset_splits and "val" in ctx.job.dataset_splits:
+        image_dir = ctx.data_path(ctx.job.dataset_splits["val"]["image_dir"])
+    else:
+        raise JobInputError("inference needs options.image_dir (relative to the data root)")
+    out_images, labels = ctx.work_dir / "images", ctx.work_dir / "labels"
+    summary = run_inference(
+        spec,
+        parent_model(ctx),
+        image_dir,
+        out_images,
+        label_dir=labels,
+        threshold=float(options.get("threshold", 0.6)),
+        include_mask=bool(options.get("include_mask", True)),
+        gpu_index=int(options.get("gpu_index", 0)),
+        progress=False,
+        log=_logger(ctx),
+        warn=_logger(ctx),
+    )
+    ctx.report(summary.images, summary.images)
+    return {
+        "images": summary.images,
+        "detections": summary.detections,
+        "skipped": [f"{p.name}: {why}" for p, why in summary.skipped],
+        "annotated_images": _relative(ctx, out_images),
+        "labels": _relative(ctx, labels),
+    }
+
+
+def _inside_data_root(ctx: JobContext, relative: str) -> Path:
+    root = ctx.settings.data_root.resolve()
+    path = (root / relative).resolve()
+    if Path(relative).is_absolute() or not path.is_relative_to(root) or not path.is_dir():
+        raise JobInputError(f"image_dir {relative!r} is not a directory under the data root")
+    return path
+
+
 ACTIONS: dict[str, Action] = {
     "dataset_convert": dataset_convert,
     "train": train,
+    "evaluate": evaluate,
+    "prune": prune,
+    "inference": inference,
 }

@@ -69,11 +69,14 @@ def test_failure_is_one_line_with_traceback_in_the_log(settings: Settings, facto
 
 def test_only_queued_jobs_are_claimed(settings: Settings, factory) -> None:
     calls: list[int] = []
+
+    def action(ctx: JobContext) -> dict[str, Any]:
+        calls.append(ctx.job.id)
+        return {}
+
     for status in ("running", "succeeded", "cancelled"):
         job_id = _job(factory, status=status)
-        result = run_job(
-            job_id, settings=settings, actions={"train": lambda c: calls.append(1) or {}}
-        )
+        result = run_job(job_id, settings=settings, actions={"train": action})
         assert result == "skipped"
     assert calls == []
 
@@ -100,7 +103,8 @@ def test_cancel_stops_at_the_next_step(settings: Settings, factory) -> None:
         s.execute(update(Job).where(Job.id == job_id).values(status="cancelling"))
     worker.join(20)
     job = _get(factory, job_id)
-    assert job.status == "cancelled" and job.result["stopped_at"] < 1000
+    assert job.status == "cancelled" and job.result is not None
+    assert job.result["stopped_at"] < 1000
 
 
 def test_stale_job_is_requeued_and_the_old_worker_loses_its_lease(

@@ -49,8 +49,9 @@ def _pixels(height: int, width: int, seed: int) -> np.ndarray:
 def broken_dataset(tmp_path: Path) -> BrokenDataset:
     """Images 64x48 (w x h) unless noted; category ids 5 and 90 (non-contiguous).
 
-    Image 1 carries every annotation-level problem; images 2-10 one image-level problem
-    each; annotation 901 points at the missing image id 77.
+    Image 1 carries every annotation-level problem; images 2-11 one image-level problem
+    each (11: EXIF-rotated, but annotated on the stored pixels); annotation 901 points at
+    the missing image id 77.
     """
     images_dir = tmp_path / "images"
     images_dir.mkdir()
@@ -61,6 +62,7 @@ def broken_dataset(tmp_path: Path) -> BrokenDataset:
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90 degrees clockwise for display
     Image.fromarray(_pixels(48, 64, 5)).save(images_dir / "rotated.jpg", exif=exif.tobytes())
+    Image.fromarray(_pixels(48, 64, 11)).save(images_dir / "raw.jpg", exif=exif.tobytes())
     Image.fromarray(_pixels(48, 64, 6)[..., 0]).save(images_dir / "gray.png")
     Image.fromarray(_pixels(48, 64, 7)).convert("CMYK").save(images_dir / "cmyk.jpg")
     rgba = np.dstack([_pixels(48, 64, 8), np.full((48, 64), 128, dtype=np.uint8)])
@@ -83,6 +85,7 @@ def broken_dataset(tmp_path: Path) -> BrokenDataset:
         {"id": 8, "file_name": "alpha.png", "width": 64, "height": 48},
         {"id": 9, "file_name": "image.bmp", "width": 64, "height": 48},
         {"id": 10, "file_name": "mismatch.jpg", "width": 100, "height": 100},
+        {"id": 11, "file_name": "raw.jpg", "width": 64, "height": 48},
     ]
 
     def ann(ann_id: int, image_id: int, bbox: list[float], seg: Any, **extra: Any) -> dict:

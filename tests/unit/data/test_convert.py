@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from maskops.cli.main import main
 from maskops.data.coco import DatasetError
 from maskops.data.convert import convert_dataset
 from maskops.data.manifest import Manifest, load_label_map
-from maskops.data.shards import iter_shard
+from maskops.data.shards import file_sha256, iter_shard
 from PIL import Image
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
@@ -36,6 +37,7 @@ EXPECTED_WARNINGS = {
     "8": {"box": [], "mask": [], "color_mode": ["RGBA"]},
     "9": {"box": [], "mask": [], "format": ["BMP stored as PNG"]},
     "10": {"box": [1001], "mask": [], "size_mismatch": ["json 100x100, file 64x48"]},
+    "11": {"box": [], "mask": [], "exif_rotated": ["orientation 6 ignored: json size is raw"]},
     "77": {"box": [], "mask": [], "missing_image": [901]},
 }
 
@@ -57,7 +59,7 @@ def test_every_warning_kind_is_reported_and_nothing_else(broken_dataset, tmp_pat
     assert warnings == EXPECTED_WARNINGS
     assert unreadable["3"]["unreadable"][0].startswith("truncated.jpg: image file is truncated")
     assert unreadable["4"]["unreadable"][0].startswith("garbage.jpg: cannot identify image")
-    assert (result.num_images, result.num_skipped_images) == (7, 3)
+    assert (result.num_images, result.num_skipped_images) == (8, 3)
     assert (result.num_annotations, result.num_dropped_annotations, result.num_crowd) == (10, 8, 1)
     assert result.warning_counts["unreadable"] == 2
     assert "findings (broken_warnings.json):" in result.summary()
@@ -66,7 +68,8 @@ def test_every_warning_kind_is_reported_and_nothing_else(broken_dataset, tmp_pat
 def test_repairs_are_applied_in_the_shards(broken_dataset, tmp_path: Path) -> None:
     convert_dataset(broken_dataset.image_dir, broken_dataset.annotation_file, tmp_path)
     records = _records(tmp_path, "broken")
-    assert sorted(records) == [1, 5, 6, 7, 8, 9, 10]
+    assert sorted(records) == [1, 5, 6, 7, 8, 9, 10, 11]
+    assert (records[11]["width"], records[11]["height"]) == (64, 48)
     anns = {a["id"]: a for a in records[1]["annotations"]}
     assert sorted(anns) == [101, 102, 103, 104, 105, 111, 112, 113]
     assert anns[102]["bbox"] == [50.0, 10.0, 14.0, 20.0]  # clipped to the 64 px width
@@ -116,6 +119,10 @@ def test_demo_dataset_converts_with_zero_warnings(demo_dataset, demo_shards: Pat
         assert manifest.num_images == len(coco.getImgIds())
         assert manifest.num_annotations == len(coco.getAnnIds())
         assert manifest.data["warning_counts"] == {}
+        assert manifest.data["source"]["annotation_sha256"] == file_sha256(json_path)
+        for info, shard in zip(manifest.shards, manifest.shard_paths(), strict=True):
+            assert info.sha256 == file_sha256(shard)
+            assert info.num_samples == sum(1 for _ in iter_shard(shard))
         per_category = {c["id"]: c["instances"] for c in manifest.data["categories"]}
         assert per_category == {cid: len(coco.getAnnIds(catIds=[cid])) for cid in coco.getCatIds()}
         for path in manifest.shard_paths():
@@ -217,7 +224,7 @@ def test_cli_exit_codes_and_summary(broken_dataset, tmp_path, capsys) -> None:
     args = ["dataset_convert", "-i", str(broken_dataset.image_dir), "-o", str(tmp_path / "o")]
     assert main([*args, "-a", str(broken_dataset.annotation_file), "-t", "x"]) == 0
     out = capsys.readouterr().out
-    assert "7 written, 3 skipped" in out and "unknown_category" in out
+    assert "8 written, 3 skipped" in out and "unknown_category" in out
     assert (tmp_path / "o" / "x-00000-of-00001.tar").is_file()
 
     nothing = dict(broken_dataset.document)
@@ -250,3 +257,48 @@ def test_cli_runs_as_a_program(demo_dataset, tmp_path: Path) -> None:
     assert "8 written, 0 skipped" in done.stdout
     assert "-k/--key is ignored" in done.stderr
     assert not Manifest.load(tmp_path / "val_manifest.json").include_masks
+
+
+def test_missing_inputs_fail_with_one_line(tmp_path: Path, capsys) -> None:
+    base = ["dataset_convert", "-o", str(tmp_path / "o")]
+    assert main([*base, "-i", str(tmp_path / "nope"), "-a", str(tmp_path / "a.json")]) == 2
+    assert "nope: image directory does not exist" in capsys.readouterr().err
+    assert main([*base, "-i", str(tmp_path), "-a", str(tmp_path / "a.json")]) == 2
+    assert "a.json: cannot read: No such file or directory" in capsys.readouterr().err
+    assert main([*base, "-i", str(tmp_path), "-a", str(tmp_path / "a.json"), "-s", "0"]) == 2
+    assert "num_shards must be >= 1" in capsys.readouterr().err
+
+
+def test_conversion_streams_images(demo_dataset, tmp_path: Path) -> None:
+    """Memory in use stays flat while images are written: nothing accumulates per image."""
+    source = json.loads(demo_dataset.train_json.read_text())
+    copies = 5
+    document: dict = {**source, "images": [], "annotations": []}
+    for copy in range(copies):
+        offset = 1000 * copy
+        for image in source["images"]:
+            document["images"].append({**image, "id": image["id"] + offset})
+        for ann in source["annotations"]:
+            moved = {**ann, "id": ann["id"] + offset, "image_id": ann["image_id"] + offset}
+            document["annotations"].append(moved)
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(document))
+    in_use: list[int] = []
+    calls: list[tuple[int, int]] = []
+
+    def progress(done: int, total: int) -> None:
+        calls.append((done, total))
+        in_use.append(tracemalloc.get_traced_memory()[0])
+
+    tracemalloc.start()
+    try:
+        result = convert_dataset(
+            demo_dataset.train_images, path, tmp_path / "out", workers=1, progress=progress
+        )
+    finally:
+        tracemalloc.stop()
+    total = 24 * copies
+    assert calls == [(done, total) for done in range(1, total + 1)]
+    written = sum(p.stat().st_size for p in result.shards)
+    growth = max(in_use[total // 2 :]) - in_use[total // 5]
+    assert growth < written / 10, (growth, written)

@@ -239,3 +239,12 @@ def test_workers_are_capped_by_cores(demo_shards: Path) -> None:
     assert isinstance(loader.dataset, TrainStream)
     eval_loader = build_eval_loader(_spec(demo_shards))
     assert isinstance(eval_loader.dataset, EvalStream)
+
+
+def test_iterating_a_loader_leaves_the_global_torch_rng_alone(demo_shards: Path) -> None:
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    for loader in (build_train_loader(_spec(demo_shards)), build_eval_loader(_spec(demo_shards))):
+        next(iter(loader))
+    assert torch.equal(torch.rand(3), expected)

@@ -140,3 +140,25 @@ def test_clear_errors_for_unusable_inputs(tmp_path: Path) -> None:
         )
     with pytest.raises(ValueError, match=r"no images were evaluated"):
         evaluator.evaluate()
+
+
+def test_fixed_size_predictors_are_checked_against_the_spec(tmp_path: Path) -> None:
+    from maskops.evaluation.errors import EvaluationError
+    from maskops.evaluation.predictor import LoadedPredictor, check_input_size
+    from maskops.spec.models import ExperimentSpec
+
+    class Exported:
+        image_size = (256, 384)
+
+        def __call__(self, images):
+            return []
+
+    loaded = LoadedPredictor(
+        predictor=Exported(),
+        spec=ExperimentSpec(),
+        label_map=LabelMap.from_coco_categories([{"id": 1, "name": "a"}]),
+        source=tmp_path / "model.onnx",
+    )
+    check_input_size(loaded, (256, 384))
+    with pytest.raises(EvaluationError, match=r"model.onnx: takes images of \(256, 384\)"):
+        check_input_size(loaded, (832, 1344))

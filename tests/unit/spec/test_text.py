@@ -301,3 +301,15 @@ def test_spec_error_survives_pickling() -> None:
         err.message,
     )
     assert str(again) == str(err)
+
+
+def test_windows_line_endings_and_bom(tmp_path: Path) -> None:
+    sample = FIXTURES / "tao_tutorials_maskrcnn_train_resnet50.txt"
+    text = sample.read_text()
+    path = tmp_path / "spec.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    assert load_spec(path) == load_spec(sample)
+    path.write_bytes(text.replace("\n", "\r\n").replace("nlayers: 50", "nlayers: 42").encode())
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.line == 1 + text.splitlines().index("    nlayers: 50")

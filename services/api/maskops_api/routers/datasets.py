@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 
 from maskops_api.db.models import Dataset
 from maskops_api.deps import (
+    DatasetId,
     DispatcherDep,
     FactoryDep,
     IdempotencyKeyDep,
@@ -18,13 +19,14 @@ from maskops_api.deps import (
     WriteAccess,
 )
 from maskops_api.dispatch import dispatch_job
-from maskops_api.schemas import DatasetCreate, DatasetOut, ErrorOut, Page
+from maskops_api.errors import ERROR_RESPONSES
+from maskops_api.schemas import DatasetCreate, DatasetOut, Page
 from maskops_api.services import datasets as service
 
 router = APIRouter(
     prefix="/datasets",
     tags=["datasets"],
-    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    responses=ERROR_RESPONSES,
 )
 
 
@@ -59,6 +61,6 @@ def list_datasets(
 
 
 @router.get("/{dataset_id}", response_model=DatasetOut, dependencies=[ReadAccess])
-def get_dataset(dataset_id: int, session: SessionDep) -> DatasetOut:
+def get_dataset(dataset_id: DatasetId, session: SessionDep) -> DatasetOut:
     """Counts, label map and conversion warnings once its dataset_convert job is done."""
     return service.dataset_out(session, service.get_dataset(session, dataset_id))

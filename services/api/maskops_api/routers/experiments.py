@@ -10,15 +10,16 @@ from maskops.spec.models import ExperimentSpec
 from sqlalchemy import func, select
 
 from maskops_api.db.models import Experiment
-from maskops_api.deps import ReadAccess, SessionDep, WriteAccess
-from maskops_api.schemas import ErrorOut, ExperimentCreate, ExperimentOut, ExperimentUpdate, Page
+from maskops_api.deps import ExperimentId, ReadAccess, SessionDep, WriteAccess
+from maskops_api.errors import ERROR_RESPONSES
+from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate, Page
 from maskops_api.services import experiments as service
 from maskops_api.specs import spec_to_text
 
 router = APIRouter(
     prefix="/experiments",
     tags=["experiments"],
-    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    responses=ERROR_RESPONSES,
 )
 
 VersionQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
@@ -48,7 +49,7 @@ def list_experiments(
 
 @router.get("/{experiment_id}", response_model=ExperimentOut, dependencies=[ReadAccess])
 def get_experiment(
-    experiment_id: int, session: SessionDep, version: VersionQuery = None
+    experiment_id: ExperimentId, session: SessionDep, version: VersionQuery = None
 ) -> ExperimentOut:
     experiment = service.get_experiment(session, experiment_id)
     return service.experiment_out(experiment, service.get_version(session, experiment, version))
@@ -56,7 +57,7 @@ def get_experiment(
 
 @router.put("/{experiment_id}", response_model=ExperimentOut, dependencies=[WriteAccess])
 def update_experiment(
-    experiment_id: int, body: ExperimentUpdate, session: SessionDep
+    experiment_id: ExperimentId, body: ExperimentUpdate, session: SessionDep
 ) -> ExperimentOut:
     """A new spec makes a new version; earlier versions stay readable (``?version=``)."""
     experiment = service.update_experiment(session, experiment_id, body)
@@ -65,12 +66,12 @@ def update_experiment(
 
 @router.get(
     "/{experiment_id}/spec.txt",
-    response_class=PlainTextResponse,
+    response_model=None,
     dependencies=[ReadAccess],
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
 def get_spec_text(
-    experiment_id: int, session: SessionDep, version: VersionQuery = None
+    experiment_id: ExperimentId, session: SessionDep, version: VersionQuery = None
 ) -> PlainTextResponse:
     """The spec in TAO's text format (usable with ``maskops train -e``)."""
     experiment = service.get_experiment(session, experiment_id)

@@ -61,8 +61,8 @@ def readyz(settings: SettingsDep, factory: FactoryDep) -> JSONResponse:
 
 @router.get(
     "/metrics",
-    response_class=Response,
-    responses={200: {"content": {"text/plain": {}}}},
+    response_model=None,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
     include_in_schema=True,
 )
 def metrics(request: Request) -> Response:

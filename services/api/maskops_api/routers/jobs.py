@@ -16,20 +16,21 @@ from maskops_api.deps import (
     DispatcherDep,
     FactoryDep,
     IdempotencyKeyDep,
+    JobId,
     ReadAccess,
     SessionDep,
     SettingsDep,
     WriteAccess,
 )
 from maskops_api.dispatch import dispatch_job
-from maskops_api.errors import NotFound
-from maskops_api.schemas import Artifact, ErrorOut, JobCreate, JobOut, MetricPoint, Page
+from maskops_api.errors import ERROR_RESPONSES, NotFound
+from maskops_api.schemas import Artifact, JobCreate, JobOut, MetricPoint, Page
 from maskops_api.services import jobs as service
 
 router = APIRouter(
     prefix="/jobs",
     tags=["jobs"],
-    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    responses=ERROR_RESPONSES,
 )
 
 LOG_FILE = "job.log"
@@ -71,13 +72,13 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobOut, dependencies=[ReadAccess])
-def get_job(job_id: int, session: SessionDep) -> JobOut:
+def get_job(job_id: JobId, session: SessionDep) -> JobOut:
     """Status, progress (step, total, ETA), latest metrics, error."""
     return service.job_out(service.get_job(session, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, dependencies=[WriteAccess])
-def cancel_job(job_id: int, session: SessionDep) -> JobOut:
+def cancel_job(job_id: JobId, session: SessionDep) -> JobOut:
     """A queued job is cancelled at once; a running job stops at its next step and keeps its
     last checkpoint (status ``cancelling`` until it has)."""
     return service.job_out(service.cancel_job(session, job_id))
@@ -85,7 +86,7 @@ def cancel_job(job_id: int, session: SessionDep) -> JobOut:
 
 @router.post("/{job_id}/resume", status_code=202, response_model=JobOut, dependencies=[WriteAccess])
 def resume_job(
-    job_id: int, session: SessionDep, factory: FactoryDep, dispatcher: DispatcherDep
+    job_id: JobId, session: SessionDep, factory: FactoryDep, dispatcher: DispatcherDep
 ) -> JobOut:
     """Queue a failed or cancelled training job again; it continues from its checkpoint."""
     job = service.resume_job(session, job_id)
@@ -95,7 +96,7 @@ def resume_job(
 
 @router.get("/{job_id}/metrics", response_model=list[MetricPoint], dependencies=[ReadAccess])
 def job_metrics(
-    job_id: int,
+    job_id: JobId,
     session: SessionDep,
     since_step: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
 ) -> list[MetricPoint]:
@@ -111,12 +112,12 @@ def job_metrics(
 
 @router.get(
     "/{job_id}/logs",
-    response_class=PlainTextResponse,
+    response_model=None,
     dependencies=[ReadAccess],
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
 def job_logs(
-    job_id: int,
+    job_id: JobId,
     session: SessionDep,
     settings: SettingsDep,
     factory: FactoryDep,
@@ -157,7 +158,7 @@ def _read_from(path: Path, offset: int) -> str:
 
 
 @router.get("/{job_id}/artifacts", response_model=list[Artifact], dependencies=[ReadAccess])
-def list_artifacts(job_id: int, session: SessionDep, settings: SettingsDep) -> list[Artifact]:
+def list_artifacts(job_id: JobId, session: SessionDep, settings: SettingsDep) -> list[Artifact]:
     """Files the job wrote: checkpoints, exported models, reports, images, logs."""
     service.get_job(session, job_id)
     root = settings.jobs_dir / str(job_id)
@@ -172,12 +173,18 @@ def list_artifacts(job_id: int, session: SessionDep, settings: SettingsDep) -> l
 
 @router.get(
     "/{job_id}/artifacts/{path:path}",
-    response_class=FileResponse,
+    response_model=None,
     dependencies=[ReadAccess],
-    responses={200: {"content": {"application/octet-stream": {}}}},
+    responses={
+        200: {
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            }
+        }
+    },
 )
 def download_artifact(
-    job_id: int, path: str, session: SessionDep, settings: SettingsDep
+    job_id: JobId, path: str, session: SessionDep, settings: SettingsDep
 ) -> FileResponse:
     service.get_job(session, job_id)
     root = (settings.jobs_dir / str(job_id)).resolve()

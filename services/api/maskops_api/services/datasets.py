@@ -19,7 +19,10 @@ ENDPOINT = "POST /datasets"
 
 def _inside_root(root: Path, relative: str, field: str) -> Path:
     resolved_root = root.resolve()
-    path = (resolved_root / relative).resolve()
+    try:
+        path = (resolved_root / relative).resolve()
+    except (OSError, RuntimeError) as exc:  # too long, a symlink loop
+        raise Invalid(f"{field}: {relative!r}: {exc}") from None
     if not path.is_relative_to(resolved_root):
         # A symlink inside the data root pointing out of it.
         raise Invalid(f"{field}: {relative!r} leaves the data root")
@@ -31,11 +34,15 @@ def check_split(settings: Settings, split: str, paths: DatasetSplit) -> None:
     annotations = _inside_root(
         settings.data_root, paths.annotation_file, f"{split}.annotation_file"
     )
-    if not image_dir.is_dir():
+    try:
+        image_ok, annotations_ok = image_dir.is_dir(), annotations.is_file()
+    except OSError as exc:
+        raise Invalid(f"{split}: {exc}") from None
+    if not image_ok:
         raise Invalid(
             f"{split}.image_dir: {paths.image_dir!r} is not a directory under the data root"
         )
-    if not annotations.is_file():
+    if not annotations_ok:
         raise Invalid(
             f"{split}.annotation_file: {paths.annotation_file!r} is not a file under the data root"
         )

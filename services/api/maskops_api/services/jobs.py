@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -192,19 +192,12 @@ def resume_job(session: Session, job_id: int) -> Job:
     return job
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; every stored time is UTC.
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
 def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
     now = now or utcnow()
     step, total = job.progress_step, job.progress_total
     fraction = step / total if step is not None and total else None
     eta = None
-    started = _aware(job.started_at)
+    started = job.started_at
     if (
         job.status == JobStatus.running
         and step is not None
@@ -231,8 +224,8 @@ def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
         result=job.result,
         error=job.error,
         worker_id=job.worker_id,
-        heartbeat_at=_aware(job.heartbeat_at),
-        created_at=_aware(job.created_at) or now,
+        heartbeat_at=job.heartbeat_at,
+        created_at=job.created_at,
         started_at=started,
-        finished_at=_aware(job.finished_at),
+        finished_at=job.finished_at,
     )

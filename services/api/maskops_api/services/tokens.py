@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -40,12 +40,8 @@ def find_token(session: Session, secret: str, *, now: datetime | None = None) ->
     if row is None or row.revoked_at is not None:
         return None
     now = now or utcnow()
-    expires = row.expires_at
-    if expires is not None:
-        if expires.tzinfo is None:
-            expires = expires.replace(tzinfo=UTC)
-        if expires <= now:
-            return None
+    if row.expires_at is not None and row.expires_at <= now:
+        return None
     return row
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                 args.model,
                 out_json=out_json,
                 gpu_index=args.gpu_index,
-                progress=sys.stderr.isatty(),
+                progress=True,
                 log=log,
             )
         except engine_errors() as exc:

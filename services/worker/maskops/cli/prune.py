@@ -30,10 +30,11 @@ def register(subparsers: Any) -> None:
         help="remove low-norm conv filters from the backbone and FPN",
         description=(
             "Structured pruning: filters whose normalised L2 norm is under the threshold are "
-            "removed from the ResNet backbone and the FPN's lateral convs (the FPN output "
-            "channels that the heads read are kept), in multiples of the granularity and "
-            "keeping at least min_filters per layer. Retrain the result with the spec's "
-            "pruned_model_path. Writes OUT/model.pth and OUT/prune_report.json."
+            "removed from the ResNet backbone, the FPN and the RPN head conv, in multiples "
+            "of the granularity and "
+            "keeping at least min_filters per layer; the heads' inputs follow the FPN. Retrain "
+            "the result with the spec's pruned_model_path (regularisers off, as TAO advises). "
+            "Writes OUT/model.pth and OUT/prune_report.json."
         ),
     )
     parser.add_argument("-m", "--model", required=True, type=Path, help="maskops checkpoint")
@@ -73,7 +74,8 @@ def register(subparsers: Any) -> None:
         action="extend",
         default=[],
         metavar="LAYER",
-        help="module names (or prefixes) never pruned, e.g. backbone.body.layer4",
+        help="module names (or prefixes) never pruned, e.g. backbone.body.layer4 (repeatable, "
+        "space- or comma-separated)",
     )
     add_key_argument(parser)
     parser.set_defaults(handler=run)
@@ -96,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
             granularity=args.pruning_granularity,
             threshold=args.pruning_threshold,
             min_filters=args.min_num_filters,
-            excluded_layers=args.excluded_layers,
+            # TAO users also write -el a,b.
+            excluded_layers=[n for arg in args.excluded_layers for n in arg.split(",") if n],
             **options,
         )
     except PruneError as exc:

@@ -9,8 +9,11 @@ polygons...) are findings of the conversion, not errors; see :mod:`maskops.data.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ class DatasetError(ValueError):
     """The dataset cannot be used at all; the message is one line naming what is wrong."""
 
 
-Segmentation = list[list[float]] | dict[str, Any] | None
+Segmentation = list[Sequence[float]] | dict[str, Any] | None
 """Polygons ``[[x1, y1, x2, y2, ...], ...]``, an RLE dict, or None (no mask given)."""
 
 
@@ -68,11 +71,12 @@ def load_coco(path: Path) -> CocoFile:
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{name}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_hook=_compact_polygons)
     except json.JSONDecodeError as exc:
         raise DatasetError(
             f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
+    del text  # only the parsed document is needed from here on
     if not isinstance(document, dict):
         raise DatasetError(f"{name}: top level must be an object, got {_kind(document)}")
     for key in ("images", "categories"):
@@ -189,9 +193,11 @@ def _segmentation(name: str, where: str, value: Any) -> Segmentation:
         return None
     if isinstance(value, list):
         for k, polygon in enumerate(value):
+            if isinstance(polygon, array):
+                continue  # compacted while parsing: numbers only
             if not isinstance(polygon, list) or not all(_number(v) for v in polygon):
                 raise DatasetError(f"{name}: {where}[{k}]: expected a list of numbers")
-        return [[float(v) for v in polygon] for polygon in value]
+        return value
     if isinstance(value, dict):
         size, counts = value.get("size"), value.get("counts")
         if not (isinstance(size, list) and len(size) == 2 and all(_number(v) for v in size)):
@@ -203,6 +209,18 @@ def _segmentation(name: str, where: str, value: Any) -> Segmentation:
             raise DatasetError(f"{name}: {where}.counts: expected a list or an RLE string")
         return {"size": [int(size[0]), int(size[1])], "counts": counts}
     raise DatasetError(f"{name}: {where}: expected polygons or an RLE object, got {_kind(value)}")
+
+
+def _compact_polygons(entry: dict[str, Any]) -> dict[str, Any]:
+    """``json`` object hook: polygon coordinates become ``array("d")`` as each annotation is
+    parsed (8 bytes a number instead of a ~32-byte float object and its list slot), since
+    the parsed annotations are most of a conversion's memory. What does not convert stays
+    as parsed, for validation to report with its index."""
+    segmentation = entry.get("segmentation")
+    if isinstance(segmentation, list) and all(isinstance(p, list) for p in segmentation):
+        with contextlib.suppress(TypeError):
+            entry["segmentation"] = [array("d", polygon) for polygon in segmentation]
+    return entry
 
 
 def _kind(value: Any) -> str:

@@ -24,9 +24,9 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from multiprocessing.pool import AsyncResult
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -130,6 +130,32 @@ def convert_dataset(
     tag = tag or annotation_file.stem
     if "/" in tag or not tag:
         raise DatasetError(f"tag {tag!r} must be a non-empty file name prefix")
+    # The pool forks before the annotation index exists, so workers never hold a copy.
+    with _OrderedPool(_worker_count(workers)) as pool:
+        return _convert(
+            image_dir,
+            annotation_file,
+            out_dir,
+            tag,
+            num_shards,
+            include_masks,
+            progress,
+            pool,
+            start,
+        )
+
+
+def _convert(
+    image_dir: Path,
+    annotation_file: Path,
+    out_dir: Path,
+    tag: str,
+    num_shards: int,
+    include_masks: bool,
+    progress: ProgressFn | None,
+    pool: _OrderedPool,
+    start: float,
+) -> ConversionResult:
     coco = load_coco(annotation_file)
     if not coco.images:
         raise DatasetError(f"{annotation_file.name}: images: empty")
@@ -155,7 +181,7 @@ def convert_dataset(
     writer: ShardWriter | None = None
     current = -1
     try:
-        outcomes = _ordered_map(worker, jobs, _worker_count(workers, len(jobs)))
+        outcomes = pool.map(worker, jobs)
         for position, outcome in enumerate(outcomes):
             index = position * count // len(jobs)
             if index != current:
@@ -319,27 +345,40 @@ def _remove_old_shards(out_dir: Path, tag: str) -> None:
     manifest_path(out_dir, tag).unlink(missing_ok=True)
 
 
-def _worker_count(requested: int | None, jobs: int) -> int:
+def _worker_count(requested: int | None) -> int:
     if multiprocessing.current_process().daemon:
         return 1  # daemonic processes (Celery prefork children) may not have children
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    count = requested if requested is not None else min(4, cores or 1)
-    return max(1, min(count, jobs // 8 or 1))
+    return max(1, requested if requested is not None else min(4, cores or 1))
 
 
-def _ordered_map(fn: Callable[[_T], _R], items: Iterable[_T], workers: int) -> Iterator[_R]:
-    """``map`` over a process pool, in order, with at most ``4 * workers`` items in flight."""
-    if workers <= 1:
-        yield from map(fn, items)
-        return
-    # fork: workers start in milliseconds and need no re-import (the worker function and
-    # its arguments only touch PIL, numpy and pycocotools, never threads of the parent).
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        pending: deque[Future[_R]] = deque()
+class _OrderedPool:
+    """``map`` over worker processes, in order, with at most ``4 * workers`` items in flight.
+
+    fork: workers start in milliseconds without re-importing anything; what they run only
+    touches PIL, numpy and pycocotools, never threads of the parent. One worker: in-process.
+    """
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
+
+    def map(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
+        if self._pool is None:
+            yield from map(fn, items)
+            return
+        pending: deque[AsyncResult[_R]] = deque()
         for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= 4 * workers:
-                yield pending.popleft().result()
+            pending.append(self._pool.apply_async(fn, (item,)))
+            if len(pending) >= 4 * self.workers:
+                yield pending.popleft().get()
         while pending:
-            yield pending.popleft().result()
+            yield pending.popleft().get()
+
+    def __enter__(self) -> _OrderedPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()

@@ -366,7 +366,9 @@ def usable_workers(requested: int) -> int:
     return max(0, min(requested, cores or 1))
 
 
-def _loader(stream: IterableDataset[Batch], n_workers: int, prefetch: int) -> DataLoader[Batch]:
+def _loader(
+    stream: IterableDataset[Batch], n_workers: int, prefetch: int, seed: int
+) -> DataLoader[Batch]:
     workers = usable_workers(n_workers)
     return DataLoader(
         stream,
@@ -375,6 +377,10 @@ def _loader(stream: IterableDataset[Batch], n_workers: int, prefetch: int) -> Da
         collate_fn=_identity,
         prefetch_factor=(prefetch or None) if workers > 0 else None,
         persistent_workers=False,
+        # Each iterator draws a base seed; from its own generator it leaves the global torch
+        # RNG (the training run's, restored on resume) untouched. The streams themselves
+        # draw nothing from torch.
+        generator=torch.Generator().manual_seed(seed),
     )
 
 
@@ -421,7 +427,7 @@ def build_train_loader(
         shuffle_buffer_size=data.shuffle_buffer_size,
         augment=data.augment_input_data,
     )
-    return _loader(stream, data.n_workers, data.prefetch_buffer_size)
+    return _loader(stream, data.n_workers, data.prefetch_buffer_size, spec.seed)
 
 
 def build_eval_loader(
@@ -457,4 +463,4 @@ def build_eval_loader(
         world_size=world_size,
         max_samples=data.eval_samples,
     )
-    return _loader(stream, data.n_workers, data.prefetch_buffer_size)
+    return _loader(stream, data.n_workers, data.prefetch_buffer_size, spec.seed)

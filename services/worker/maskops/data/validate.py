@@ -6,7 +6,8 @@ either repaired or the offending item is left out; nothing is dropped silently.
 Annotation kinds (values: annotation ids):
     box                 box reaches outside the image: clipped to it
     mask                mask extends more than 1 px beyond its box: kept as is
-    degenerate_box      zero/negative-area or non-finite box: replaced by the mask's
+    degenerate_box      zero/negative-area (< 0.01 px wide or high inside the image) or
+                        non-finite box: replaced by the mask's
                         bounding box when there is a mask, else the annotation is dropped
     degenerate_polygon  polygon with fewer than 3 points, an odd or non-finite coordinate
                         list, or zero area: that polygon is dropped
@@ -32,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,7 +232,9 @@ def _annotation(
         )
         if outside:
             outcome.note("box", ann.id)
-        if x1 > x0 and y1 > y0:
+        # Thinner than the tolerance counts as degenerate: float32 could make it zero-width,
+        # which torchvision rejects mid-training.
+        if x1 - x0 > _BOX_TOLERANCE and y1 - y0 > _BOX_TOLERANCE:
             box = (x0, y0, x1, y1)
 
     rle: dict[str, Any] | None = None
@@ -280,7 +284,8 @@ def _mask(
         if len(polygons) < len(seg):
             outcome.note("degenerate_polygon", ann.id)
         if polygons:
-            rle = mask_utils.merge(mask_utils.frPyObjects(polygons, height, width))
+            lists = [list(p) for p in polygons]  # pycocotools wants plain lists
+            rle = mask_utils.merge(mask_utils.frPyObjects(lists, height, width))
     elif isinstance(seg, dict):
         if seg["size"] != [height, width]:
             outcome.note("bad_mask", ann.id)
@@ -303,7 +308,7 @@ def _mask(
     return rle
 
 
-def _valid_polygon(polygon: list[float]) -> bool:
+def _valid_polygon(polygon: Sequence[float]) -> bool:
     if len(polygon) < 6 or len(polygon) % 2 or not all(math.isfinite(v) for v in polygon):
         return False
     xs, ys = polygon[0::2], polygon[1::2]

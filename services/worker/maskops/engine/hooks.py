@@ -131,6 +131,12 @@ class CheckpointHook(HookBase):
             self._save()
 
 
+def _isolated_rng(trainer: Any) -> Any:
+    """A context in which RNG use leaves the training RNG untouched (resume exactness)."""
+    devices = [trainer.device.index or 0] if trainer.device.type == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
+
+
 class EvalHook(HookBase):
     """Runs ``eval_fn`` every ``period`` steps and at the end; publishes its metrics.
 
@@ -143,14 +149,14 @@ class EvalHook(HookBase):
         self.period = period
         self.eval_fn = eval_fn
         self.last_eval_step = -1
+        self._start_step = 0
 
     def _run(self) -> None:
         trainer = self.trainer
         model = trainer.unwrapped
         was_training = model.training
-        devices = [trainer.device.index or 0] if trainer.device.type == "cuda" else []
         start = time.perf_counter()
-        with torch.random.fork_rng(devices=devices):
+        with _isolated_rng(trainer):
             metrics = self.eval_fn(model, trainer.iter)
         model.train(was_training)
         self.last_eval_step = trainer.iter
@@ -161,10 +167,19 @@ class EvalHook(HookBase):
         if _due(self.trainer.iter, self.period, self.trainer.max_steps):
             self._run()
 
+    def before_train(self) -> None:
+        self._start_step = self.trainer.iter
+
     def after_train(self) -> None:
-        # A stop before max_steps still gets its final figures.
+        # A stop before max_steps (early stop) still gets its final figures; a cancel, a
+        # failure or a run that had nothing left to train does not evaluate.
         trainer = self.trainer
-        if trainer.exception is None and self.last_eval_step != trainer.iter and trainer.iter > 0:
+        if (
+            trainer.exception is None
+            and not trainer.cancelled
+            and trainer.iter > self._start_step
+            and self.last_eval_step != trainer.iter
+        ):
             self._run()
 
 
@@ -347,3 +362,64 @@ class ProgressHook(HookBase):
     def after_train(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+class ImageSummaryHook(HookBase):
+    """``visualize_images_summary``: a few validation images with predicted boxes and
+    masks in TensorBoard, whenever the evaluation runs.
+
+    ``images_fn`` returns the images (float ``[3, H, W]`` in 0..1, resized and padded);
+    predicted masks (box-relative ``M x M``) are pasted into the image frame for drawing.
+    """
+
+    def __init__(
+        self,
+        period: int,
+        tensorboard: TensorBoardWriter,
+        images_fn: Callable[[], Sequence[torch.Tensor]],
+        class_names: Sequence[str],
+        *,
+        score_threshold: float = 0.5,
+    ) -> None:
+        self.period = period
+        self.tensorboard = tensorboard
+        self.images_fn = images_fn
+        self.class_names = list(class_names)
+        self.score_threshold = score_threshold
+
+    @torch.no_grad()
+    def _draw(self) -> None:
+        from torchvision.models.detection.roi_heads import paste_masks_in_image
+        from torchvision.utils import draw_bounding_boxes, draw_segmentation_masks
+
+        trainer = self.trainer
+        model = trainer.unwrapped
+        was_training = model.training
+        model.eval()
+        try:
+            with _isolated_rng(trainer):
+                images = list(self.images_fn())
+                outputs = model([img.to(trainer.device) for img in images])
+        finally:
+            model.train(was_training)
+        for index, (image, output) in enumerate(zip(images, outputs, strict=True)):
+            keep = output["scores"] >= self.score_threshold
+            boxes = output["boxes"][keep].float().cpu()
+            labels = output["labels"][keep].cpu().tolist()
+            canvas = (image.clamp(0, 1) * 255).to(torch.uint8).cpu()
+            if "masks" in output and len(boxes):
+                masks = paste_masks_in_image(
+                    output["masks"][keep].float().cpu(), boxes, tuple(image.shape[-2:])
+                )[:, 0]
+                canvas = draw_segmentation_masks(canvas, masks >= 0.5, alpha=0.45)
+            names = [
+                self.class_names[lbl - 1] if 0 < lbl <= len(self.class_names) else str(lbl)
+                for lbl in labels
+            ]
+            canvas = draw_bounding_boxes(canvas, boxes, labels=names, colors="yellow")
+            self.tensorboard.writer.add_image(f"val_images/{index}", canvas, trainer.iter)
+        self.tensorboard.writer.flush()
+
+    def after_step(self) -> None:
+        if _due(self.trainer.iter, self.period, self.trainer.max_steps):
+            self._draw()

@@ -41,6 +41,7 @@ from maskops.engine.hooks import (
     EarlyStopHook,
     EvalFn,
     EvalHook,
+    ImageSummaryHook,
     JsonlWriter,
     LogWriter,
     MetricWriter,
@@ -63,6 +64,8 @@ logger = logging.getLogger("maskops.train")
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
 EVENTS_DIR = "events"
+SUMMARY_IMAGES = 4
+"""Validation images drawn into TensorBoard with ``visualize_images_summary``."""
 LOG_PERIOD = 10
 """Steps between metric logs (and the device synchronisation they cost)."""
 
@@ -140,11 +143,14 @@ def build_training_model(spec: ExperimentSpec, *, num_classes: int) -> nn.Module
 
 
 def _infinite(make_loader: Callable[[], Any]) -> Iterator[Batch]:
-    # The shard loader starts where it is told and runs until the last step; a finite one
-    # is restarted so that a short dataset still feeds total_steps.
+    """Batches from the (endless) shard loader; a finite one is restarted."""
     while True:
+        # Starting an iterator draws the workers' base seed from the global RNG: keep that
+        # off the training RNG so a resumed run samples exactly like an uninterrupted one.
+        with torch.random.fork_rng(devices=[]):
+            iterator = iter(make_loader())
         empty = True
-        for batch in make_loader():
+        for batch in iterator:
             empty = False
             yield batch
         if empty:
@@ -201,6 +207,17 @@ def default_eval_fn(
     return _loss_eval_fn(spec, info, amp, label_map)
 
 
+def _summary_images(spec: ExperimentSpec, label_map: LabelMap) -> list[torch.Tensor]:
+    """The first few validation images, for ``visualize_images_summary``."""
+    from maskops.data.pipeline import build_eval_loader
+
+    loader = build_eval_loader(
+        spec, label_map=label_map, batch_size=SUMMARY_IMAGES, with_masks=False
+    )
+    images, _ = next(iter(loader))
+    return list(images)
+
+
 def label_map_of(spec: ExperimentSpec) -> LabelMap:
     from maskops.data.manifest import load_label_map
 
@@ -221,6 +238,7 @@ def _train_rank(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int = LOG_PERIOD,
+    channels_last: bool = False,
 ) -> TrainResult | None:
     file_handler: logging.Handler | None = None
     if info.is_main and log_file is not None:
@@ -229,7 +247,9 @@ def _train_rank(
         logger.addHandler(file_handler)
         logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
     try:
-        return _train_rank_inner(info, spec, results_dir, extra_hooks, eval_fn, log_every)
+        return _train_rank_inner(
+            info, spec, results_dir, extra_hooks, eval_fn, log_every, channels_last
+        )
     finally:
         if file_handler is not None:
             logger.removeHandler(file_handler)
@@ -243,6 +263,7 @@ def _train_rank_inner(
     extra_hooks: Sequence[HookBase],
     eval_fn: EvalFn | None,
     log_every: int,
+    channels_last: bool,
 ) -> TrainResult | None:
     from maskops.data.pipeline import build_train_loader
 
@@ -254,6 +275,8 @@ def _train_rank_inner(
     seed_everything(spec.seed)
     model = build_training_model(spec, num_classes=spec.data_config.num_classes)
     model.to(info.device)
+    if channels_last:
+        model.to_channels_last()  # type: ignore[operator]
 
     lr_scale = float(world_size)
     l1, l2 = spec.l1_weight_decay, spec.l2_weight_decay
@@ -309,16 +332,13 @@ def _train_rank_inner(
     data_position = start_step * spec.accumulate_grad_steps
 
     def make_loader() -> Any:
-        # The loader's own seeding must not consume the training RNG (resume exactness).
-        with torch.random.fork_rng(devices=[]):
-            loader = build_train_loader(
-                spec,
-                rank=info.rank,
-                world_size=world_size,
-                start_step=data_position,
-                label_map=label_map,
-            )
-        return loader
+        return build_train_loader(
+            spec,
+            rank=info.rank,
+            world_size=world_size,
+            start_step=data_position,
+            label_map=label_map,
+        )
 
     trainer = Trainer(
         model=train_model,
@@ -339,10 +359,11 @@ def _train_rank_inner(
     trainer.last_checkpoint = resume_from
     hooks: list[HookBase] = []
     if info.is_main:
+        tensorboard = TensorBoardWriter(results_dir / EVENTS_DIR)
         events: list[MetricWriter] = [
             LogWriter(total_steps),
             JsonlWriter(results_dir / METRICS_FILE),
-            TensorBoardWriter(results_dir / EVENTS_DIR),
+            tensorboard,
         ]
         hooks = [
             TrainingMetricsHook(
@@ -353,6 +374,17 @@ def _train_rank_inner(
                 spec.num_steps_per_eval, eval_fn or default_eval_fn(spec, info, amp, label_map)
             ),
             EarlyStopHook(target_box_ap=spec.target_box_ap, target_mask_ap=spec.target_mask_ap),
+        ]
+        if spec.visualize_images_summary:
+            hooks.append(
+                ImageSummaryHook(
+                    spec.num_steps_per_eval,
+                    tensorboard,
+                    lambda: _summary_images(spec, label_map),
+                    label_map.names,
+                )
+            )
+        hooks += [
             WriterHook(events),
             StatusHook(results_dir / STATUS_FILE),
             ProgressHook(),
@@ -384,6 +416,7 @@ def run_training(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int = LOG_PERIOD,
+    channels_last: bool = False,
 ) -> TrainResult:
     """Train (or resume training) the spec's model into ``results_dir``.
 
@@ -392,6 +425,8 @@ def run_training(
     in this process (a :class:`~maskops.engine.hooks.CancelHook`, a progress reporter);
     they need not be picklable. ``eval_fn`` replaces the periodic evaluation (COCO
     metrics when available, else validation loss). ``log_every``: steps between metric logs.
+    ``channels_last``: NHWC weights and activations (see bench/bench_train.py for whether it
+    pays on a given machine).
 
     Raises:
         TrainingError: bad input or a non-finite loss (one line, naming what is wrong).
@@ -414,6 +449,7 @@ def run_training(
                 "extra_hooks": tuple(extra_hooks),
                 "eval_fn": eval_fn,
                 "log_every": log_every,
+                "channels_last": channels_last,
             },
         )
     except (TrainingError, RuntimeError) as exc:

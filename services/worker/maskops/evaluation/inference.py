@@ -19,7 +19,7 @@ from maskops.data.transforms import resize_and_pad
 from maskops.evaluation.errors import EvaluationError, ImageReadError
 from maskops.evaluation.images import list_images, load_rgb, pil_to_tensor
 from maskops.evaluation.postprocess import detections_to_coco
-from maskops.evaluation.predictor import LoadedPredictor, load_predictor
+from maskops.evaluation.predictor import LoadedPredictor, check_input_size, load_predictor
 from maskops.evaluation.runner import select_device
 from maskops.evaluation.visualize import draw_detections
 from maskops.spec.models import ExperimentSpec
@@ -124,6 +124,7 @@ def run_inference(
         warn(f"skipped {other}: not a .jpg/.jpeg/.png file")
     if loaded is None:
         loaded = load_predictor(model_path, device=select_device(gpu_index))
+    check_input_size(loaded, spec.data_config.image_size)
     if include_mask and not loaded.include_mask:
         warn(f"{model_path} predicts no masks (include_mask is off in its spec); drawing boxes")
     out_image_dir.mkdir(parents=True, exist_ok=True)

@@ -87,12 +87,14 @@ def crop_to_counts(crop: np.ndarray, top: int, left: int, image_hw: tuple[int, i
     """
     height, width = image_hw
     # Pixels of a column are consecutive in column-major order, so each crop column is a
-    # run-boundary problem of its own; pad every column with background at both ends.
-    columns = np.zeros((crop.shape[1], crop.shape[0] + 2), dtype=np.int8)
-    columns[:, 1:-1] = crop.T
-    col, row = np.nonzero(np.diff(columns, axis=1))
-    # np.nonzero scans row-major, i.e. column by column and down each column, so
+    # run-boundary problem of its own: pad every column with background at both ends and
+    # find where the value changes.
+    padded = np.zeros((crop.shape[0] + 2, crop.shape[1]), dtype=bool)
+    padded[1:-1] = crop
+    changes = padded[1:] != padded[:-1]
+    # Scanning the transposed view visits column by column, down each column, so the
     # boundaries come out sorted and alternate start, end, start, end.
+    col, row = np.nonzero(changes.T)
     transitions = (col.astype(np.int64) + left) * height + (row + top)
     # A run ending at the bottom of one column and one starting at the top of the next
     # are a single run in the flat order (only possible when the crop spans the height).

@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from maskops.data.labels import LabelMap
-from maskops.evaluation.errors import ModelFileError
+from maskops.evaluation.errors import EvaluationError, ModelFileError
 from maskops.spec.models import ExperimentSpec
 
 Output = dict[str, torch.Tensor]
@@ -33,7 +33,8 @@ class Predictor(Protocol):
 
     Called with a list of float32 ``[3, H, W]`` images in 0..1, already
     ``resize_and_pad``-ed to the model's image size; returns one :data:`Output` per image,
-    on the CPU.
+    on the CPU. A predictor that only takes one input size (an exported graph) says so
+    with an ``image_size`` attribute ``(H, W)``; see :func:`check_input_size`.
     """
 
     def __call__(self, images: Sequence[torch.Tensor]) -> list[Output]: ...
@@ -146,3 +147,17 @@ def load_predictor(path: str | Path, *, device: torch.device | str = "cpu") -> L
         register_predictor_loader(suffix, getattr(module, function))
     loader = _LOADERS.get(suffix, _load_checkpoint)
     return loader(path, device)
+
+
+def check_input_size(loaded: LoadedPredictor, image_size: tuple[int, int]) -> None:
+    """Fail early when a fixed-size predictor cannot take the spec's ``image_size``.
+
+    Raises:
+        EvaluationError: naming the model file and both sizes.
+    """
+    fixed = getattr(loaded.predictor, "image_size", None)
+    if fixed is not None and tuple(fixed) != tuple(image_size):
+        raise EvaluationError(
+            f"{loaded.source}: takes images of {tuple(fixed)} (H, W) only, but the spec's "
+            f"data_config.image_size is {tuple(image_size)}"
+        )

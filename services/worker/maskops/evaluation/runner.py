@@ -16,7 +16,12 @@ from tqdm import tqdm
 from maskops.evaluation.coco import IouType
 from maskops.evaluation.errors import EvaluationError
 from maskops.evaluation.evaluator import COCOEvaluator
-from maskops.evaluation.predictor import Predictor, TorchPredictor, load_predictor
+from maskops.evaluation.predictor import (
+    Predictor,
+    TorchPredictor,
+    check_input_size,
+    load_predictor,
+)
 from maskops.spec.models import ExperimentSpec
 
 Batch = tuple[Sequence[torch.Tensor], Sequence[Mapping[str, Any]]]
@@ -122,6 +127,7 @@ def run_evaluation(
     check_eval_data(spec)
     started = time.perf_counter()
     loaded = load_predictor(model_path, device=select_device(gpu_index))
+    check_input_size(loaded, spec.data_config.image_size)
     iou_types: tuple[IouType, ...] = ("bbox", "segm") if loaded.include_mask else ("bbox",)
     evaluator = COCOEvaluator(spec.data_config.val_json_file, loaded.label_map, iou_types=iou_types)
     # The loader keeps the first eval_samples images; the ground truth comes from

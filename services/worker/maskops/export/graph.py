@@ -27,8 +27,8 @@ The exported file carries the spec, the label map and the precision in its metad
 
 from __future__ import annotations
 
-import io
 import json
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +87,8 @@ class GraphMetadata:
     image_size: tuple[int, int]
     max_detections: int
     mask_resolution: int
+    max_batch_size: int = 16
+    """The most images one serving request may carry (Triton's max_batch_size)."""
 
     def to_props(self) -> dict[str, str]:
         return {
@@ -97,6 +99,7 @@ class GraphMetadata:
             "maskops_image_size": json.dumps(list(self.image_size)),
             "maskops_max_detections": str(self.max_detections),
             "maskops_mask_resolution": str(self.mask_resolution),
+            "maskops_max_batch_size": str(self.max_batch_size),
         }
 
     @classmethod
@@ -111,6 +114,7 @@ class GraphMetadata:
             image_size=(int(height), int(width)),
             max_detections=int(props["maskops_max_detections"]),
             mask_resolution=int(props["maskops_mask_resolution"]),
+            max_batch_size=int(props.get("maskops_max_batch_size", "16")),
         )
 
 
@@ -151,21 +155,24 @@ def trace_to_onnx(
     graph = DetectionGraph(model.eval(), max_detections=max_detections).eval()
     if example is None:
         example = torch.rand(1, 3, *image_size, generator=torch.Generator().manual_seed(0))
-    buffer = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
+    with (
+        tempfile.TemporaryDirectory(prefix="maskops-export-") as tmp,
+        warnings.catch_warnings(),
+        torch.no_grad(),
+    ):
         # The tracer warns about every Python int it records; the graph is checked by parity.
         warnings.simplefilter("ignore")
         torch.onnx.export(
             graph,
             (example,),
-            buffer,
+            f"{tmp}/model.onnx",
             dynamo=False,
             opset_version=OPSET,
             input_names=[INPUT_NAME],
             output_names=list(OUTPUT_NAMES),
             do_constant_folding=True,
         )
-    return onnx.load_from_string(buffer.getvalue())
+        return onnx.load(f"{tmp}/model.onnx")
 
 
 def describe_io(model: onnx.ModelProto) -> dict[str, Any]:

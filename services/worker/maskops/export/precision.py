@@ -1,11 +1,12 @@
 """Reduced-precision variants of the exported graph: fp16 and int8 (QDQ).
 
-fp16 is made in PyTorch before tracing: the convolutional parts (backbone + FPN, RPN head,
-box head and predictor, mask head and predictor) run in half precision between casts,
-while anchors, box decoding, NMS and RoIAlign stay fp32. Generic ONNX float16 converters
-(onnxconverter-common's, onnxruntime's copy of it) would either convert the box arithmetic
-too (fp16 has a 1 px step above 1024 px) or, with a node block list, produce duplicate
-Cast names on this graph (measured). The graph's inputs and outputs stay float32.
+fp16 converts the weight layers (Conv, ConvTranspose, Gemm: nearly all of the compute) to
+half precision between casts, while anchors, box decoding, NMS and RoIAlign stay fp32 (fp16
+has a 1 px step above 1024 px). Tracing a half-precision PyTorch model instead takes
+minutes on the CPU (no fast fp16 convolutions there), and the generic ONNX float16
+converters (onnxconverter-common's, onnxruntime's copy) produce an invalid graph for this
+model when the box arithmetic is blocked (duplicate Cast nodes, mistyped Conv inputs;
+measured). The graph's inputs and outputs stay float32.
 
 int8 is onnxruntime's static post-training quantisation in QDQ form (QuantizeLinear /
 DequantizeLinear pairs around Conv and Gemm: per-channel symmetric int8 weights, uint8
@@ -20,12 +21,11 @@ import json
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
 import torch
-from torch import nn
+from onnx import helper, numpy_helper
 
 from maskops.export.graph import INPUT_NAME
 
@@ -33,48 +33,75 @@ CALIBRATION_CACHE_FORMAT = "maskops-int8-calibration/1"
 QUANTIZED_OP_TYPES: tuple[str, ...] = ("Conv", "Gemm")
 
 
-def _cast_tree(value: Any, dtype: torch.dtype) -> Any:
-    """Cast every floating tensor in a (nested) tuple/list/dict to ``dtype``."""
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, dict):
-        return type(value)((k, _cast_tree(v, dtype)) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return type(value)(_cast_tree(v, dtype) for v in value)
-    return value
+FP16_OP_TYPES: tuple[str, ...] = ("Conv", "ConvTranspose", "Gemm")
 
 
-class HalfPrecision(nn.Module):
-    """Runs ``module`` in float16; inputs are cast in and outputs back to float32."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module.half()
-
-    def forward(self, *args: Any) -> Any:
-        return _cast_tree(self.module(*_cast_tree(args, torch.float16)), torch.float32)
-
-
-HALF_SUBMODULES: tuple[str, ...] = (
-    "backbone",
-    "rpn.head",
-    "roi_heads.box_head",
-    "roi_heads.box_predictor",
-    "roi_heads.mask_head",
-    "roi_heads.mask_predictor",
-)
+def _used_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name a graph's nodes read, subgraphs (Loop/If bodies) included."""
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(node.input)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                used |= _used_names(sub)
+    return used
 
 
-def half_precision_copy(model: nn.Module) -> nn.Module:
-    """A copy of a Mask R-CNN whose convolutional submodules run in fp16 (see module doc)."""
-    model = copy.deepcopy(model).eval()
-    for dotted in HALF_SUBMODULES:
-        parent_path, _, name = dotted.rpartition(".")
-        parent = model.get_submodule(parent_path) if parent_path else model
-        child = getattr(parent, name, None)
-        if child is None:
+def convert_to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Run the graph's Conv/ConvTranspose/Gemm layers in float16 (weights stored as fp16).
+
+    Each converted layer reads its input through a Cast to fp16 and writes through a Cast
+    back to fp32, so everything else (anchors, box decoding, NMS, RoIAlign) stays fp32 and
+    the graph's inputs and outputs keep their types. Back-to-back casts between layers
+    are folded by onnxruntime's and TensorRT's optimisers.
+    """
+    model = copy.deepcopy(model)
+    graph = model.graph
+    weights = {init.name: init for init in graph.initializer}
+    half_names: set[str] = set()
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        params = [name for name in node.input[1:] if name]
+        if node.op_type not in FP16_OP_TYPES or not all(p in weights for p in params):
+            nodes.append(node)
             continue
-        setattr(parent, name, HalfPrecision(child))
+        for position, name in enumerate(node.input[1:], start=1):
+            if not name:
+                continue
+            half = f"{name}__fp16"
+            if half not in half_names:
+                array = numpy_helper.to_array(weights[name]).astype(np.float16)
+                graph.initializer.append(numpy_helper.from_array(array, half))
+                half_names.add(half)
+            node.input[position] = half
+        source, result = node.input[0], node.output[0]
+        node.input[0], node.output[0] = f"{source}__fp16_in_{node.name}", f"{result}__fp16"
+        nodes.append(
+            helper.make_node(
+                "Cast",
+                [source],
+                [node.input[0]],
+                name=f"{node.name}/to_fp16",
+                to=onnx.TensorProto.FLOAT16,
+            )
+        )
+        nodes.append(node)
+        nodes.append(
+            helper.make_node(
+                "Cast",
+                [node.output[0]],
+                [result],
+                name=f"{node.name}/to_fp32",
+                to=onnx.TensorProto.FLOAT,
+            )
+        )
+    del graph.node[:]
+    graph.node.extend(nodes)
+    # fp32 weights that only the converted layers read are dropped (halving the file).
+    used = _used_names(graph)
+    kept = [init for init in graph.initializer if init.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
     return model
 
 
@@ -111,7 +138,7 @@ def quantize_int8(
         (the QDQ model, the calibration table: tensor name -> {"scale", "zero_point"} of
         each quantised activation).
     """
-    from onnxruntime.quantization import (  # noqa: PLC0415  (heavy, only for int8)
+    from onnxruntime.quantization import (
         CalibrationMethod,
         QuantFormat,
         QuantType,
@@ -146,9 +173,12 @@ def calibration_table(model: onnx.ModelProto) -> dict[str, dict[str, float]]:
     for node in model.graph.node:
         if node.op_type != "QuantizeLinear" or node.input[0] in constants:
             continue
-        scale = onnx.numpy_helper.to_array(constants[node.input[1]])
-        zero = onnx.numpy_helper.to_array(constants[node.input[2]]) if len(node.input) > 2 else 0
-        table[node.input[0]] = {"scale": float(np.ravel(scale)[0]), "zero_point": int(np.ravel(zero)[0])}
+        scale = numpy_helper.to_array(constants[node.input[1]])
+        zero = numpy_helper.to_array(constants[node.input[2]]) if len(node.input) > 2 else 0
+        table[node.input[0]] = {
+            "scale": float(np.ravel(scale)[0]),
+            "zero_point": int(np.ravel(zero)[0]),
+        }
     return table
 
 

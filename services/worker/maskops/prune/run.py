@@ -41,6 +41,11 @@ def run_prune(
     at the stored spec's ``data_config.image_size``. Options are those of
     :func:`maskops.prune.prune_model`.
 
+    Retraining: put the written file in a spec's ``pruned_model_path`` (``checkpoint`` then
+    only adds weights whose shapes match). As TAO advises for retraining a pruned model,
+    turn the regularisers off there (``l1_weight_decay: 0``, ``l2_weight_decay: 0``): they
+    would keep shrinking the filters that pruning judged important.
+
     Raises:
         PruneError: bad options, or a file that is not a usable maskops checkpoint.
     """

@@ -17,7 +17,7 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     is ``path`` as given."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # Windows editors add a BOM
     except FileNotFoundError:
         raise SpecError("no such file", source=source) from None
     except IsADirectoryError:

@@ -20,7 +20,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from maskops.spec.errors import FieldIssue
 from maskops.spec.literals import decode_literal
@@ -44,19 +44,19 @@ def _decode_tao_string(value: Any) -> Any:
     return decode_literal(value) if isinstance(value, str) else value
 
 
-def _check_positive(value: float, info: ValidationInfo) -> float:
+def _check_positive(value: float) -> float:
     if value <= 0:
         raise ValueError(f"{value} must be > 0")
     return value
 
 
-def _check_non_negative(value: float, info: ValidationInfo) -> float:
+def _check_non_negative(value: float) -> float:
     if value < 0:
         raise ValueError(f"{value} must be >= 0")
     return value
 
 
-def _check_unit_interval(value: float, info: ValidationInfo) -> float:
+def _check_unit_interval(value: float) -> float:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{value} must be in [0, 1]")
     return value

@@ -1,0 +1,281 @@
+"""Benchmark: structured pruning of Mask R-CNN (resnet18 / resnet50) at thresholds 0.1..0.7.
+
+For each backbone, the unpruned model is the baseline measured in the same run; each
+pruned model reports parameters, multiply-accumulates (backbone + FPN + RPN head at
+``--image-size``, plus the RoI heads per RoI), CPU latency (the dense part, and the whole
+eval forward on one image), each as a ratio to the baseline.
+
+Weights. Pruning decisions depend on how filter norms spread within each layer. Random
+initial weights have nearly equal norms (everything scores ~0.9..1 with ``-n max``, so no
+threshold under 0.9 removes anything), which says nothing about a trained model. By
+default every prunable filter is therefore scaled by a factor drawn from U(0, 1) (seeded):
+a synthetic, documented spread under which a threshold t removes about a fraction t of a
+single conv's filters. ``--checkpoint PATH`` prunes real weights instead (a maskops
+checkpoint, or torchvision/ImageNet weights loaded through maskops.checkpoint).
+
+``--retrain`` (slow, minutes to hours on a CPU) adds the quality column: on the demo shapes
+data it trains the unpruned model ``--train-steps`` steps, prunes that checkpoint at each
+threshold, retrains every pruned model and the unpruned one ``--retrain-steps`` more steps
+(regularisers off, as TAO advises for retraining) and reports mask AP of each, with the
+goal line: >= 40% fewer MACs for <= 2 points of mask AP.
+
+    .venv/bin/python bench/bench_prune.py                      # a few minutes
+    .venv/bin/python bench/bench_prune.py --archs 18 --retrain --train-steps 300
+
+Figures go to ``bench/results/bench_prune.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from maskops.checkpoint import load_weights_into
+from maskops.modeling import build_model
+from maskops.prune import prune_model
+from maskops.prune.cost import count_parameters, macs, output_positions
+from maskops.prune.run import run_prune
+from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+from torch import nn
+
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_prune.json"
+PRUNABLE_PREFIXES = ("backbone.", "rpn.head.conv.")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archs", type=int, nargs="+", default=[18, 50])
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7])
+    parser.add_argument("--image-size", type=int, nargs=2, default=[384, 384], metavar=("H", "W"))
+    parser.add_argument("--norm", default="max")
+    parser.add_argument("--equalization", default="union")
+    parser.add_argument("--granularity", type=int, default=8)
+    parser.add_argument("--min-filters", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs (median)")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="real weights to prune")
+    parser.add_argument("--retrain", action="store_true", help="also mask AP after retraining")
+    parser.add_argument("--train-steps", type=int, default=300)
+    parser.add_argument("--retrain-steps", type=int, default=100)
+    parser.add_argument("--demo-images", type=int, default=200)
+    return parser.parse_args()
+
+
+def spread_filter_norms(model: nn.Module, *, seed: int) -> None:
+    """Scale every prunable conv filter by U(0, 1): the synthetic importance spread."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, nn.Conv2d) and name.startswith(PRUNABLE_PREFIXES):
+                scale = torch.rand(module.out_channels, 1, 1, 1, generator=generator)
+                module.weight.mul_(scale)
+
+
+def median_seconds(fn: Any, repeats: int) -> float:
+    fn()  # warm-up: allocator, oneDNN primitive cache
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(model: nn.Module, image_size: tuple[int, int], repeats: int) -> dict[str, float]:
+    model.eval()
+    # Every model then returns exactly test_detections_per_image detections: the same RoI
+    # workload, whatever random or pruned weights score.
+    roi_heads = cast(Any, model.roi_heads)
+    roi_heads.score_thresh = 0.0
+    backbone, rpn_head = cast(nn.Module, model.backbone), cast(Any, model.rpn).head
+    image = torch.rand(3, *image_size, generator=torch.Generator().manual_seed(0))
+    dense_positions, roi_positions = output_positions(model, image_size)
+
+    @torch.inference_mode()
+    def dense() -> None:
+        features = backbone(image[None])
+        rpn_head(list(features.values()))
+
+    @torch.inference_mode()
+    def full() -> None:
+        model([image])
+
+    return {
+        "params": count_parameters(model),
+        "macs": macs(model, dense_positions),
+        "roi_macs": macs(model, roi_positions),
+        "dense_latency_s": median_seconds(dense, repeats),
+        "full_latency_s": median_seconds(full, repeats),
+    }
+
+
+def base_model(nlayers: int, image_size: tuple[int, int], checkpoint: Path | None) -> nn.Module:
+    torch.manual_seed(0)
+    model = build_model(MaskRCNNConfig(nlayers=nlayers), num_classes=4, image_size=image_size)
+    if checkpoint is None:
+        spread_filter_norms(model, seed=nlayers)
+    else:
+        load_weights_into(model, checkpoint)
+    return model
+
+
+def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
+    image_size = (args.image_size[0], args.image_size[1])
+    rows = []
+    for nlayers in args.archs:
+        baseline = measure(
+            base_model(nlayers, image_size, args.checkpoint), image_size, args.repeats
+        )
+        rows.append({"arch": f"resnet{nlayers}", "threshold": 0.0, **baseline})
+        for threshold in args.thresholds:
+            model = base_model(nlayers, image_size, args.checkpoint)
+            prune_model(
+                model,
+                example_inputs=torch.zeros(1, 3, 128, 128),
+                norm=args.norm,
+                equalization=args.equalization,
+                granularity=args.granularity,
+                threshold=threshold,
+                min_filters=args.min_filters,
+            )
+            row = {"arch": f"resnet{nlayers}", "threshold": threshold}
+            row |= measure(model, image_size, args.repeats)
+            for key in ("params", "macs", "roi_macs", "dense_latency_s", "full_latency_s"):
+                row[f"{key}_ratio"] = row[key] / baseline[key]
+            rows.append(row)
+            print_row(row)
+    return rows
+
+
+def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """Adds ``mask_AP`` (and box ``AP``) to ``rows``: see the module docstring."""
+    from maskops.data.convert import convert_dataset
+    from maskops.data.demo import generate_demo_dataset
+    from maskops.engine.train import run_training
+    from maskops.evaluation.runner import run_evaluation
+
+    work = Path(tempfile.mkdtemp(prefix="bench_prune_"))
+    image_size = (args.image_size[0], args.image_size[1])
+    demo = generate_demo_dataset(
+        work / "demo", num_images=args.demo_images, image_size=(256, 256), seed=0
+    )
+    shards = work / "shards"
+    convert_dataset(demo.train_images, demo.train_json, shards)
+    convert_dataset(demo.val_images, demo.val_json, shards)
+
+    def spec(nlayers: int, steps: int, **fields: Any) -> ExperimentSpec:
+        return ExperimentSpec(
+            total_steps=steps,
+            train_batch_size=4,
+            eval_batch_size=8,
+            init_learning_rate=0.01,
+            warmup_steps=min(50, steps // 4),
+            learning_rate_steps=[int(steps * 0.8)],
+            learning_rate_decay_levels=[0.1],
+            data_config=DataConfig(
+                image_size=image_size,
+                training_file_pattern=f"{shards}/train*",
+                validation_file_pattern=f"{shards}/val*",
+                val_json_file=str(demo.val_json),
+                num_classes=4,
+                n_workers=2,
+            ),
+            maskrcnn_config=MaskRCNNConfig(nlayers=nlayers),
+            **fields,
+        )
+
+    def evaluate(run_spec: ExperimentSpec, model_path: Path) -> dict[str, float]:
+        return run_evaluation(run_spec, model_path, progress=False, log=lambda _line: None)
+
+    for nlayers in args.archs:
+        arch = f"resnet{nlayers}"
+        trained = run_training(spec(nlayers, args.train_steps), work / arch / "base").checkpoint
+        assert trained is not None
+        # Retraining: regularisers off, as TAO advises for pruned models.
+        no_reg = {"l2_weight_decay": 0.0, "l1_weight_decay": 0.0}
+        for row in (r for r in rows if r["arch"] == arch):
+            threshold = row["threshold"]
+            run_dir = work / arch / f"pth{threshold}"
+            if threshold == 0.0:
+                retrain_spec = spec(nlayers, args.retrain_steps, checkpoint=str(trained), **no_reg)
+            else:
+                run_prune(trained, run_dir / "pruned", threshold=threshold)
+                pruned = str(run_dir / "pruned" / "model.pth")
+                retrain_spec = spec(nlayers, args.retrain_steps, pruned_model_path=pruned, **no_reg)
+            result = run_training(retrain_spec, run_dir / "retrain")
+            assert result.checkpoint is not None
+            metrics = evaluate(retrain_spec, result.checkpoint)
+            row["AP"], row["mask_AP"] = metrics["AP"], metrics["mask_AP"]
+        base_ap = next(r["mask_AP"] for r in rows if r["arch"] == arch and r["threshold"] == 0)
+        for row in (r for r in rows if r["arch"] == arch and r["threshold"] > 0):
+            row["mask_AP_drop_points"] = 100 * (base_ap - row["mask_AP"])
+            row["meets_goal"] = row["macs_ratio"] <= 0.6 and row["mask_AP_drop_points"] <= 2.0
+
+
+def print_row(row: dict[str, Any]) -> None:
+    ratios = (
+        f"  params {row['params_ratio']:.2f}x  MACs {row['macs_ratio']:.2f}x"
+        f"  dense latency {row['dense_latency_s_ratio']:.2f}x"
+        f"  full latency {row['full_latency_s_ratio']:.2f}x"
+        if "params_ratio" in row
+        else "  (baseline)"
+    )
+    print(f"{row['arch']} pth={row['threshold']}:{ratios}", flush=True)
+
+
+def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str:
+    header = (
+        f"{'arch':<9} {'pth':>4} {'params M':>9} {'ratio':>6} {'GMACs':>7} {'ratio':>6} "
+        f"{'RoI MMACs':>9} {'dense ms':>9} {'ratio':>6} {'full ms':>8} {'ratio':>6} "
+        f"{'mask AP':>8}"
+    )
+    lines = [f"MACs and latency at {image_size[0]}x{image_size[1]}, CPU, batch 1", header]
+    for row in rows:
+        ap = f"{row['mask_AP']:.3f}" if "mask_AP" in row else "-"
+        lines.append(
+            f"{row['arch']:<9} {row['threshold']:>4.1f} {row['params'] / 1e6:>9.2f} "
+            f"{row.get('params_ratio', 1.0):>6.2f} {row['macs'] / 1e9:>7.2f} "
+            f"{row.get('macs_ratio', 1.0):>6.2f} {row['roi_macs'] / 1e6:>9.1f} "
+            f"{row['dense_latency_s'] * 1e3:>9.0f} {row.get('dense_latency_s_ratio', 1.0):>6.2f} "
+            f"{row['full_latency_s'] * 1e3:>8.0f} {row.get('full_latency_s_ratio', 1.0):>6.2f} "
+            f"{ap:>8}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    image_size = (args.image_size[0], args.image_size[1])
+    rows = sweep(args)
+    if args.retrain:
+        retrain_quality(args, rows)
+    print(format_table(rows, image_size))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "image_size": list(image_size),
+                "weights": str(args.checkpoint) if args.checkpoint else "synthetic U(0,1) spread",
+                "options": {
+                    "norm": args.norm,
+                    "equalization": args.equalization,
+                    "granularity": args.granularity,
+                    "min_filters": args.min_filters,
+                },
+                "torch_threads": torch.get_num_threads(),
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

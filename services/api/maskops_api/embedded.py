@@ -1,0 +1,181 @@
+"""``maskops serve``: the whole stack in the foreground on this machine.
+
+SQLite for the database, a broker needing no server (Celery's SQLAlchemy transport on a
+SQLite file; Redis when one answers on 127.0.0.1:6379), the API (uvicorn), one real Celery
+worker process consuming both queues, and Triton from the PyPI wheel when it can start.
+The demo dataset is generated and registered; ``--demo`` then walks the whole workflow over
+HTTP. Ctrl-C or SIGTERM stops everything (worker and Triton included).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from maskops_api.db.migrate import upgrade_head
+from maskops_api.settings import Settings
+
+DEMO_IMAGES = 48
+DEMO_IMAGE_SIZE = (256, 256)
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    state_dir: Path = Path(".maskops")
+    demo: bool = False
+    use_redis: bool | None = None
+    """None: use Redis when one answers on 127.0.0.1:6379."""
+    triton: bool = True
+
+
+def redis_reachable(host: str = "127.0.0.1", port: int = 6379) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def embedded_settings(config: EmbeddedConfig) -> Settings:
+    state = config.state_dir.resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    use_redis = redis_reachable() if config.use_redis is None else config.use_redis
+    broker = "redis://127.0.0.1:6379/0" if use_redis else f"sqla+sqlite:///{state / 'broker.db'}"
+    return Settings(
+        database_url=f"sqlite:///{state / 'maskops.db'}",
+        broker_url=broker,
+        queue_prefix="maskops-embedded-",
+        data_root=state / "data",
+        model_repository=state / "model_repository",
+        host=config.host,
+        # Without Redis the reconciler cannot see the queue; re-send only long-queued jobs.
+        redispatch_after_s=30 if use_redis else 600,
+        heartbeat_interval_s=2,
+        heartbeat_timeout_s=60,
+        _env_file=None,  # type: ignore[call-arg]
+    )
+
+
+def settings_environment(settings: Settings) -> dict[str, str]:
+    """The environment that gives a child process (the worker) the same settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MASKOPS_")}
+    for name, value in settings.model_dump().items():
+        if value is not None:
+            env[f"MASKOPS_{name.upper()}"] = str(value)
+    return env
+
+
+def start_worker(settings: Settings, log_file: Path) -> subprocess.Popen[bytes]:
+    queues = f"{settings.gpu_queue},{settings.cpu_queue}"
+    celery = Path(sys.executable).with_name("celery")
+    command = [
+        str(celery), "-A", "maskops_worker.celery_app:app", "worker", "-Q", queues,
+        "-c", "1", "--prefetch-multiplier", "1", "-n", "embedded@%h",
+        "--without-gossip", "--without-mingle", "-l", "INFO",
+    ]  # fmt: skip
+    handle = log_file.open("ab")
+    return subprocess.Popen(
+        command,
+        env=settings_environment(settings),
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop_process(process: subprocess.Popen[bytes], *, timeout: float = 20) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+def start_triton(settings: Settings, log_file: Path, say: Callable[[str], None]) -> Any:
+    try:
+        from maskops_triton.launcher import TritonServer
+    except ImportError:
+        say("triton: launcher not available in this build; /infer is disabled")
+        return None
+    settings.model_repository.mkdir(parents=True, exist_ok=True)
+    server = TritonServer(settings.model_repository, log_file=log_file)
+    try:
+        server.start()
+    except Exception as exc:  # noqa: BLE001 - the stack runs without serving
+        say(f"triton: could not start ({exc}); /infer is disabled")
+        return None
+    return server
+
+
+def ensure_demo_dataset(settings: Settings) -> Path:
+    root = settings.data_root / "demo"
+    if not (root / "annotations" / "val.json").is_file():
+        from maskops.data.demo import generate_demo_dataset
+
+        generate_demo_dataset(root, num_images=DEMO_IMAGES, image_size=DEMO_IMAGE_SIZE, seed=0)
+    return root
+
+
+def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
+    import uvicorn
+
+    from maskops_api.demo import register_demo_dataset, run_demo
+    from maskops_api.main import create_app
+
+    settings = embedded_settings(config)
+    logs = config.state_dir.resolve() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    upgrade_head(settings)
+    say(f"database: {settings.database_url}")
+    say(f"broker:   {settings.broker_url}")
+    ensure_demo_dataset(settings)
+    worker = start_worker(settings, logs / "worker.log")
+    say(f"worker:   pid {worker.pid} (log {logs / 'worker.log'})")
+    triton = start_triton(settings, logs / "triton.log", say)
+    if triton is not None:
+        settings = settings.model_copy(update={"triton_url": triton.http_url})
+        say(f"triton:   http://{triton.http_url}")
+    app = create_app(settings, run_reconciler=True)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
+    )
+    base_url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '::') else config.host}:{config.port}"
+    outcome: dict[str, int] = {}
+
+    def after_start() -> None:
+        while not server.started and not server.should_exit:
+            threading.Event().wait(0.1)
+        if server.should_exit:
+            return
+        say(f"API:      {base_url}  (Swagger UI: {base_url}/docs)")
+        try:
+            dataset_id = register_demo_dataset(base_url, say=say)
+            if config.demo:
+                outcome["code"] = run_demo(base_url, dataset_id, say=say)
+                say("demo finished; the stack keeps running (Ctrl-C to stop)")
+        except Exception as exc:  # noqa: BLE001 - report and keep serving
+            say(f"demo: failed: {exc}")
+            outcome["code"] = 1
+
+    threading.Thread(target=after_start, name="maskops-demo", daemon=True).start()
+    try:
+        server.run()  # returns on Ctrl-C / SIGTERM (uvicorn handles both)
+    finally:
+        say("stopping: worker" + (", triton" if triton is not None else ""))
+        stop_process(worker)
+        if triton is not None:
+            triton.stop()
+    return outcome.get("code", 0)

@@ -1,0 +1,30 @@
+"""The API process of a deployment: apply migrations, then serve (with the reconciler).
+
+``python -m maskops_api.server`` is the API container's command; host and port come from
+``MASKOPS_HOST`` / ``MASKOPS_PORT``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import uvicorn
+
+from maskops_api.db.migrate import upgrade_head
+from maskops_api.main import create_app
+from maskops_api.settings import get_settings
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = get_settings()
+    upgrade_head(settings)
+    app = create_app(settings, run_reconciler=True)
+    uvicorn.run(app, host=settings.host, port=int(os.environ.get("MASKOPS_PORT", "8080")))
+
+
+if __name__ == "__main__":
+    main()

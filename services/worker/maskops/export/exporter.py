@@ -1,0 +1,347 @@
+"""``maskops export``: checkpoint -> validated ONNX (fp32 / fp16 / int8 QDQ) [+ engine, DS files].
+
+Every export is checked before it is written: the ONNX runs in onnxruntime on real
+validation images and its detections are compared with the PyTorch model's
+(:mod:`maskops.export.parity`); an export that disagrees raises :class:`ExportError` and
+leaves no file behind. int8 additionally reports the validation mask AP of the int8 graph
+against the fp32 PyTorch model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, Literal
+
+import onnx
+import torch
+
+from maskops.data.labels import LabelMap
+from maskops.data.transforms import resize_and_pad
+from maskops.evaluation.coco import IouType
+from maskops.evaluation.predictor import TorchPredictor
+from maskops.export.deepstream import write_deepstream_files
+from maskops.export.graph import GraphMetadata, describe_io, set_metadata, trace_to_onnx
+from maskops.export.parity import ParityReport, Tolerances, compare_detections
+from maskops.export.precision import convert_to_fp16, quantize_int8, write_calibration_cache
+from maskops.export.predictor import OnnxPredictor
+from maskops.export.tensorrt import (
+    ENGINE_ELSEWHERE,
+    build_engine,
+    tensorrt_unavailable_reason,
+)
+from maskops.spec.models import ExperimentSpec
+
+DataType = Literal["fp32", "fp16", "int8"]
+DATA_TYPES: tuple[str, ...] = ("fp32", "fp16", "int8")
+
+
+class ExportError(ValueError):
+    """An export that cannot be made or did not validate; the message says which and why."""
+
+
+@dataclass
+class ExportResult:
+    onnx_path: Path
+    data_type: str
+    metadata: GraphMetadata
+    parity: ParityReport
+    io: dict[str, Any]
+    report_path: Path
+    cal_cache_file: Path | None = None
+    calibration_images: int = 0
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    """int8 only: {"fp32": COCO metrics of the PyTorch model, "int8": of the int8 graph}."""
+    engine_file: Path | None = None
+    engine_note: str = ""
+    deepstream_files: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def mask_ap_drop(self) -> float | None:
+        if "fp32" not in self.metrics or "int8" not in self.metrics:
+            return None
+        key = "mask_AP" if "mask_AP" in self.metrics["fp32"] else "AP"
+        return self.metrics["fp32"][key] - self.metrics["int8"][key]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "onnx": str(self.onnx_path),
+            "data_type": self.data_type,
+            "image_size": list(self.metadata.image_size),
+            "max_detections": self.metadata.max_detections,
+            "mask_resolution": self.metadata.mask_resolution,
+            "max_batch_size": self.metadata.max_batch_size,
+            "batch": "1 per graph (Triton batches at the ensemble level)",
+            "io": self.io,
+            "parity": self.parity.to_json(),
+            "cal_cache_file": str(self.cal_cache_file) if self.cal_cache_file else None,
+            "calibration_images": self.calibration_images,
+            "metrics": self.metrics,
+            "mask_ap_drop": self.mask_ap_drop,
+            "engine_file": str(self.engine_file) if self.engine_file else None,
+            "engine_note": self.engine_note,
+            "deepstream_files": [str(p) for p in self.deepstream_files],
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def default_output_path(model_path: Path, data_type: str) -> Path:
+    """``<model stem>.<data_type>.onnx`` next to the model."""
+    return model_path.with_name(f"{model_path.stem}.{data_type}.onnx")
+
+
+def read_image_dir(directory: Path, image_size: tuple[int, int], limit: int) -> list[torch.Tensor]:
+    """Up to ``limit`` JPEG/PNG images of ``directory``, resized and padded like inference."""
+    from maskops.evaluation.images import list_images, read_image
+
+    if not directory.is_dir():
+        raise ExportError(f"--cal_image_dir {directory}: not a directory")
+    paths, _ = list_images(directory)
+    if not paths:
+        raise ExportError(f"--cal_image_dir {directory}: no JPEG/PNG images in it")
+    return [resize_and_pad(read_image(p), image_size)[0] for p in paths[:limit]]
+
+
+def validation_batch(spec: ExperimentSpec, label_map: LabelMap, count: int) -> list[torch.Tensor]:
+    """The first ``count`` validation images of the spec, preprocessed as for evaluation."""
+    from maskops.data.pipeline import build_eval_loader
+
+    if not spec.data_config.validation_file_pattern:
+        raise ExportError(
+            "data_config.validation_file_pattern is not set: export needs real images to "
+            "validate the ONNX against PyTorch"
+        )
+    loader = build_eval_loader(spec, batch_size=count, label_map=label_map, with_masks=False)
+    images: list[torch.Tensor] = []
+    for batch_images, _ in loader:
+        images.extend(batch_images)
+        if len(images) >= count:
+            break
+    if not images:
+        raise ExportError(
+            f"data_config.validation_file_pattern {spec.data_config.validation_file_pattern!r}: "
+            "no images"
+        )
+    return images[:count]
+
+
+def training_calibration_images(
+    spec: ExperimentSpec, label_map: LabelMap, *, batches: int, batch_size: int
+) -> list[torch.Tensor]:
+    """``batches x batch_size`` training images with the training preprocessing (TAO default)."""
+    from maskops.data.pipeline import build_train_loader
+
+    if not spec.data_config.training_file_pattern:
+        raise ExportError(
+            "int8 calibration needs --cal_image_dir or data_config.training_file_pattern"
+        )
+    loader = build_train_loader(spec, batch_size=batch_size, label_map=label_map)
+    images: list[torch.Tensor] = []
+    for batch_images, _ in islice(loader, batches):
+        images.extend(batch_images)
+    return images
+
+
+def _int8_metrics(
+    spec: ExperimentSpec,
+    label_map: LabelMap,
+    reference: torch.nn.Module,
+    candidate: OnnxPredictor,
+    include_mask: bool,
+) -> dict[str, dict[str, float]]:
+    """Validation COCO metrics of the fp32 PyTorch model and of the int8 graph."""
+    from maskops.data.pipeline import build_eval_loader
+    from maskops.evaluation import COCOEvaluator, evaluate_model
+
+    if not spec.data_config.val_json_file:
+        return {}
+    iou_types: tuple[IouType, ...] = ("bbox", "segm") if include_mask else ("bbox",)
+    metrics: dict[str, dict[str, float]] = {}
+    for name, predictor in (("fp32", reference), ("int8", candidate)):
+        evaluator = COCOEvaluator(spec.data_config.val_json_file, label_map, iou_types=iou_types)
+        loader = build_eval_loader(spec, label_map=label_map, with_masks=False)
+        metrics[name] = evaluate_model(predictor, loader, evaluator)
+    return metrics
+
+
+def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    onnx.save(model, str(tmp))
+    tmp.replace(path)
+
+
+def export_onnx(
+    model_path: Path,
+    spec: ExperimentSpec | None,
+    out: Path | None = None,
+    *,
+    data_type: str = "fp32",
+    max_batch_size: int = 16,
+    cal_image_dir: Path | None = None,
+    cal_cache_file: Path | None = None,
+    batches: int = 10,
+    batch_size: int = 8,
+    engine_file: Path | None = None,
+    gen_ds_config: bool = False,
+    validation_images: Sequence[torch.Tensor] | None = None,
+    num_validation_images: int = 4,
+    tolerances: Tolerances | None = None,
+    evaluate_int8: bool = True,
+    log: Callable[[str], None] = print,
+) -> ExportResult:
+    """Export a maskops checkpoint to a validated ONNX file.
+
+    Args:
+        model_path: a maskops checkpoint (pruned or not).
+        spec: the experiment spec (paths resolved): its ``image_size`` is the graph's input
+            size and its data patterns supply validation/calibration images; None uses the
+            checkpoint's own spec.
+        out: the ``.onnx`` to write (default :func:`default_output_path`).
+        data_type: "fp32", "fp16" or "int8" (QDQ).
+        max_batch_size: the most images one Triton request may batch (recorded for
+            publishing and DeepStream; each graph runs one image, see maskops.export.graph).
+        cal_image_dir: int8 calibration images (default: the training shards).
+        cal_cache_file: where to write the int8 calibration scales (default: next to out).
+        batches, batch_size: int8 calibration uses ``batches * batch_size`` images.
+        engine_file: build a TensorRT engine here (only where TensorRT and a GPU exist).
+        gen_ds_config: write labels.txt and a DeepStream nvinfer config next to ``out``.
+        validation_images: ``[3, H, W]`` images for the parity check (default: the first
+            ``num_validation_images`` of the spec's validation data).
+        tolerances: override the parity tolerances of ``data_type``.
+        evaluate_int8: for int8, compute fp32 vs int8 validation metrics (needs val_json_file).
+        log: progress lines.
+
+    Raises:
+        ExportError: bad arguments, no images, or a graph that does not match PyTorch.
+    """
+    from maskops.checkpoint import load_model
+
+    started = time.perf_counter()
+    if data_type not in DATA_TYPES:
+        raise ExportError(f"--data_type {data_type!r}: expected one of {', '.join(DATA_TYPES)}")
+    if max_batch_size < 1:
+        raise ExportError(f"--max_batch_size must be at least 1, got {max_batch_size}")
+    if data_type == "int8" and (batches < 1 or batch_size < 1):
+        raise ExportError(f"--batches and --batch_size must be >= 1, got {batches}, {batch_size}")
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise ExportError(f"-m {model_path}: model file not found")
+    loaded = load_model(model_path)
+    model, label_map = loaded.model.eval(), loaded.label_map
+    spec = spec or loaded.spec
+    image_size = tuple(spec.data_config.image_size)
+    stride = 2**loaded.spec.maskrcnn_config.max_level
+    if image_size[0] % stride or image_size[1] % stride:
+        raise ExportError(
+            f"data_config.image_size {image_size}: must be multiples of 2**max_level = {stride}"
+        )
+    max_detections = int(model.roi_heads.detections_per_img)
+    mask_resolution = int(loaded.spec.maskrcnn_config.mrcnn_resolution)
+    out = Path(out) if out is not None else default_output_path(model_path, data_type)
+    if out.suffix.lower() != ".onnx":
+        raise ExportError(f"-o {out}: the output file must end in .onnx")
+    metadata = GraphMetadata(
+        spec=spec,
+        label_map=label_map,
+        data_type=data_type,
+        image_size=(int(image_size[0]), int(image_size[1])),
+        max_detections=max_detections,
+        mask_resolution=mask_resolution,
+        max_batch_size=max_batch_size,
+    )
+
+    images = list(validation_images or validation_batch(spec, label_map, num_validation_images))
+    log(f"Tracing {model_path.name} at {image_size[0]}x{image_size[1]} ({data_type})")
+    graph = trace_to_onnx(
+        model,
+        image_size=metadata.image_size,
+        max_detections=max_detections,
+        example=images[0][None],
+    )
+    calibration_count = 0
+    if data_type == "fp16":
+        graph = convert_to_fp16(graph)
+    elif data_type == "int8":
+        if cal_image_dir is not None:
+            calibration = read_image_dir(cal_image_dir, metadata.image_size, batches * batch_size)
+            source = str(cal_image_dir)
+        else:
+            calibration = training_calibration_images(
+                spec, label_map, batches=batches, batch_size=batch_size
+            )
+            source = spec.data_config.training_file_pattern
+        calibration_count = len(calibration)
+        log(f"Calibrating int8 on {calibration_count} images from {source}")
+        graph, table = quantize_int8(graph, calibration, work_dir=out.parent)
+        cal_cache_file = cal_cache_file or out.with_suffix(".cal.json")
+        write_calibration_cache(cal_cache_file, table, num_images=calibration_count, source=source)
+    set_metadata(graph, metadata)
+
+    serialized = graph.SerializeToString()
+    predictor = OnnxPredictor(serialized, metadata=metadata, providers=["CPUExecutionProvider"])
+    reference = TorchPredictor(model)(images)
+    parity = compare_detections(
+        reference, predictor(images), data_type=data_type, tolerances=tolerances
+    )
+    log(parity.summary())
+    if not parity.passed:
+        raise ExportError(f"{out.name}: the ONNX does not match PyTorch: {parity.summary()}")
+
+    metrics: dict[str, dict[str, float]] = {}
+    if data_type == "int8" and evaluate_int8:
+        metrics = _int8_metrics(
+            spec, label_map, model, predictor, loaded.spec.maskrcnn_config.include_mask
+        )
+        if metrics:
+            key = "mask_AP" if "mask_AP" in metrics["fp32"] else "AP"
+            log(
+                f"Validation {key}: fp32 {metrics['fp32'][key]:.4f}, "
+                f"int8 {metrics['int8'][key]:.4f}"
+            )
+
+    _atomic_save(graph, out)
+    result = ExportResult(
+        onnx_path=out,
+        data_type=data_type,
+        metadata=metadata,
+        parity=parity,
+        io=describe_io(graph),
+        report_path=out.with_suffix(".export.json"),
+        cal_cache_file=cal_cache_file if data_type == "int8" else None,
+        calibration_images=calibration_count,
+        metrics=metrics,
+    )
+    engine_target = engine_file or out.with_suffix(".engine")
+    reason = tensorrt_unavailable_reason()
+    if engine_file is None:
+        result.engine_note = "no --engine_file given: no TensorRT engine requested"
+    elif reason is None:
+        result.engine_file = build_engine(
+            out, engine_file, data_type=data_type, image_size=metadata.image_size
+        )
+        result.engine_note = f"TensorRT engine built: {result.engine_file}"
+    else:
+        result.engine_note = ENGINE_ELSEWHERE.format(reason=reason)
+    log(result.engine_note)
+    if gen_ds_config:
+        result.deepstream_files = write_deepstream_files(
+            out.parent,
+            onnx_path=out,
+            engine_path=engine_target,
+            label_map=label_map,
+            data_type=data_type,
+            image_size=metadata.image_size,
+            mask_resolution=mask_resolution,
+            max_batch_size=max_batch_size,
+        )
+    result.seconds = time.perf_counter() - started
+    result.report_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    log(f"Exported {out} ({out.stat().st_size / 1e6:.1f} MB) in {result.seconds:.1f} s")
+    return result

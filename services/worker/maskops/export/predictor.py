@@ -1,0 +1,118 @@
+"""Run an exported ONNX model with onnxruntime, with the eager model's call shape.
+
+``OnnxPredictor(images)`` takes a list of float32 ``[3, H, W]`` images in 0..1, already
+``resize_and_pad``-ed to the export's image size, and returns one dict per image exactly
+like the PyTorch model's eval output (``boxes`` ``[N, 4]`` xyxy input frame, ``labels``
+``[N]`` int64, ``scores`` ``[N]``, ``masks`` ``[N, 1, M, M]`` probabilities), so
+``maskops evaluate -m model.onnx`` and the parity check use the same code as for a
+checkpoint. :func:`load_predictor` is the ``.onnx`` loader that
+:mod:`maskops.evaluation.predictor` looks up by suffix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from maskops.evaluation.errors import ModelFileError
+from maskops.evaluation.predictor import LoadedPredictor
+from maskops.export.graph import INPUT_NAME, OUTPUT_NAMES, GraphMetadata, read_metadata
+
+Output = dict[str, torch.Tensor]
+
+
+def session_options(*, threads: int | None = None) -> ort.SessionOptions:
+    """Full graph optimisation; ``threads`` intra-op threads (default: onnxruntime's)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def default_providers() -> list[str]:
+    """CUDA when this onnxruntime build has it, else the CPU."""
+    available = ort.get_available_providers()
+    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+
+
+def unpad(outputs: Sequence[np.ndarray], index: int = 0) -> Output:
+    """One image's detections from the graph's padded outputs (see maskops.export.graph)."""
+    boxes, scores, labels, masks, count = outputs
+    n = int(count[index].reshape(-1)[0])
+    return {
+        "boxes": torch.from_numpy(np.ascontiguousarray(boxes[index, :n], dtype=np.float32)),
+        "scores": torch.from_numpy(np.ascontiguousarray(scores[index, :n], dtype=np.float32)),
+        "labels": torch.from_numpy(np.ascontiguousarray(labels[index, :n], dtype=np.int64)),
+        "masks": torch.from_numpy(np.ascontiguousarray(masks[index, :n, None], dtype=np.float32)),
+    }
+
+
+class OnnxPredictor:
+    """A :class:`maskops.evaluation.predictor.Predictor` over an exported ONNX file.
+
+    Args:
+        source: the ``.onnx`` path, or the serialized model bytes (with ``metadata``).
+        providers: onnxruntime execution providers (default: CUDA if present, else CPU).
+        threads: intra-op threads (default: onnxruntime's choice).
+    """
+
+    def __init__(
+        self,
+        source: Path | bytes,
+        *,
+        metadata: GraphMetadata | None = None,
+        providers: Sequence[str] | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if metadata is None:
+            if not isinstance(source, Path):
+                raise TypeError("metadata is required when the model is given as bytes")
+            metadata = read_metadata(source)
+        self.metadata = metadata
+        model = str(source) if isinstance(source, Path) else source
+        self.session = ort.InferenceSession(
+            model,
+            sess_options=session_options(threads=threads),
+            providers=list(providers or default_providers()),
+        )
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return self.metadata.image_size
+
+    def run_padded(self, image: np.ndarray) -> list[np.ndarray]:
+        """Run the graph on one ``[1, 3, H, W]`` float32 array; the five padded outputs."""
+        result: list[np.ndarray] = self.session.run(list(OUTPUT_NAMES), {INPUT_NAME: image})
+        return result
+
+    def __call__(self, images: Sequence[torch.Tensor]) -> list[Output]:
+        outputs: list[Output] = []
+        for index, image in enumerate(images):
+            if tuple(image.shape) != (3, *self.image_size):
+                raise ValueError(
+                    f"image {index}: expected [3, {self.image_size[0]}, {self.image_size[1]}] "
+                    f"(resize_and_pad to the export's image size), got {tuple(image.shape)}"
+                )
+            array = image.detach().to("cpu", torch.float32).numpy()[None]
+            outputs.append(unpad(self.run_padded(np.ascontiguousarray(array))))
+        return outputs
+
+
+def load_predictor(path: Path, device: torch.device) -> LoadedPredictor:
+    """The ``.onnx`` loader of :func:`maskops.evaluation.predictor.load_predictor`."""
+    try:
+        metadata = read_metadata(path)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ModelFileError(f"{path}: {exc}") from None
+    providers = default_providers() if device.type == "cuda" else ["CPUExecutionProvider"]
+    threads = int(os.environ.get("MASKOPS_ORT_THREADS", "0")) or None
+    predictor = OnnxPredictor(path, metadata=metadata, providers=providers, threads=threads)
+    return LoadedPredictor(
+        predictor=predictor, spec=metadata.spec, label_map=metadata.label_map, source=path
+    )

@@ -1,0 +1,80 @@
+"""TensorRT engines from the exported ONNX, where TensorRT and a GPU exist.
+
+TensorRT cannot be installed from PyPI on every machine (its libraries come from NVIDIA's
+host), so :func:`tensorrt_available` is checked first and nothing pretends an engine was
+built: without it, the engine is built on the GPU host by the Triton container at start
+(``services/triton/entrypoint.sh``: trtexec with the same precision and shapes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from maskops.export.graph import INPUT_NAME
+
+ENGINE_ELSEWHERE = (
+    "TensorRT engine not built here ({reason}); the Triton service builds it on the GPU host "
+    "at start from the ONNX with the same precision (services/triton/entrypoint.sh)"
+)
+
+
+def tensorrt_unavailable_reason() -> str | None:
+    """None when an engine can be built here, else why not."""
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        return "the tensorrt Python package is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    return None
+
+
+def tensorrt_available() -> bool:
+    return tensorrt_unavailable_reason() is None
+
+
+class EngineBuildError(RuntimeError):
+    """TensorRT rejected the network or the build failed."""
+
+
+def build_engine(
+    onnx_path: Path,
+    engine_path: Path,
+    *,
+    data_type: str,
+    image_size: tuple[int, int],
+    workspace_bytes: int = 4 << 30,
+) -> Path:
+    """Parse ``onnx_path`` and serialise a TensorRT engine to ``engine_path``.
+
+    fp16 sets the FP16 builder flag; int8 expects the QDQ graph (explicit quantisation:
+    the scales are in the graph, no calibrator). The graph's batch dimension is 1 (see
+    :mod:`maskops.export.graph`), so the optimisation profile is that one shape.
+    """
+    import tensorrt as trt
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise EngineBuildError(f"{onnx_path}: TensorRT could not parse the ONNX: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
+    if data_type in ("fp16", "int8"):
+        config.set_flag(trt.BuilderFlag.FP16)
+    if data_type == "int8":
+        config.set_flag(trt.BuilderFlag.INT8)
+    profile = builder.create_optimization_profile()
+    shape = (1, 3, *image_size)
+    profile.set_shape(INPUT_NAME, shape, shape, shape)
+    config.add_optimization_profile(profile)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise EngineBuildError(f"{onnx_path}: TensorRT engine build failed (see the log above)")
+    engine_path.parent.mkdir(parents=True, exist_ok=True)
+    engine_path.write_bytes(bytes(serialized))
+    return engine_path

@@ -1,0 +1,110 @@
+"""docker-compose.yml is coherent: ``docker compose config`` where a Compose client exists,
+and in any case the services, images, build files, volumes, healthchecks, dependency
+conditions, GPU reservations and env file are checked from the parsed file."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+COMPOSE = REPO / "docker-compose.yml"
+ENV_EXAMPLE = REPO / ".env.example"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return data
+
+
+def _compose_client() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _compose_client(), reason="no docker compose client here")
+def test_docker_compose_config_accepts_the_file(tmp_path: Path) -> None:
+    shutil.copy(COMPOSE, tmp_path / "docker-compose.yml")
+    shutil.copy(ENV_EXAMPLE, tmp_path / ".env")
+    result = subprocess.run(
+        ["docker", "compose", "-f", str(tmp_path / "docker-compose.yml"), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_services_images_and_build_files(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"postgres", "redis", "api", "worker-gpu0", "worker-cpu", "triton"} <= set(services)
+    for name, service in services.items():
+        assert "image" in service or "build" in service, name
+        build = service.get("build")
+        if build:
+            assert (REPO / build["context"] / build["dockerfile"]).is_file(), name
+    assert services["triton"]["image"].startswith("nvcr.io/nvidia/tritonserver:")
+
+
+def test_healthchecks_and_dependency_conditions(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+        for dependency, rule in service.get("depends_on", {}).items():
+            assert dependency in services, f"{name} depends on unknown {dependency}"
+            assert rule["condition"] == "service_healthy", f"{name} -> {dependency}"
+    # Migrations run in the API at start; workers wait for it.
+    assert set(services["api"]["depends_on"]) == {"postgres", "redis"}
+    assert "maskops_api.server" in " ".join(services["api"]["command"])
+    for worker in ("worker-gpu0", "worker-cpu"):
+        assert "api" in services[worker]["depends_on"]
+
+
+def test_gpu_workers_reserve_one_gpu_and_run_one_job(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("worker-gpu0", "triton"):
+        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+    gpu_command = services["worker-gpu0"]["command"]
+    assert gpu_command[gpu_command.index("-Q") + 1] == "gpu"
+    assert gpu_command[gpu_command.index("-c") + 1] == "1"
+    assert gpu_command[gpu_command.index("--prefetch-multiplier") + 1] == "1"
+    cpu_command = services["worker-cpu"]["command"]
+    assert cpu_command[cpu_command.index("-Q") + 1] == "cpu"
+
+
+def test_volumes_are_declared_and_shared(compose: dict[str, Any]) -> None:
+    declared = set(compose["volumes"])
+    for name, service in compose["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            assert source in declared, f"{name} mounts undeclared volume {source}"
+    mounts = {
+        v for n in ("api", "worker-gpu0", "worker-cpu") for v in compose["services"][n]["volumes"]
+    }
+    assert {"data:/data", "models:/models"} <= mounts
+    assert "models:/models" in compose["services"]["triton"]["volumes"]
+
+
+def test_no_secrets_in_the_file_and_env_example_complete(compose: dict[str, Any]) -> None:
+    text = COMPOSE.read_text()
+    assert not re.search(r"(?i)(password|secret|token)\s*[:=]\s*\S", text)
+    example = dict(
+        line.split("=", 1)
+        for line in ENV_EXAMPLE.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert {"POSTGRES_PASSWORD", "MASKOPS_DATABASE_URL", "MASKOPS_BROKER_URL"} <= set(example)
+    referenced = set(re.findall(r"\$\{(\w+)(?::-[^}]*)?\}", text))
+    assert referenced <= set(example), referenced - set(example)
+    for name in ("postgres", "api", "worker-gpu0", "worker-cpu"):
+        assert compose["services"][name]["env_file"] == ".env"

@@ -1,0 +1,305 @@
+"""End-to-end training runs on the demo shards (resnet10, 128x128, a few steps each)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from maskops.checkpoint import load_model, read_checkpoint
+from maskops.cli.main import main as cli_main
+from maskops.data.manifest import load_label_map
+from maskops.engine import CancelHook, HookBase, TrainingCancelled, TrainingError, run_training
+from maskops.engine.checkpointing import list_checkpoints
+from maskops.engine.optim import regularized_parameters
+from maskops.engine.schedule import LRSchedule
+from maskops.engine.state import seed_everything
+from maskops.engine.train import build_training_model, check_num_classes
+from maskops.modeling import build_model
+from maskops.spec import spec_to_text
+from maskops.spec.models import ExperimentSpec
+
+SpecFactory = Callable[..., ExperimentSpec]
+
+
+def _metrics(results_dir: Path) -> list[dict[str, Any]]:
+    lines = (results_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _status(results_dir: Path) -> dict[str, Any]:
+    status: dict[str, Any] = json.loads((results_dir / "status.json").read_text())
+    return status
+
+
+def _initial_weights(spec: ExperimentSpec) -> dict[str, torch.Tensor]:
+    """The weights run_training starts from (it seeds with spec.seed, then builds)."""
+    seed_everything(spec.seed)
+    model = build_model(
+        spec.maskrcnn_config,
+        num_classes=spec.data_config.num_classes,
+        image_size=spec.data_config.image_size,
+    )
+    return model.state_dict()
+
+
+def test_demo_data_trains_to_decreasing_loss(spec_factory: SpecFactory, tmp_path: Path) -> None:
+    spec = spec_factory(total_steps=16, l1_weight_decay=1e-6, data_config={"val_json_file": ""})
+    result = run_training(spec, tmp_path, log_every=1)
+
+    assert result.step == 16 and result.checkpoint == tmp_path / "model.step-16.pth"
+    records = [r for r in _metrics(tmp_path) if "Total loss" in r]
+    assert [r["step"] for r in records] == list(range(1, 17))
+    for name in (
+        "RPN score loss",
+        "RPN box loss",
+        "FastRCNN class loss",
+        "FastRCNN box loss",
+        "Mask loss",
+        "L2 loss",
+        "L1 loss",
+        "learning rate",
+        "samples/sec",
+    ):
+        assert name in records[-1], name
+    first = sum(r["Total loss"] for r in records[:4]) / 4
+    last = sum(r["Total loss"] for r in records[-4:]) / 4
+    assert last < 0.7 * first, (first, last)
+    # The logged learning rate is the schedule's (warmup over 2 steps, then init).
+    schedule = LRSchedule.from_spec(spec)
+    assert [r["learning rate"] for r in records] == pytest.approx([schedule(s) for s in range(16)])
+    # End-of-training validation (loss: no val_json_file), status and TensorBoard events.
+    assert "val/Total loss" in result.metrics
+    status = _status(tmp_path)
+    assert status["state"] == "succeeded" and status["step"] == status["total_steps"] == 16
+    assert status["metrics"]["Total loss"] == records[-1]["Total loss"]
+    assert list((tmp_path / "events").glob("events.out.tfevents.*"))
+    loaded = load_model(result.checkpoint)
+    assert loaded.step == 16
+    assert loaded.label_map == load_label_map(spec.data_config.training_file_pattern)
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashAt(HookBase):
+    """Dies in the middle of a run, after a checkpoint, like a killed process would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def after_step(self) -> None:
+        if self.trainer.iter == self.step:
+            raise _Crash
+
+
+def test_resume_after_crash_equals_uninterrupted_run(
+    spec_factory: SpecFactory, tmp_path: Path
+) -> None:
+    # Validation (loss, which samples RoIs at random) runs at steps 2 and 4: it must not
+    # disturb the training RNG, or the resumed run would diverge.
+    spec = spec_factory(total_steps=4, num_steps_per_eval=2, data_config={"val_json_file": ""})
+    straight = run_training(spec, tmp_path / "straight", log_every=1)
+
+    resumed_dir = tmp_path / "resumed"
+    with pytest.raises(_Crash):
+        run_training(spec, resumed_dir, extra_hooks=[_CrashAt(3)], log_every=1)
+    assert [step for step, _ in list_checkpoints(resumed_dir)] == [2]
+    assert _status(resumed_dir)["state"] == "failed"
+    resumed = run_training(spec, resumed_dir, log_every=1)
+
+    assert resumed.step == straight.step == 4
+    a = read_checkpoint(straight.checkpoint)  # type: ignore[arg-type]
+    b = read_checkpoint(resumed.checkpoint)  # type: ignore[arg-type]
+    assert a["data_position"] == b["data_position"] == 4
+    for key, value in a["model"].items():
+        torch.testing.assert_close(b["model"][key], value, rtol=1e-5, atol=1e-6, msg=key)
+    for pa, pb in zip(
+        a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True
+    ):
+        torch.testing.assert_close(pb["momentum_buffer"], pa["momentum_buffer"])
+    lr_a = [r["learning rate"] for r in _metrics(tmp_path / "straight") if "learning rate" in r]
+    lr_b = {r["step"]: r["learning rate"] for r in _metrics(resumed_dir) if "learning rate" in r}
+    assert [lr_b[s] for s in range(1, 5)] == lr_a
+
+
+def test_cancel_stops_at_step_boundary_with_checkpoint(
+    spec_factory: SpecFactory, tmp_path: Path
+) -> None:
+    calls = itertools.count()
+    spec = spec_factory(data_config={"val_json_file": ""})
+    with pytest.raises(TrainingCancelled) as info:
+        run_training(spec, tmp_path, extra_hooks=[CancelHook(lambda: next(calls) >= 1)])
+    assert info.value.step == 1
+    assert info.value.checkpoint == tmp_path / "model.step-1.pth"
+    assert load_model(info.value.checkpoint).step == 1
+    status = _status(tmp_path)
+    assert status["state"] == "cancelled" and status["step"] == 1
+
+
+def test_non_finite_loss_stops_naming_the_step(spec_factory: SpecFactory, tmp_path: Path) -> None:
+    spec = spec_factory(
+        total_steps=6,
+        init_learning_rate=1e6,
+        warmup_steps=0,
+        num_steps_per_eval=1,
+        data_config={"val_json_file": ""},
+    )
+    with pytest.raises(TrainingError, match=r"non-finite loss at step \d+") as info:
+        run_training(spec, tmp_path, eval_fn=lambda model, step: {})
+    failed_step = int(str(info.value).split("step ")[1].split()[0])
+    saved = list_checkpoints(tmp_path)
+    # Every checkpoint predates the failing step and holds finite weights.
+    assert [step for step, _ in saved] == list(range(1, failed_step))
+    for _, path in saved:
+        weights = read_checkpoint(path)["model"]
+        assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
+    status = _status(tmp_path)
+    assert status["state"] == "failed" and f"step {failed_step}" in status["error"]
+
+
+def test_freeze_blocks_and_freeze_bn_stay_bit_identical(
+    spec_factory: SpecFactory, tmp_path: Path
+) -> None:
+    spec = spec_factory(
+        total_steps=2,
+        warmup_steps=0,
+        maskrcnn_config={"freeze_blocks": [0, 1], "freeze_bn": True},
+        data_config={"val_json_file": ""},
+    )
+    initial = _initial_weights(spec)
+    result = run_training(spec, tmp_path, eval_fn=lambda model, step: {})
+    trained = read_checkpoint(result.checkpoint)["model"]  # type: ignore[arg-type]
+
+    frozen_prefixes = ("backbone.body.conv1.", "backbone.body.bn1.", "backbone.body.layer1.")
+    frozen_bn = [k for k in initial if k.startswith("backbone.body.") and ".bn" in k]
+    checked = [k for k in initial if k.startswith(frozen_prefixes)] + frozen_bn
+    assert checked
+    for key in checked:
+        assert torch.equal(trained[key], initial[key]), key
+    # The rest did train: the test would notice a run that changed nothing.
+    assert not torch.equal(
+        trained["backbone.body.layer2.0.conv1.weight"],
+        initial["backbone.body.layer2.0.conv1.weight"],
+    )
+
+
+def test_skip_checkpoint_variables_keep_matching_layers_at_init(
+    spec_factory: SpecFactory, tiny_checkpoint: Path
+) -> None:
+    skip = r"roi_heads\.box_predictor|rpn\.head\.cls_logits"
+    spec = spec_factory(checkpoint=str(tiny_checkpoint), skip_checkpoint_variables=skip)
+    initial = _initial_weights(spec)
+    seed_everything(spec.seed)
+    model = build_training_model(spec, num_classes=spec.data_config.num_classes)
+    loaded = model.state_dict()
+    source = read_checkpoint(tiny_checkpoint)["model"]
+
+    skipped = [k for k in loaded if "box_predictor" in k or "rpn.head.cls_logits" in k]
+    assert len(skipped) == 6
+    for key in skipped:
+        assert torch.equal(loaded[key], initial[key]), key
+        assert not torch.equal(loaded[key], source[key]), key
+    for key in ("backbone.body.conv1.weight", "roi_heads.mask_predictor.mask_fcn_logits.weight"):
+        assert torch.equal(loaded[key], source[key]), key
+
+
+def test_l1_penalty_pulls_kernels_towards_zero(spec_factory: SpecFactory, tmp_path: Path) -> None:
+    lr, l1 = 0.01, 1e-3
+    common: dict[str, Any] = {
+        "total_steps": 1,
+        "warmup_steps": 0,
+        "init_learning_rate": lr,
+        "data_config": {"val_json_file": ""},
+    }
+    plain = run_training(spec_factory(**common), tmp_path / "plain", eval_fn=lambda m, s: {})
+    with_l1 = run_training(
+        spec_factory(l1_weight_decay=l1, **common), tmp_path / "l1", eval_fn=lambda m, s: {}
+    )
+    spec = spec_factory(**common)
+    initial = _initial_weights(spec)
+    a = read_checkpoint(plain.checkpoint)["model"]  # type: ignore[arg-type]
+    b = read_checkpoint(with_l1.checkpoint)["model"]  # type: ignore[arg-type]
+    model = build_model(spec.maskrcnn_config, num_classes=4, image_size=(128, 128))
+    kernel_ids = {id(p) for p in regularized_parameters(model)}
+    kernels = [n for n, p in model.named_parameters() if id(p) in kernel_ids]
+    assert kernels
+    for name in kernels:
+        # First SGD step: the update is lr * grad, and L1 adds l1 * sign(w) to the grad.
+        expected = a[name] - lr * l1 * torch.sign(initial[name])
+        torch.testing.assert_close(b[name], expected, rtol=0, atol=1e-6, msg=name)
+    assert with_l1.metrics["L1 loss"] > 0 and "L1 loss" not in plain.metrics
+
+
+def test_num_classes_too_small_names_categories(
+    spec_factory: SpecFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    label_map = load_label_map(spec_factory().data_config.training_file_pattern)
+    with pytest.raises(TrainingError, match=r"circle.*square.*triangle.*set num_classes to 4"):
+        check_num_classes(spec_factory(data_config={"num_classes": 3}), label_map)
+    with caplog.at_level(logging.WARNING, logger="maskops.train"):
+        check_num_classes(spec_factory(data_config={"num_classes": 6}), label_map)
+    assert "needs only 4" in caplog.text
+
+
+def test_early_stop_on_target_ap(spec_factory: SpecFactory, tmp_path: Path) -> None:
+    spec = spec_factory(total_steps=5, num_steps_per_eval=1, target_box_ap=0.5, target_mask_ap=0.5)
+
+    def fake_ap(model: torch.nn.Module, step: int) -> dict[str, float]:
+        return {"AP": 0.3 * step, "mask_AP": 0.3 * step}
+
+    result = run_training(spec, tmp_path, eval_fn=fake_ap)
+    assert result.step == 2 and result.stop_reason and "AP" in result.stop_reason
+    assert _status(tmp_path)["state"] == "stopped"
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [1, 2]
+
+
+def test_two_process_gloo_ddp_trains_and_saves_one_checkpoint(
+    spec_factory: SpecFactory, tmp_path: Path
+) -> None:
+    spec = spec_factory(total_steps=2, warmup_steps=0, data_config={"val_json_file": ""})
+    result = run_training(spec, tmp_path, gpus=2, log_every=1)
+    assert result.step == 2
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [2]
+    assert load_model(result.checkpoint).step == 2  # type: ignore[arg-type]
+    # Linear scaling: two processes, twice the spec's learning rate; 2 x 2 images a step.
+    records = [r for r in _metrics(tmp_path) if "learning rate" in r]
+    assert [r["learning rate"] for r in records] == pytest.approx([0.008, 0.008])
+    assert read_checkpoint(result.checkpoint)["data_position"] == 2  # type: ignore[arg-type]
+
+
+def test_cli_resolves_spec_paths_and_reports_bad_input(
+    spec_factory: SpecFactory,
+    tmp_path: Path,
+    demo_shards: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    relative = os.path.relpath(demo_shards, tmp_path)
+    spec = spec_factory(
+        total_steps=1,
+        data_config={
+            "training_file_pattern": f"{relative}/train*",
+            "validation_file_pattern": f"{relative}/val*",
+            "val_json_file": "",
+        },
+    )
+    spec_file = tmp_path / "spec.txt"
+    spec_file.write_text(spec_to_text(spec))
+    results = tmp_path / "results"
+    cwd = Path.cwd()
+    assert cli_main(["train", "-e", str(spec_file), "-d", str(results)]) == 0
+    assert Path.cwd() == cwd
+    assert "training finished at step 1/1" in capsys.readouterr().out
+    assert (results / "model.step-1.pth").is_file()
+
+    broken = tmp_path / "broken.txt"
+    broken.write_text(spec_to_text(spec).replace("nlayers: 10", "nlayers: 42"))
+    assert cli_main(["train", "-e", str(broken), "-d", str(results)]) == 2
+    assert "nlayers" in capsys.readouterr().err

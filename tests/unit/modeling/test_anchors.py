@@ -1,0 +1,113 @@
+"""Anchors follow the TF/TAO convention numerically (see maskops.modeling.anchors)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torchvision.models.detection.image_list import ImageList
+
+from maskops.modeling import LevelAnchorGenerator, cell_anchors_for_level
+
+
+def tf_reference_anchors(
+    image_size: tuple[int, int],
+    levels: list[int],
+    num_scales: int,
+    aspect_ratios: list[tuple[float, float]],
+    anchor_scale: float,
+) -> np.ndarray:
+    """TF Mask R-CNN's ``_generate_anchor_boxes`` (tpu/models/official/mask_rcnn/anchors.py),
+    transcribed, with its ``[y1, x1, y2, x2]`` output turned into ``[x1, y1, x2, y2]``."""
+    boxes_all = []
+    for level in levels:
+        boxes_level = []
+        for scale_octave in range(num_scales):
+            for aspect in aspect_ratios:
+                stride = 2**level
+                base_anchor_size = anchor_scale * stride * 2 ** (scale_octave / float(num_scales))
+                anchor_size_x_2 = base_anchor_size * aspect[0] / 2.0
+                anchor_size_y_2 = base_anchor_size * aspect[1] / 2.0
+                x = np.arange(stride / 2, image_size[1], stride)
+                y = np.arange(stride / 2, image_size[0], stride)
+                xv, yv = np.meshgrid(x, y)
+                xv, yv = xv.reshape(-1), yv.reshape(-1)
+                boxes = np.vstack(
+                    (
+                        yv - anchor_size_y_2,
+                        xv - anchor_size_x_2,
+                        yv + anchor_size_y_2,
+                        xv + anchor_size_x_2,
+                    )
+                )
+                boxes_level.append(np.swapaxes(boxes, 0, 1))
+        boxes_all.append(np.stack(boxes_level, axis=1).reshape([-1, 4]))
+    yxyx = np.vstack(boxes_all)
+    return yxyx[:, [1, 0, 3, 2]]
+
+
+def _generate(gen: LevelAnchorGenerator, image_size: tuple[int, int]) -> torch.Tensor:
+    height, width = image_size
+    images = ImageList(torch.zeros(1, 3, height, width), [image_size])
+    features = [torch.zeros(1, 8, height // 2**lvl, width // 2**lvl) for lvl in gen.levels]
+    return gen(images, features)[0]
+
+
+def test_default_level2_anchor_shapes_follow_tf_aspect_convention() -> None:
+    cell = cell_anchors_for_level(
+        level=2, anchor_scale=8.0, num_scales=1, aspect_ratios=[(1.0, 1.0), (1.4, 0.7), (0.7, 1.4)]
+    )
+    widths = cell[:, 2] - cell[:, 0]
+    heights = cell[:, 3] - cell[:, 1]
+    # Base anchor at level 2 = 8 * 2**2 = 32 px; (x, y) scales width by x and height by y.
+    torch.testing.assert_close(widths, torch.tensor([32.0, 44.8, 22.4]))
+    torch.testing.assert_close(heights, torch.tensor([32.0, 22.4, 44.8]))
+    # (1.4, 0.7) is torchvision's aspect ratio h/w = 0.5, with ~the same area (0.98x).
+    assert heights[1] / widths[1] == pytest.approx(0.5)
+    assert (widths[1] * heights[1]) / (32.0 * 32.0) == pytest.approx(0.98)
+    # The cell anchor is centred on the first cell's centre, stride / 2 = 2 px.
+    torch.testing.assert_close((cell[:, 0] + cell[:, 2]) / 2, torch.full((3,), 2.0))
+    torch.testing.assert_close((cell[:, 1] + cell[:, 3]) / 2, torch.full((3,), 2.0))
+
+
+def test_octave_scales_and_anchor_scale() -> None:
+    cell = cell_anchors_for_level(level=3, anchor_scale=4.0, num_scales=3, aspect_ratios=[(1.0, 1.0)])
+    widths = (cell[:, 2] - cell[:, 0]).tolist()
+    base = 4.0 * 2**3
+    assert widths == pytest.approx([base, base * 2 ** (1 / 3), base * 2 ** (2 / 3)])
+
+
+@pytest.mark.parametrize(
+    ("image_size", "levels", "num_scales", "aspect_ratios", "anchor_scale"),
+    [
+        ((128, 128), [2, 3, 4, 5, 6], 1, [(1.0, 1.0), (1.4, 0.7), (0.7, 1.4)], 8.0),
+        ((128, 256), [3, 4, 5, 6, 7], 2, [(1.0, 1.0), (2.0, 0.5)], 4.0),
+    ],
+)
+def test_generator_matches_tf_reference_exactly(
+    image_size: tuple[int, int],
+    levels: list[int],
+    num_scales: int,
+    aspect_ratios: list[tuple[float, float]],
+    anchor_scale: float,
+) -> None:
+    gen = LevelAnchorGenerator(
+        levels=levels, anchor_scale=anchor_scale, num_scales=num_scales, aspect_ratios=aspect_ratios
+    )
+    ours = _generate(gen, image_size)
+    expected = tf_reference_anchors(image_size, levels, num_scales, aspect_ratios, anchor_scale)
+    per_cell = num_scales * len(aspect_ratios)
+    assert gen.num_anchors_per_location() == [per_cell] * len(levels)
+    count = sum(math.ceil(image_size[0] / 2**lvl) * math.ceil(image_size[1] / 2**lvl) for lvl in levels)
+    assert ours.shape == (count * per_cell, 4)
+    # Same boxes in the same order (position-major, octave then aspect within a cell).
+    np.testing.assert_allclose(ours.numpy(), expected, atol=1e-4)
+
+
+def test_invalid_arguments_are_rejected() -> None:
+    with pytest.raises(ValueError, match="num_scales"):
+        LevelAnchorGenerator(levels=[2], anchor_scale=8.0, num_scales=0, aspect_ratios=[(1.0, 1.0)])
+    with pytest.raises(ValueError, match="aspect_ratios"):
+        LevelAnchorGenerator(levels=[2], anchor_scale=8.0, num_scales=1, aspect_ratios=[])

@@ -1,0 +1,154 @@
+"""Forward passes of the built model: training losses, eval outputs, variants."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from maskops.modeling import LOSS_NAMES, SpecMaskRCNN, build_model
+from maskops.modeling.heads import Float32FastRCNNPredictor, Float32RPNHead
+from maskops.spec.models import MaskRCNNConfig
+
+NUM_CLASSES = 4
+
+
+def _train_step(model: SpecMaskRCNN, images: list[torch.Tensor], targets: list[dict]) -> dict:
+    model.train()
+    losses = model(images, targets)
+    assert isinstance(losses, dict)
+    total = sum(losses.values())
+    total.backward()  # type: ignore[union-attr]
+    return losses
+
+
+def _check_detections(
+    out: dict[str, torch.Tensor], size: tuple[int, int], resolution: int, max_dets: int
+) -> None:
+    n = out["boxes"].shape[0]
+    assert 0 < n <= max_dets
+    assert out["boxes"].dtype == torch.float32 and out["boxes"].shape == (n, 4)
+    assert out["scores"].shape == (n,) and out["labels"].dtype == torch.int64
+    assert int(out["labels"].min()) >= 1 and int(out["labels"].max()) < NUM_CLASSES
+    # Boxes stay in the input frame (the model never resizes): clipped to the image.
+    assert float(out["boxes"][:, [0, 2]].max()) <= size[1]
+    assert float(out["boxes"][:, [1, 3]].max()) <= size[0]
+    assert float(out["boxes"].min()) >= 0
+    masks = out["masks"]
+    assert masks.shape == (n, 1, resolution, resolution) and masks.dtype == torch.float32
+    assert float(masks.min()) >= 0 and float(masks.max()) <= 1
+
+
+@pytest.mark.parametrize("sizes", [[(128, 192), (128, 192)], [(100, 150), (128, 96)]])
+def test_train_and_eval_forward_at_several_image_sizes(
+    sizes: list[tuple[int, int]], tiny_config: Callable[..., MaskRCNNConfig], make_targets: Callable
+) -> None:
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 192))
+    images = [torch.rand(3, h, w) for h, w in sizes]
+    targets = [make_targets(size, [[10, 12, 60, 70], [50, 40, 90, 96]], [1, 3]) for size in sizes]
+    losses = _train_step(model, images, targets)
+    assert set(losses) == set(LOSS_NAMES)
+    assert all(torch.isfinite(v) and v.ndim == 0 for v in losses.values())
+    assert model.roi_heads.mask_predictor.mask_fcn_logits.weight.grad is not None
+    assert model.backbone.body.conv1.weight.grad is not None
+
+    model.eval()
+    with torch.no_grad():
+        outputs = model(images)
+    assert len(outputs) == len(images)
+    for out, size in zip(outputs, sizes, strict=True):
+        _check_detections(out, size, resolution=28, max_dets=20)
+
+
+def test_image_without_objects_trains(
+    tiny_config: Callable[..., MaskRCNNConfig], make_targets: Callable
+) -> None:
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128))
+    targets = [make_targets((128, 128), [], []), make_targets((128, 128), [[8, 8, 64, 64]], [2])]
+    losses = _train_step(model, [torch.rand(3, 128, 128) for _ in range(2)], targets)
+    assert all(torch.isfinite(v) for v in losses.values())
+
+
+def test_include_mask_false_is_faster_rcnn(
+    tiny_config: Callable[..., MaskRCNNConfig], make_targets: Callable
+) -> None:
+    model = build_model(
+        tiny_config(include_mask=False), num_classes=NUM_CLASSES, image_size=(128, 128)
+    )
+    assert not model.roi_heads.has_mask()
+    assert not any(k.startswith("roi_heads.mask") for k in model.state_dict())
+    target = make_targets((128, 128), [[10, 10, 70, 90]], [1])
+    del target["masks"]  # not needed without a mask branch
+    losses = _train_step(model, [torch.rand(3, 128, 128)], [target])
+    assert set(losses) == set(LOSS_NAMES) - {"loss_mask"}
+    model.eval()
+    with torch.no_grad():
+        (out,) = model([torch.rand(3, 128, 128)])
+    assert set(out) == {"boxes", "labels", "scores"}
+
+
+def test_mrcnn_resolution_and_detections_per_image_shape_the_output(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    model = build_model(
+        tiny_config(mrcnn_resolution=16, test_detections_per_image=7),
+        num_classes=NUM_CLASSES,
+        image_size=(128, 128),
+    ).eval()
+    with torch.no_grad():
+        (out,) = model([torch.rand(3, 128, 128)])
+    _check_detections(out, (128, 128), resolution=16, max_dets=7)
+    assert out["boxes"].shape[0] == 7  # random weights score every class above 0.05
+
+
+def test_loss_weights_scale_exactly_their_losses(
+    tiny_config: Callable[..., MaskRCNNConfig], make_targets: Callable
+) -> None:
+    weights = {"rpn_box_loss_weight": 2.0, "fast_rcnn_box_loss_weight": 3.0, "mrcnn_weight_loss_mask": 0.5}
+    base = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128))
+    weighted = build_model(tiny_config(**weights), num_classes=NUM_CLASSES, image_size=(128, 128))
+    weighted.load_state_dict(base.state_dict())
+    images = [torch.rand(3, 128, 128)]
+    targets = [make_targets((128, 128), [[10, 12, 60, 70], [50, 40, 120, 96]], [1, 3])]
+    results = []
+    for model in (base, weighted):
+        torch.manual_seed(1)  # the same anchor/proposal sampling in both runs
+        results.append(_train_step(model, images, targets))
+    plain, scaled = results
+    factors = {"loss_rpn_box_reg": 2.0, "loss_box_reg": 3.0, "loss_mask": 0.5}
+    for key in LOSS_NAMES:
+        expected = plain[key] * factors.get(key, 1.0)
+        torch.testing.assert_close(scaled[key], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_channels_last_gives_the_same_detections(tiny_config: Callable[..., MaskRCNNConfig]) -> None:
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128)).eval()
+    images = [torch.rand(3, 128, 128)]
+    with torch.no_grad():
+        (ref,) = model(images)
+        (out,) = model.to_channels_last()(images)
+    assert model.backbone.body.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out["scores"], ref["scores"], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out["boxes"], ref["boxes"], atol=1e-3, rtol=1e-4)
+
+
+def test_heads_return_float32_under_autocast() -> None:
+    rpn_head = Float32RPNHead(16, 3)
+    predictor = Float32FastRCNNPredictor(32, NUM_CLASSES)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, deltas = rpn_head([torch.rand(1, 16, 8, 8)])
+        scores, boxes = predictor(torch.rand(5, 32))
+    assert {t.dtype for t in [*logits, *deltas, scores, boxes]} == {torch.float32}
+
+
+def test_bad_inputs_are_rejected_clearly(tiny_config: Callable[..., MaskRCNNConfig]) -> None:
+    with pytest.raises(ValueError, match="multiple of 2\\*\\*max_level = 64"):
+        build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(100, 128))
+    with pytest.raises(ValueError, match="num_classes"):
+        build_model(tiny_config(), num_classes=1, image_size=(128, 128))
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128)).eval()
+    with pytest.raises(TypeError, match="image 0: expected a float tensor"):
+        model([torch.zeros(3, 128, 128, dtype=torch.uint8)])
+    with pytest.raises(ValueError, match="image 0: expected a \\[3, H, W\\] tensor"):
+        model([torch.rand(1, 3, 128, 128)])
