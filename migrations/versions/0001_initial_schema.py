@@ -102,6 +102,7 @@ def upgrade() -> None:
         sa.Column("progress_step", sa.Integer(), nullable=True),
         sa.Column("progress_total", sa.Integer(), nullable=True),
         sa.Column("progress_started_step", sa.Integer(), nullable=True),
+        sa.Column("progress_started_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("latest_metrics", sa.JSON(), nullable=True),
         sa.Column("result", sa.JSON(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),

@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from maskops_api.db.migrate import upgrade_head
+from maskops_api.db.models import utcnow
+from maskops_api.db.session import make_engine, make_session_factory
+from maskops_api.dispatch import CeleryDispatcher, Dispatcher
+from maskops_api.reconciler import reconcile
 from maskops_api.settings import Settings
 
 DEMO_IMAGES = 48
@@ -93,15 +97,36 @@ def start_worker(settings: Settings, log_file: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def stop_process(process: subprocess.Popen[bytes], *, timeout: float = 20) -> None:
+def stop_worker(process: subprocess.Popen[bytes], *, grace_s: float = 5) -> None:
+    """Celery's warm shutdown (SIGTERM to the main process) for an idle worker; a job still
+    running after ``grace_s`` is killed with its process group and resumes from its last
+    checkpoint on the next start (see :func:`requeue_orphans`)."""
     if process.poll() is not None:
         return
-    os.killpg(process.pid, signal.SIGTERM)
+    process.send_signal(signal.SIGTERM)
     try:
-        process.wait(timeout)
+        process.wait(grace_s)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
+        process.wait(30)
+
+
+def requeue_orphans(settings: Settings, dispatcher: Dispatcher) -> list[int]:
+    """Jobs left running by the previous run of this stack: its only worker is gone, so
+    they are requeued now rather than after the heartbeat timeout."""
+    from datetime import timedelta
+
+    engine = make_engine(settings)
+    try:
+        report = reconcile(
+            make_session_factory(engine),
+            dispatcher,
+            settings,
+            now=utcnow() + timedelta(seconds=settings.heartbeat_timeout_s + 1),
+        )
+    finally:
+        engine.dispose()
+    return report.requeued
 
 
 def start_triton(settings: Settings, log_file: Path, say: Callable[[str], None]) -> Any:
@@ -114,7 +139,7 @@ def start_triton(settings: Settings, log_file: Path, say: Callable[[str], None])
     server = TritonServer(settings.model_repository, log_file=log_file)
     try:
         server.start()
-    except Exception as exc:  # noqa: BLE001 - the stack runs without serving
+    except Exception as exc:
         say(f"triton: could not start ({exc}); /infer is disabled")
         return None
     return server
@@ -132,8 +157,10 @@ def ensure_demo_dataset(settings: Settings) -> Path:
 def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     import uvicorn
 
+    from maskops_api.db.models import TokenScope
     from maskops_api.demo import register_demo_dataset, run_demo
     from maskops_api.main import create_app
+    from maskops_api.services.tokens import create_token
 
     settings = embedded_settings(config)
     logs = config.state_dir.resolve() / "logs"
@@ -142,17 +169,31 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     say(f"database: {settings.database_url}")
     say(f"broker:   {settings.broker_url}")
     ensure_demo_dataset(settings)
+    dispatcher = CeleryDispatcher(settings)
+    requeued = requeue_orphans(settings, dispatcher)
+    if requeued:
+        say(f"resuming jobs interrupted by the last stop: {requeued}")
     worker = start_worker(settings, logs / "worker.log")
     say(f"worker:   pid {worker.pid} (log {logs / 'worker.log'})")
-    triton = start_triton(settings, logs / "triton.log", say)
+    triton = start_triton(settings, logs / "triton.log", say) if config.triton else None
     if triton is not None:
         settings = settings.model_copy(update={"triton_url": triton.http_url})
         say(f"triton:   http://{triton.http_url}")
-    app = create_app(settings, run_reconciler=True)
+    token = None
+    if settings.auth_required:
+        # Listening beyond loopback: the demo (and the user) need a token.
+        engine = make_engine(settings)
+        with make_session_factory(engine)() as session:
+            _, token = create_token(session, name="embedded", scope=TokenScope.admin)
+        engine.dispose()
+        say(f"token:    {token}  (admin; shown once)")
+    app = create_app(settings, dispatcher=dispatcher, run_reconciler=True)
     server = uvicorn.Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
     )
-    base_url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '::') else config.host}:{config.port}"
+    base_url = (
+        f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '::') else config.host}:{config.port}"
+    )
     outcome: dict[str, int] = {}
 
     def after_start() -> None:
@@ -162,20 +203,32 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
             return
         say(f"API:      {base_url}  (Swagger UI: {base_url}/docs)")
         try:
-            dataset_id = register_demo_dataset(base_url, say=say)
+            dataset_id = register_demo_dataset(base_url, token=token, say=say)
             if config.demo:
-                outcome["code"] = run_demo(base_url, dataset_id, say=say)
+                outcome["code"] = run_demo(
+                    base_url, dataset_id, data_root=settings.data_root, token=token, say=say
+                )
                 say("demo finished; the stack keeps running (Ctrl-C to stop)")
-        except Exception as exc:  # noqa: BLE001 - report and keep serving
+        except Exception as exc:
             say(f"demo: failed: {exc}")
             outcome["code"] = 1
 
     threading.Thread(target=after_start, name="maskops-demo", daemon=True).start()
+    # uvicorn shuts down on SIGINT/SIGTERM and then re-raises the signal with the handler it
+    # found; with these recording handlers that re-raise returns here, so the worker and
+    # Triton are stopped below instead of being orphaned.
+    stop_signals: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: stop_signals.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
-        server.run()  # returns on Ctrl-C / SIGTERM (uvicorn handles both)
+        server.run()
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         say("stopping: worker" + (", triton" if triton is not None else ""))
-        stop_process(worker)
+        stop_worker(worker)
         if triton is not None:
             triton.stop()
     return outcome.get("code", 0)

@@ -12,7 +12,7 @@ from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.errors import install_handlers
 from maskops_api.observability import install_metrics
 from maskops_api.reconciler import ReconcilerThread
-from maskops_api.routers import datasets, experiments, health, jobs
+from maskops_api.routers import datasets, experiments, health, infer, jobs, models
 from maskops_api.settings import Settings, get_settings
 
 DESCRIPTION = """\
@@ -60,7 +60,7 @@ def create_app(
     app.state.dispatcher = dispatch
     install_handlers(app)
     install_metrics(app, factory, settings)
-    for module in (health, datasets, experiments, jobs):
+    for module in (health, datasets, experiments, jobs, models, infer):
         app.include_router(module.router)
     return app
 

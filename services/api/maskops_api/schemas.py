@@ -266,6 +266,22 @@ class ModelOut(_Out):
     created_at: datetime
 
 
+class PublishedModelOut(ModelOut):
+    served: bool = Field(description="Triton loaded the new version.")
+    note: str = ""
+
+
+class CocoResult(BaseModel):
+    image_id: int = Field(description="Position of the image in the request (0-based).")
+    category_id: int
+    category_name: str | None = None
+    bbox: list[float] = Field(description="[x, y, width, height] in original pixels.")
+    score: float
+    segmentation: dict[str, Any] | None = Field(
+        default=None, description='COCO RLE {"size": [h, w], "counts": str}.'
+    )
+
+
 class PublishRequest(_Body):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"job_id": 5}]})
 

@@ -27,6 +27,11 @@ class Settings(BaseSettings):
     triton_url: str = ""
     """Triton HTTP endpoint (``host:port``); empty = no Triton (``/readyz`` skips it)."""
     model_repository: Path = Path("./model_repository")
+    triton_net_backend: Literal["python", "onnxruntime", "tensorrt"] = "python"
+    """How published models run their network: ``python`` (onnxruntime inside Triton's
+    python backend, the PyPI server) or the official image's onnxruntime/tensorrt."""
+    max_infer_image_bytes: int = 32 * 1024**2
+    max_infer_images: int = 16
 
     host: str = "127.0.0.1"
     """Where the API listens; auth is required whenever this is not a loopback address."""

@@ -68,7 +68,8 @@ class LoadReport:
     shape_mismatch: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     """``(key, shape in the file, shape in the model)``; these keep their initial values."""
     missing: list[str] = field(default_factory=list)
-    """Model keys the file does not have (they keep their initial values)."""
+    """Model keys the file does not have (they keep their initial values); BatchNorm2d's
+    ``num_batches_tracked`` counters are not listed."""
     unexpected: list[str] = field(default_factory=list)
     """File keys the model does not have."""
 
@@ -82,9 +83,10 @@ class LoadReport:
 
 def _check_safe(value: Any, where: str) -> None:
     """Reject values ``torch.load(weights_only=True)`` would refuse, before writing anything."""
-    if value is None or isinstance(
-        value, Tensor | bool | int | float | str | bytes | torch.dtype | torch.device | torch.Size
-    ):
+    # Exact types: numpy scalars subclass float but do not survive a weights_only load.
+    if value is None or type(value) in (bool, int, float, str, bytes, torch.dtype, torch.device):
+        return
+    if isinstance(value, Tensor | torch.Size):
         return
     if isinstance(value, Mapping):
         for key, item in value.items():
@@ -300,7 +302,10 @@ def load_weights_into(
     to_load: dict[str, Tensor] = {}
     for key, current in target.items():
         if key not in source:
-            report.missing.append(key)
+            # FrozenBatchNorm2d (torchvision's detection checkpoints) has no batch counter;
+            # a BatchNorm2d's counter only matters for momentum=None, which nothing uses.
+            if not key.endswith("num_batches_tracked"):
+                report.missing.append(key)
         elif pattern is not None and pattern.search(key):
             report.skipped_by_regex.append(key)
         elif tuple(source[key].shape) != tuple(current.shape):

@@ -263,6 +263,42 @@ def inference(ctx: JobContext) -> dict[str, Any]:
     }
 
 
+EXPORT_OPTIONS = ("data_type", "max_batch_size", "batches", "batch_size", "gen_ds_config")
+
+
+def export(ctx: JobContext) -> dict[str, Any]:
+    from maskops.export import export_onnx
+
+    options = ctx.job.options
+    unknown = set(options) - {*EXPORT_OPTIONS, "cal_image_dir", "model_path"}
+    if unknown:
+        raise JobInputError(f"unknown export options: {sorted(unknown)}")
+    data_type = str(options.get("data_type", "fp32"))
+    spec = job_spec(ctx, need="")
+    out_dir = ctx.work_dir / "export"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kwargs: dict[str, Any] = {k: options[k] for k in EXPORT_OPTIONS if k in options}
+    if "cal_image_dir" in options:
+        kwargs["cal_image_dir"] = _inside_data_root(ctx, str(options["cal_image_dir"]))
+    if data_type == "int8":
+        kwargs["cal_cache_file"] = out_dir / "cal.bin"
+    result = export_onnx(
+        parent_model(ctx),
+        spec,
+        out_dir / f"model.{data_type}.onnx",
+        log=_logger(ctx),
+        **kwargs,
+    )
+    ctx.report(1, 1, {f"{data_type}/{k}": v for k, v in result.metrics.get(data_type, {}).items()})
+    return {
+        "onnx": _relative(ctx, result.onnx_path),
+        "data_type": result.data_type,
+        "report": _relative(ctx, result.report_path),
+        "mask_ap_drop": result.mask_ap_drop,
+        "engine_note": result.engine_note,
+    }
+
+
 def _inside_data_root(ctx: JobContext, relative: str) -> Path:
     root = ctx.settings.data_root.resolve()
     path = (root / relative).resolve()
@@ -277,4 +313,5 @@ ACTIONS: dict[str, Action] = {
     "evaluate": evaluate,
     "prune": prune,
     "inference": inference,
+    "export": export,
 }

@@ -46,10 +46,11 @@ def make_celery(settings: Settings) -> Celery:
         task_time_limit=settings.task_time_limit_s,
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
-        # A lost message is recovered by the reconciler (the database knows every job), not by
-        # Redis' visibility timeout, so a long training job is never delivered twice by it.
-        broker_transport_options={"visibility_timeout": 30 * 24 * 3600},
     )
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        # A lost message is recovered by the reconciler (the database knows every job), not
+        # by Redis' visibility timeout, so a long training job is never delivered twice by it.
+        app.conf.broker_transport_options = {"visibility_timeout": 30 * 24 * 3600}
     return app
 
 

@@ -138,6 +138,7 @@ def report_progress(
             return False
         if job.progress_started_step is None:
             values["progress_started_step"] = step
+            values["progress_started_at"] = now
         if metrics:
             values["latest_metrics"] = {**(job.latest_metrics or {}), **metrics}
             session.add(JobMetric(job_id=job_id, step=step, values=metrics, created_at=now))

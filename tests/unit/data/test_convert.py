@@ -42,6 +42,15 @@ EXPECTED_WARNINGS = {
 }
 
 
+def _full_mask(ann: dict, height: int, width: int) -> np.ndarray:
+    """A shard annotation's box-cropped mask pasted back into its image."""
+    x, y, w, h = ann["mask_box"]
+    crop = mask_utils.decode({"size": [h, w], "counts": ann["mask"].encode()})
+    full = np.zeros((height, width), dtype=np.uint8)
+    full[y : y + h, x : x + w] = crop
+    return full
+
+
 def _records(out: Path, tag: str) -> dict[int, dict]:
     manifest = Manifest.load(out / f"{tag}_manifest.json")
     return {
@@ -79,8 +88,8 @@ def test_repairs_are_applied_in_the_shards(broken_dataset, tmp_path: Path) -> No
     blob = np.zeros((48, 64), dtype=np.uint8)
     blob[10:20, 30:45] = 1
     for ann_id in (111, 112):  # uncompressed and compressed RLE
-        rle = {"size": [48, 64], "counts": anns[ann_id]["mask"].encode()}
-        assert np.array_equal(mask_utils.decode(rle), blob)
+        assert anns[ann_id]["mask_box"] == [30, 10, 15, 10]
+        assert np.array_equal(_full_mask(anns[ann_id], 48, 64), blob)
     rotated = records[5]
     assert (rotated["width"], rotated["height"]) == (48, 64)
     assert rotated["annotations"][0]["bbox"] == [30.0, 50.0, 10.0, 10.0]
@@ -129,8 +138,8 @@ def test_demo_dataset_converts_with_zero_warnings(demo_dataset, demo_shards: Pat
             for sample in iter_shard(path):
                 for ann in sample.record["annotations"]:
                     original = coco.loadAnns(ann["id"])[0]
-                    rle = {"size": [128, 128], "counts": ann["mask"].encode()}
-                    assert np.array_equal(mask_utils.decode(rle), coco.annToMask(original))
+                    full = _full_mask(ann, 128, 128)
+                    assert np.array_equal(full, coco.annToMask(original))
                     assert ann["bbox"] == original["bbox"]
                     assert ann["category_id"] == original["category_id"]
 
@@ -302,3 +311,16 @@ def test_conversion_streams_images(demo_dataset, tmp_path: Path) -> None:
     written = sum(p.stat().st_size for p in result.shards)
     growth = max(in_use[total // 2 :]) - in_use[total // 5]
     assert growth < written / 10, (growth, written)
+
+
+def test_a_shard_whose_images_are_all_missing_is_written_empty(demo_dataset, tmp_path) -> None:
+    document = json.loads(demo_dataset.train_json.read_text())
+    images = document["images"]
+    extra = [{**im, "id": im["id"] + 100, "file_name": "gone/" + im["file_name"]} for im in images]
+    document["images"] = images[:16] + extra[:16] + images[16:] + extra[16:]  # 48 -> 3 shards
+    (tmp_path / "holes.json").write_text(json.dumps(document))
+    result = convert_dataset(demo_dataset.train_images, tmp_path / "holes.json", tmp_path / "o")
+    manifest = Manifest.load(result.manifest_path)
+    assert [s.num_samples for s in manifest.shards] == [16, 0, 8]
+    assert result.num_skipped_images == 24 and result.warning_counts == {"missing_file": 24}
+    assert [sum(1 for _ in iter_shard(p)) for p in manifest.shard_paths()] == [16, 0, 8]

@@ -8,8 +8,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from maskops.data.convert import convert_dataset
 from maskops.data.labels import LabelMap
 from maskops.data.pipeline import (
@@ -17,11 +19,15 @@ from maskops.data.pipeline import (
     EvalStream,
     ShardDataset,
     TrainStream,
+    _masks,
     build_eval_loader,
     build_train_loader,
     epoch_order,
 )
+from maskops.data.transforms import resized_hw
+from maskops.data.validate import _cropped_mask
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
 SIZE = (128, 192)
@@ -248,3 +254,30 @@ def test_iterating_a_loader_leaves_the_global_torch_rng_alone(demo_shards: Path)
     for loader in (build_train_loader(_spec(demo_shards)), build_eval_loader(_spec(demo_shards))):
         next(iter(loader))
     assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize(("orig", "size"), [((48, 64), (128, 192)), ((480, 640), (128, 128))])
+def test_cropped_masks_resize_like_torch_nearest_exact(
+    flip: bool, orig: tuple[int, int], size: tuple[int, int]
+) -> None:
+    """Box-cropped decoding + index sampling == full-image flip + F.interpolate."""
+    generator = torch.Generator().manual_seed(0)
+    height, width = orig
+    full = torch.zeros((4, height, width), dtype=torch.uint8)
+    for n in range(4):
+        y0, x0 = (int(v) for v in torch.randint(0, height // 2, (2,), generator=generator))
+        noise = torch.rand((height // 3, width // 3), generator=generator) > 0.4
+        full[n, y0 : y0 + height // 3, x0 : x0 + width // 3] = noise.to(torch.uint8)
+    anns = []
+    for mask in full:
+        rle = mask_utils.encode(np.asfortranarray(mask.numpy()))
+        anns.append(_cropped_mask(rle))
+    ours = _masks(anns, height, width, size, flip=flip)
+    new_h, new_w = resized_hw(height, width, size)
+    source = full.flip(-1) if flip else full
+    expected = torch.zeros_like(ours)
+    expected[:, :new_h, :new_w] = F.interpolate(
+        source[None], size=(new_h, new_w), mode="nearest-exact"
+    )[0]
+    assert torch.equal(ours, expected)

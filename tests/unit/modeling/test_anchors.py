@@ -7,9 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from torchvision.models.detection.image_list import ImageList
-
 from maskops.modeling import LevelAnchorGenerator, cell_anchors_for_level
+from torchvision.models.detection.image_list import ImageList
 
 
 def tf_reference_anchors(
@@ -73,7 +72,9 @@ def test_default_level2_anchor_shapes_follow_tf_aspect_convention() -> None:
 
 
 def test_octave_scales_and_anchor_scale() -> None:
-    cell = cell_anchors_for_level(level=3, anchor_scale=4.0, num_scales=3, aspect_ratios=[(1.0, 1.0)])
+    cell = cell_anchors_for_level(
+        level=3, anchor_scale=4.0, num_scales=3, aspect_ratios=[(1.0, 1.0)]
+    )
     widths = (cell[:, 2] - cell[:, 0]).tolist()
     base = 4.0 * 2**3
     assert widths == pytest.approx([base, base * 2 ** (1 / 3), base * 2 ** (2 / 3)])
@@ -100,7 +101,9 @@ def test_generator_matches_tf_reference_exactly(
     expected = tf_reference_anchors(image_size, levels, num_scales, aspect_ratios, anchor_scale)
     per_cell = num_scales * len(aspect_ratios)
     assert gen.num_anchors_per_location() == [per_cell] * len(levels)
-    count = sum(math.ceil(image_size[0] / 2**lvl) * math.ceil(image_size[1] / 2**lvl) for lvl in levels)
+    count = sum(
+        math.ceil(image_size[0] / 2**lvl) * math.ceil(image_size[1] / 2**lvl) for lvl in levels
+    )
     assert ours.shape == (count * per_cell, 4)
     # Same boxes in the same order (position-major, octave then aspect within a cell).
     np.testing.assert_allclose(ours.numpy(), expected, atol=1e-4)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from maskops.modeling import build_resnet_fpn_backbone
 from torch import nn
+from torchvision.models.detection.backbone_utils import BackboneWithFPN
 from torchvision.models.resnet import BasicBlock, Bottleneck
 from torchvision.ops.misc import FrozenBatchNorm2d
 
-from maskops.modeling import build_resnet_fpn_backbone
 
-
-def _backbone(**overrides: object) -> nn.Module:
+def _backbone(**overrides: object) -> BackboneWithFPN:
     kwargs: dict[str, object] = {
         "nlayers": 10,
         "min_level": 2,
@@ -21,6 +21,12 @@ def _backbone(**overrides: object) -> nn.Module:
     }
     kwargs.update(overrides)
     return build_resnet_fpn_backbone(**kwargs)  # type: ignore[arg-type]
+
+
+def _body(**overrides: object) -> nn.Module:
+    body = _backbone(**overrides).body
+    assert isinstance(body, nn.Module)
+    return body
 
 
 @pytest.mark.parametrize(
@@ -55,7 +61,7 @@ def test_fpn_levels_and_strides(min_level: int, max_level: int, expected: list[s
     ],
 )
 def test_resnet_depths(nlayers: int, block: type, layout: list[int]) -> None:
-    body = _backbone(nlayers=nlayers).body
+    body = _body(nlayers=nlayers)
     stages = [getattr(body, f"layer{i}") for i in range(1, 5)]
     assert [len(stage) for stage in stages] == layout
     assert all(isinstance(b, block) for stage in stages for b in stage)
@@ -73,8 +79,8 @@ def test_unknown_depth_and_levels_are_rejected() -> None:
 
 
 def test_freeze_bn_uses_frozen_batch_norm_everywhere_in_the_resnet() -> None:
-    frozen = _backbone(freeze_bn=True).body
-    trainable = _backbone(freeze_bn=False).body
+    frozen = _body(freeze_bn=True)
+    trainable = _body(freeze_bn=False)
     # ResNet-10: the stem, two per BasicBlock (8) and three downsample shortcuts.
     assert not any(isinstance(m, nn.BatchNorm2d) for m in frozen.modules())
     assert sum(isinstance(m, FrozenBatchNorm2d) for m in frozen.modules()) == 12
@@ -94,7 +100,7 @@ def test_freeze_bn_uses_frozen_batch_norm_everywhere_in_the_resnet() -> None:
 def test_freeze_blocks_follow_tao_numbering(
     blocks: list[int], frozen_prefixes: tuple[str, ...]
 ) -> None:
-    body = _backbone(freeze_blocks=blocks).body
+    body = _body(freeze_blocks=blocks)
     for name, param in body.named_parameters():
         assert param.requires_grad == (not name.startswith(frozen_prefixes)), name
     for name, module in body.named_modules():
@@ -113,7 +119,7 @@ def test_frozen_blocks_are_bit_identical_after_training_steps(freeze_bn: bool) -
     for _ in range(2):
         optimizer.zero_grad()
         loss = sum(f.square().mean() for f in backbone(torch.rand(2, 3, 64, 64)).values())
-        loss.backward()  # type: ignore[union-attr]
+        loss.backward()
         optimizer.step()
     after = backbone.state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}

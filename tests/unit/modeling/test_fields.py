@@ -12,11 +12,9 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
-from torchvision.ops.misc import FrozenBatchNorm2d
-
 from maskops.modeling import SpecMaskRCNN, build_model
 from maskops.spec.models import MaskRCNNConfig
+from torchvision.ops.misc import FrozenBatchNorm2d
 
 Probe = Callable[[SpecMaskRCNN], Any]
 
@@ -32,11 +30,11 @@ def _nms(m: SpecMaskRCNN, training: bool) -> float:
 
 
 def _mask_resolution(m: SpecMaskRCNN) -> tuple[int, int]:
-    pool_size = m.roi_heads.mask_roi_pool.output_size  # type: ignore[union-attr]
+    pool_size = m.roi_heads.mask_roi_pool.output_size
     with torch.no_grad():
         feats = torch.zeros(1, 256, *pool_size)
-        logits = m.roi_heads.mask_predictor(m.roi_heads.mask_head(feats))  # type: ignore[misc]
-    return tuple(logits.shape[-2:])  # type: ignore[return-value]
+        logits = m.roi_heads.mask_predictor(m.roi_heads.mask_head(feats))
+    return tuple(logits.shape[-2:])
 
 
 FIELD_TABLE: list[tuple[str, Any, Probe]] = [
@@ -170,4 +168,3 @@ def test_table_covers_every_config_field() -> None:
     covered = {row[0] for row in FIELD_TABLE} | set(REJECTED)
     assert covered == set(MaskRCNNConfig.model_fields)
     assert set(EXPECTED) == {row[0] for row in FIELD_TABLE}
-

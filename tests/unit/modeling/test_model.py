@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 import pytest
 import torch
-
 from maskops.modeling import LOSS_NAMES, SpecMaskRCNN, build_model
 from maskops.modeling.heads import Float32FastRCNNPredictor, Float32RPNHead
 from maskops.spec.models import MaskRCNNConfig
@@ -18,8 +17,7 @@ def _train_step(model: SpecMaskRCNN, images: list[torch.Tensor], targets: list[d
     model.train()
     losses = model(images, targets)
     assert isinstance(losses, dict)
-    total = sum(losses.values())
-    total.backward()  # type: ignore[union-attr]
+    torch.stack(list(losses.values())).sum().backward()
     return losses
 
 
@@ -105,7 +103,11 @@ def test_mrcnn_resolution_and_detections_per_image_shape_the_output(
 def test_loss_weights_scale_exactly_their_losses(
     tiny_config: Callable[..., MaskRCNNConfig], make_targets: Callable
 ) -> None:
-    weights = {"rpn_box_loss_weight": 2.0, "fast_rcnn_box_loss_weight": 3.0, "mrcnn_weight_loss_mask": 0.5}
+    weights = {
+        "rpn_box_loss_weight": 2.0,
+        "fast_rcnn_box_loss_weight": 3.0,
+        "mrcnn_weight_loss_mask": 0.5,
+    }
     base = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128))
     weighted = build_model(tiny_config(**weights), num_classes=NUM_CLASSES, image_size=(128, 128))
     weighted.load_state_dict(base.state_dict())
@@ -122,7 +124,9 @@ def test_loss_weights_scale_exactly_their_losses(
         torch.testing.assert_close(scaled[key], expected, rtol=1e-5, atol=1e-7)
 
 
-def test_channels_last_gives_the_same_detections(tiny_config: Callable[..., MaskRCNNConfig]) -> None:
+def test_channels_last_gives_the_same_detections(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
     model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128)).eval()
     images = [torch.rand(3, 128, 128)]
     with torch.no_grad():
@@ -152,3 +156,53 @@ def test_bad_inputs_are_rejected_clearly(tiny_config: Callable[..., MaskRCNNConf
         model([torch.zeros(3, 128, 128, dtype=torch.uint8)])
     with pytest.raises(ValueError, match="image 0: expected a \\[3, H, W\\] tensor"):
         model([torch.rand(1, 3, 128, 128)])
+
+
+def test_rpn_filtering_uses_the_mode_thresholds_min_size_and_per_level_top_n(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    model = build_model(
+        tiny_config(
+            train_rpn_nms_threshold=0.7,
+            test_rpn_nms_thresh=0.5,
+            rpn_min_size=4.0,
+            train_rpn_pre_nms_topn=2,
+            test_rpn_pre_nms_topn=2,
+        ),
+        num_classes=NUM_CLASSES,
+        image_size=(128, 128),
+    )
+    # Level 0: two boxes with IoU 0.6, one 3-px box, one low-scoring box that only a
+    # pre-NMS top-n above 2 would keep. Level 1: one box.
+    level0 = [[0, 0, 40, 40], [0, 10, 40, 50], [60, 60, 63, 63], [90, 90, 120, 120]]
+    level1 = [[70, 0, 110, 40]]
+    proposals = torch.tensor([level0 + level1], dtype=torch.float32)
+    objectness = torch.tensor([[3.0, 2.0, 4.0, -5.0, 1.0]])
+
+    def kept(training: bool) -> list[list[float]]:
+        model.rpn.train(training)
+        boxes, _ = model.rpn.filter_proposals(proposals, objectness, [(128, 128)], [4, 1])
+        return sorted(boxes[0].tolist())
+
+    # Top-2 per level keeps the 3-px box and the first box on level 0 (not the IoU-0.6
+    # partner or the low scorer); the 3-px box then falls under rpn_min_size.
+    assert kept(training=True) == [[0, 0, 40, 40], [70, 0, 110, 40]]
+    model.rpn._pre_nms_top_n = {"training": 4, "testing": 4}
+    # Training NMS at 0.7 keeps both overlapping boxes; testing NMS at 0.5 drops one.
+    assert [0, 10, 40, 50] in kept(training=True)
+    assert [0, 10, 40, 50] not in kept(training=False)
+    assert [90, 90, 120, 120] in kept(training=False)
+
+
+def test_validation_losses_change_nothing(
+    tiny_config: Callable[..., MaskRCNNConfig], make_targets: Callable
+) -> None:
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128)).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    targets = [make_targets((128, 128), [[10, 12, 60, 70]], [2])]
+    losses = model.validation_losses([torch.rand(3, 128, 128)], targets)
+    assert set(losses) == set(LOSS_NAMES)
+    assert all(torch.isfinite(v) and not v.requires_grad for v in losses.values())
+    assert not model.training and not any(m.training for m in model.modules())
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # BN statistics included

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torchvision.ops import roi_align
-
 from maskops.modeling.roi_heads import RangeMatcher, mask_loss, project_masks_via_gt_crops
+from torchvision.ops import roi_align
 
 FG, BG, IGNORE = None, RangeMatcher.BELOW_LOW_THRESHOLD, RangeMatcher.BETWEEN_THRESHOLDS
 
@@ -49,7 +48,9 @@ def _square_masks() -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_targets_match_direct_projection_for_a_fine_crop() -> None:
     masks, gt_boxes = _square_masks()
-    proposals = torch.tensor([[16.0, 8.0, 48.0, 40.0], [40.0, 50.0, 90.0, 90.0], [50.0, 60, 80, 85]])
+    proposals = torch.tensor(
+        [[16.0, 8.0, 48.0, 40.0], [40.0, 50.0, 90.0, 90.0], [50.0, 60, 80, 85]]
+    )
     matched = torch.tensor([0, 1, 1])
     ours = project_masks_via_gt_crops(
         masks, gt_boxes, proposals, matched, gt_mask_size=256, resolution=28
@@ -96,8 +97,12 @@ def test_gt_mask_size_controls_target_detail() -> None:
 def test_no_positive_proposals_gives_empty_targets_and_zero_loss() -> None:
     masks, gt_boxes = _square_masks()
     empty = project_masks_via_gt_crops(
-        masks, gt_boxes, torch.zeros((0, 4)), torch.zeros((0,), dtype=torch.int64),
-        gt_mask_size=56, resolution=28,
+        masks,
+        gt_boxes,
+        torch.zeros((0, 4)),
+        torch.zeros((0,), dtype=torch.int64),
+        gt_mask_size=56,
+        resolution=28,
     )
     assert empty.shape == (0, 28, 28)
     logits = torch.zeros((0, 3, 28, 28), requires_grad=True)
@@ -112,5 +117,7 @@ def test_mask_loss_uses_the_logits_of_each_rois_class() -> None:
     logits[0, 2] = 20.0  # RoI 0 (class 2) is confidently right
     logits[1, 1] = 20.0  # RoI 1 (class 2) has class 1 right, which must not count
     loss = mask_loss(logits, targets, torch.tensor([2, 2]))
-    expected = (torch.nn.functional.softplus(torch.tensor(-20.0)) + torch.log(torch.tensor(2.0))) / 2
+    expected = (
+        torch.nn.functional.softplus(torch.tensor(-20.0)) + torch.log(torch.tensor(2.0))
+    ) / 2
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)

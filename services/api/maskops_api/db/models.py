@@ -142,6 +142,9 @@ class Job(Base):
     progress_step: Mapped[int | None] = mapped_column(default=None)
     progress_total: Mapped[int | None] = mapped_column(default=None)
     progress_started_step: Mapped[int | None] = mapped_column(default=None)
+    progress_started_at: Mapped[datetime | None] = mapped_column(default=None)
+    """Step and time of the attempt's first progress report (the ETA's baseline, which
+    leaves out model building and data loading)."""
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     result: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)

@@ -197,16 +197,16 @@ def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
     step, total = job.progress_step, job.progress_total
     fraction = step / total if step is not None and total else None
     eta = None
-    started = job.started_at
+    baseline = job.progress_started_at
     if (
         job.status == JobStatus.running
         and step is not None
         and total
-        and started is not None
+        and baseline is not None
         and job.progress_started_step is not None
         and step > job.progress_started_step
     ):
-        rate = (now - started).total_seconds() / (step - job.progress_started_step)
+        rate = (now - baseline).total_seconds() / (step - job.progress_started_step)
         eta = max(0.0, rate * (total - step))
     return JobOut(
         id=job.id,
@@ -226,6 +226,6 @@ def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
         worker_id=job.worker_id,
         heartbeat_at=job.heartbeat_at,
         created_at=job.created_at,
-        started_at=started,
+        started_at=job.started_at,
         finished_at=job.finished_at,
     )

@@ -37,6 +37,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--include_mask",
+        "--include_masks",  # TAO's documentation spells it both ways
+        dest="include_mask",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="convert segmentation masks (default); --no-include_mask for boxes only",

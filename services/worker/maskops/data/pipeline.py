@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from pycocotools import mask as mask_utils
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
@@ -189,20 +188,38 @@ def _masks(
     *,
     flip: bool,
 ) -> torch.Tensor:
-    """Instance masks resized (nearest, pixel centres aligned) and padded: uint8 [N, H, W]."""
+    """Instance masks resized and padded like the image: uint8 ``[N, *image_size]``.
+
+    Resizing is nearest-neighbour with pixel centres aligned (``nearest-exact``) and only
+    touches each mask's own box: the shards store masks cropped to their box.
+    """
     out = torch.zeros((len(anns), *image_size), dtype=torch.uint8)
     if not anns:
         return out
-    rles = [{"size": [height, width], "counts": a["mask"].encode("ascii")} for a in anns]
-    # decode gives [h, w, N] in Fortran order: its transpose is a free [N, w, h] C view.
-    decoded = torch.from_numpy(mask_utils.decode(rles).transpose(2, 1, 0)).transpose(1, 2)
-    if flip:
-        decoded = decoded.flip(-1)
     new_h, new_w = resized_hw(height, width, image_size)
-    if (new_h, new_w) != (height, width):
-        decoded = F.interpolate(decoded[None], size=(new_h, new_w), mode="nearest-exact")[0]
-    out[:, :new_h, :new_w] = decoded
+    rows = _nearest_sources(height, new_h)
+    cols = _nearest_sources(width, new_w)
+    for n, ann in enumerate(anns):
+        x, y, w, h = ann["mask_box"]
+        rle = {"size": [h, w], "counts": ann["mask"].encode("ascii")}
+        crop = torch.from_numpy(mask_utils.decode(rle))
+        r0, r1 = np.searchsorted(rows, [y, y + h])
+        if flip:  # output column j shows source column width - 1 - cols[j]
+            c0, c1 = np.searchsorted(cols, [width - x - w, width - x])
+            src_cols = (width - 1 - x) - cols[c0:c1]
+        else:
+            c0, c1 = np.searchsorted(cols, [x, x + w])
+            src_cols = cols[c0:c1] - x
+        src_rows = torch.from_numpy(rows[r0:r1] - y)
+        out[n, r0:r1, c0:c1] = crop.index_select(0, src_rows)[:, torch.from_numpy(src_cols)]
     return out
+
+
+def _nearest_sources(size: int, new_size: int) -> np.ndarray:
+    """For each output index, the source index ``nearest-exact`` resizing samples (int64,
+    non-decreasing): ``floor((i + 0.5) * size / new_size)``, clamped to ``size - 1``."""
+    centres = (np.arange(new_size, dtype=np.float64) + 0.5) * (size / new_size)
+    return np.minimum(np.floor(centres).astype(np.int64), size - 1)
 
 
 def epoch_order(

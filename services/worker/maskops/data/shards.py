@@ -2,14 +2,16 @@
 
 A shard is a plain POSIX tar file (WebDataset layout) named ``<tag>-NNNNN-of-MMMMM.tar``.
 Each sample is two members with the same key: ``<key>.json``, a compact record (image id,
-file name, size, annotations with clipped boxes, category ids, contiguous labels and masks
-as COCO compressed-RLE strings at the image's resolution), and ``<key>.jpg``/``<key>.png``,
-the encoded image bytes, untouched from the source when the source was already usable.
+file name, size, annotations with clipped xywh boxes, category ids, contiguous labels,
+crowd flags, and each mask as the COCO compressed-RLE string of the mask cropped to its
+own bounding box ``mask_box``), and ``<key>.jpg``/``<key>.png``, the encoded image bytes,
+untouched from the source when the source was already usable.
 
 Why this format: reading a sample is one seek and two reads of bytes that are already in
 their final encoding; there is no per-sample JSON index of the whole dataset, no polygon
 rasterisation (RLE decodes an order of magnitude faster) and no image re-encoding. Tar
-needs no new dependency, streams on write (peak memory is one sample), can be inspected
+needs no new dependency, box-cropped masks decode and resize in time proportional to the
+object rather than the image, streams on write (peak memory is one sample), can be inspected
 with ``tar tf``, and its member headers give the byte offsets that random access needs
 (:func:`index_shard` scans only the 512-byte headers). Keys are the sample's position in
 the conversion (zero-padded), so a shard's members sort in sample order.

@@ -48,7 +48,9 @@ def resize_and_pad(image: torch.Tensor, image_size: tuple[int, int]) -> tuple[to
         img = F.interpolate(
             img[None], size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True
         )[0]
-    img = img.float().div_(255.0) if img.dtype == torch.uint8 else img.float()
-    out = img.new_zeros((3, image_size[0], image_size[1]))
-    out[:, :new_h, :new_w] = img
+    out = torch.zeros((3, *image_size), dtype=torch.float32, device=image.device)
+    region = out[:, :new_h, :new_w]
+    region.copy_(img)  # converts uint8 on the fly: no intermediate float image
+    if img.dtype == torch.uint8:
+        region.div_(255.0)
     return out, scale

@@ -267,7 +267,7 @@ def _annotation(
     }
     if rle is not None:
         record["area"] = float(mask_utils.area(rle))
-        record["mask"] = rle["counts"].decode("ascii")
+        record.update(_cropped_mask(rle))
     else:
         record["area"] = (box[2] - box[0]) * (box[3] - box[1])
     return record
@@ -306,6 +306,18 @@ def _mask(
         outcome.note("empty_mask", ann.id)
         return None
     return rle
+
+
+def _cropped_mask(rle: dict[str, Any]) -> dict[str, Any]:
+    """The mask as compressed RLE of its own bounding box: ``mask_box`` ``[x, y, w, h]``
+    (integer pixels) and ``mask`` (the crop's counts string).
+
+    Reading then decodes and resizes only the box, not a full-image mask per instance.
+    """
+    x, y, w, h = (int(v) for v in mask_utils.toBbox(rle))
+    crop = np.asfortranarray(mask_utils.decode(rle)[y : y + h, x : x + w])
+    counts: bytes = mask_utils.encode(crop)["counts"]
+    return {"mask_box": [x, y, w, h], "mask": counts.decode("ascii")}
 
 
 def _valid_polygon(polygon: Sequence[float]) -> bool:

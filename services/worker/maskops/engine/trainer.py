@@ -13,7 +13,6 @@ named by it; the step being computed is ``iter + 1`` in messages (1-based, as us
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +132,6 @@ class Trainer:
     exception: BaseException | None = field(init=False, default=None)
     last_checkpoint: Path | None = field(init=False, default=None)
     """Set by the checkpoint hook (or by the caller on resume)."""
-    train_start_time: float = field(init=False, default=0.0)
     _hooks: list[HookBase] = field(init=False, default_factory=list)
     _pending: list[tuple[int, dict[str, float]]] = field(init=False, default_factory=list)
 
@@ -175,7 +173,6 @@ class Trainer:
         return pending
 
     def train(self) -> None:
-        self.train_start_time = time.perf_counter()
         self.model.train()
         for hook in self._hooks:
             hook.before_train()
@@ -227,7 +224,7 @@ class Trainer:
                 total = torch.stack(list(losses.values())).sum()
                 if not bool(torch.isfinite(total)):
                     raise NonFiniteLossError(
-                        self.iter + 1, {k: float(v) for k, v in losses.items()}
+                        self.iter + 1, {k: float(v.detach()) for k, v in losses.items()}
                     )
                 scaled = total / accumulate
                 if self.scaler is not None:

@@ -8,7 +8,6 @@ that has batches of (targets, outputs): ``reset()``, ``process()`` per batch, th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,7 @@ from maskops.evaluation.coco import (
 )
 from maskops.evaluation.errors import GroundTruthError
 from maskops.evaluation.postprocess import detections_to_coco
-
-_POSTPROCESS_THREADS = 2
-"""Mask resizing (torch) and RLE compression (C) release the GIL, so two threads pay."""
+from maskops.evaluation.threads import map_single_threaded
 
 
 class COCOEvaluator:
@@ -113,12 +110,7 @@ class COCOEvaluator:
                 include_mask=include_mask,
             )
 
-        pairs = list(zip(inputs, outputs, strict=True))
-        if len(pairs) > 1:
-            with ThreadPoolExecutor(_POSTPROCESS_THREADS) as pool:
-                converted = list(pool.map(convert, pairs))
-        else:
-            converted = [convert(p) for p in pairs]
+        converted = map_single_threaded(convert, zip(inputs, outputs, strict=True))
         for target, results in zip(inputs, converted, strict=True):
             self.image_ids.append(int(target["image_id"]))
             self.results.extend(results)

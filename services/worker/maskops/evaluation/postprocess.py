@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from maskops.data.labels import LabelMap
+from maskops.evaluation.threads import run_single_threaded
 
 RLE = dict[str, Any]
 """A compressed COCO RLE: ``{"size": [h, w], "counts": str}``."""
@@ -150,12 +151,22 @@ def paste_masks_rle(
             f"expected mask_probs [N, M, M] for {box_t.shape[0]} boxes, "
             f"got {tuple(torch.as_tensor(mask_probs).shape)}"
         )
-    height, width = int(image_hw[0]), int(image_hw[1])
     if box_t.shape[0] == 0:
         return []
+    # Many small torch ops: run them where torch uses one intra-op thread (see threads).
+    return run_single_threaded(
+        _paste_and_encode, box_t, probs, (int(image_hw[0]), int(image_hw[1])), threshold
+    )
+
+
+def _paste_and_encode(
+    boxes: torch.Tensor, probs: torch.Tensor, image_hw: tuple[int, int], threshold: float
+) -> list[RLE]:
+    """:func:`paste_masks_rle` on float32 ``[N, 4]`` boxes and ``[N, M, M]`` maps."""
+    height, width = image_hw
     size = probs.shape[-1]
     padded = F.pad(probs, (_PADDING,) * 4)
-    int_boxes = expand_boxes(box_t, (size + 2 * _PADDING) / size).to(torch.int64).tolist()
+    int_boxes = expand_boxes(boxes, (size + 2 * _PADDING) / size).to(torch.int64).tolist()
     all_counts: list[np.ndarray] = []
     for index, (bx0, by0, bx1, by1) in enumerate(int_boxes):
         x0, x1 = max(bx0, 0), min(bx1 + 1, width)
@@ -166,9 +177,9 @@ def paste_masks_rle(
         box_h, box_w = max(by1 - by0 + 1, 1), max(bx1 - bx0 + 1, 1)
         resized = F.interpolate(
             padded[index][None, None], size=(box_h, box_w), mode="bilinear", align_corners=False
-        )[0, 0]
+        )[0, 0].numpy()
         crop = resized[y0 - by0 : y1 - by0, x0 - bx0 : x1 - bx0] > threshold
-        all_counts.append(crop_to_counts(crop.numpy(), y0, x0, (height, width)))
+        all_counts.append(crop_to_counts(crop, y0, x0, (height, width)))
     return compress_counts(all_counts, (height, width))
 
 

@@ -116,6 +116,30 @@ class SpecMaskRCNN(MaskRCNN):
         assert isinstance(out, dict)
         return {key: loss * self.loss_weights.get(key, 1.0) for key, loss in out.items()}
 
+    @torch.no_grad()
+    def validation_losses(
+        self, images: list[Tensor], targets: list[dict[str, Tensor]]
+    ) -> dict[str, Tensor]:
+        """The weighted training losses on held-out data, changing nothing in the model.
+
+        Losses exist only in training mode, where BatchNorm2d would update its running
+        statistics from validation data; here batch norm runs in eval mode and every
+        module's mode is restored afterwards. Anchor/proposal sampling draws from the
+        global torch RNG, as in training.
+        """
+        modes = {module: module.training for module in self.modules()}
+        try:
+            self.train()
+            for module in self.modules():
+                if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                    module.eval()
+            losses = self(images, targets)
+        finally:
+            for module, mode in modes.items():
+                module.training = mode
+        assert isinstance(losses, dict)
+        return losses
+
     def to_channels_last(self) -> SpecMaskRCNN:
         """Convert weights and batched inputs to channels_last (faster convs on CPU/AMP)."""
         self.to(memory_format=torch.channels_last)

@@ -1,0 +1,215 @@
+"""The demo workflow over HTTP, as a user would drive it: register the demo dataset,
+convert, train a short run, evaluate, prune, export, publish, infer; printing each step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEMO_SPEC = """\
+# maskops demo: resnet18 at 256 px, a short CPU-sized run.
+seed: 123
+init_learning_rate: 0.01
+warmup_steps: 5
+warmup_learning_rate: 0.001
+learning_rate_steps: "[40]"
+learning_rate_decay_levels: "[0.1]"
+total_steps: {steps}
+train_batch_size: 2
+eval_batch_size: 4
+num_steps_per_eval: {steps}
+data_config {{
+  image_size: "(256, 256)"
+  augment_input_data: True
+  eval_samples: 8
+  num_classes: 4
+  n_workers: 1
+  max_num_instances: 20
+}}
+maskrcnn_config {{
+  arch: "resnet"
+  nlayers: 18
+  gt_mask_size: 56
+  train_rpn_pre_nms_topn: 500
+  train_rpn_post_nms_topn: 250
+  test_rpn_pre_nms_topn: 500
+  test_rpn_post_nms_topn: 250
+  batch_size_per_im: 128
+  test_detections_per_image: 30
+}}
+"""
+
+Say = Callable[[str], None]
+
+
+class DemoError(Exception):
+    pass
+
+
+def _check(response: httpx.Response, what: str) -> dict[str, Any]:
+    if response.status_code >= 400:
+        raise DemoError(f"{what}: HTTP {response.status_code}: {response.text[:300]}")
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def register_demo_dataset(base_url: str, *, token: str | None = None, say: Say = print) -> int:
+    """Register ``demo/`` under the data root (idempotent: the same dataset every start)."""
+    with _client(base_url, token) as client:
+        body = {
+            "name": "demo-shapes",
+            "train": {
+                "image_dir": "demo/images/train",
+                "annotation_file": "demo/annotations/train.json",
+            },
+            "val": {"image_dir": "demo/images/val", "annotation_file": "demo/annotations/val.json"},
+            "num_shards": 2,
+        }
+        dataset = _check(
+            client.post("/datasets", json=body, headers={"Idempotency-Key": "embedded-demo"}),
+            "register demo dataset",
+        )
+    say(
+        f"dataset {dataset['id']} 'demo-shapes' registered"
+        f" (convert job {dataset['convert_job_id']})"
+    )
+    return int(dataset["id"])
+
+
+def _client(base_url: str, token: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=base_url, headers=headers, timeout=30)
+
+
+def wait_job(
+    client: httpx.Client, job_id: int, say: Say, *, timeout: float = 3600
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        job = _check(client.get(f"/jobs/{job_id}"), f"job {job_id}")
+        progress = job["progress"]
+        line = f"  {job['action']} job {job_id}: {job['status']}"
+        if progress["step"] is not None and progress["total"]:
+            line += f" step {progress['step']}/{progress['total']}"
+        loss = (job["latest_metrics"] or {}).get("Total loss")
+        if loss is not None:
+            line += f" loss {loss:.3f}"
+        if line != last:
+            # ETA is printed with a change of step, not on every poll.
+            eta = progress["eta_seconds"]
+            say(line + (f" ETA {eta:.0f}s" if eta is not None else ""))
+            last = line
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            return job
+        time.sleep(1.0)
+    raise DemoError(f"job {job_id} did not finish within {timeout:.0f}s")
+
+
+def _job(client: httpx.Client, say: Say, body: dict[str, Any]) -> dict[str, Any]:
+    submitted = _check(client.post("/jobs", json=body), f"submit {body['action']}")
+    job = wait_job(client, submitted["id"], say)
+    if job["status"] != "succeeded":
+        raise DemoError(f"{body['action']} job {job['id']} {job['status']}: {job['error']}")
+    return job
+
+
+def run_demo(
+    base_url: str,
+    dataset_id: int,
+    *,
+    data_root: Path,
+    token: str | None = None,
+    steps: int = 20,
+    say: Say = print,
+) -> int:
+    """Walk the workflow; returns 0 when every available step succeeded."""
+    with _client(base_url, token) as client:
+        dataset = _check(client.get(f"/datasets/{dataset_id}"), "dataset")
+        say("1. dataset_convert")
+        convert = wait_job(client, dataset["convert_job_id"], say)
+        if convert["status"] != "succeeded":
+            raise DemoError(f"conversion failed: {convert['error']}")
+        dataset = _check(client.get(f"/datasets/{dataset_id}"), "dataset")
+        counts = {k: v["images"] for k, v in dataset["counts"].items()}
+        say(f"   images per split {counts}, classes {[c['name'] for c in dataset['label_map']]}")
+
+        say("2. experiment from a TAO text spec")
+        experiment = _check(
+            client.post(
+                "/experiments",
+                json={
+                    "name": "demo-r18",
+                    "dataset_id": dataset_id,
+                    "spec_text": DEMO_SPEC.format(steps=steps),
+                },
+            ),
+            "create experiment",
+        )
+        say(f"   experiment {experiment['id']} version {experiment['version']}")
+
+        say(f"3. train ({steps} steps)")
+        train = _job(client, say, {"action": "train", "experiment_id": experiment["id"]})
+        say(f"   checkpoint {train['result']['checkpoint']}")
+
+        say("4. evaluate")
+        evaluation = _job(client, say, {"action": "evaluate", "parent_job_id": train["id"]})
+        metrics = evaluation["result"]["metrics"]
+        say(
+            f"   AP {metrics.get('AP', float('nan')):.4f}"
+            f"  mask_AP {metrics.get('mask_AP', float('nan')):.4f}"
+        )
+
+        say("5. prune")
+        pruned = _job(client, say, {"action": "prune", "parent_job_id": train["id"]})
+        say(
+            f"   parameters {pruned['result']['params_before']}"
+            f" -> {pruned['result']['params_after']}"
+        )
+
+        say("6. export")
+        actions = client.get("/openapi.json").json()["components"]["schemas"]["JobAction"]["enum"]
+        if "export" not in actions:
+            say("   export is not available in this build; stopping here")
+            return 0
+        export = _job(client, say, {"action": "export", "parent_job_id": train["id"]})
+        say(f"   exported {export['result']}")
+
+        paths = client.get("/openapi.json").json()["paths"]
+        say("7. publish")
+        if "/models/{name}/publish" not in paths:
+            say("   publishing is not available in this build; stopping here")
+            return 0
+        model = _check(
+            client.post("/models/demo/publish", json={"job_id": export["id"]}), "publish"
+        )
+        say(f"   model {model['name']} version {model['version']} published")
+
+        say("8. infer")
+        if "/infer" not in paths:
+            say("   /infer is not available in this build; stopping here")
+            return 0
+        image = sorted((data_root / "demo" / "images" / "val").glob("*.jpg"))[0]
+        results = client.post(
+            "/infer",
+            params={"model": "demo"},
+            files=[("images", (image.name, image.read_bytes(), "image/jpeg"))],
+        )
+        if results.status_code >= 400:
+            raise DemoError(f"infer: HTTP {results.status_code}: {results.text[:300]}")
+        detections = results.json()
+        best = max(detections, key=lambda d: d["score"], default=None)
+        say(
+            f"   {len(detections)} detections on {image.name}"
+            + (
+                f"; best: category {best['category_id']} score {best['score']:.3f} bbox "
+                f"{[round(v, 1) for v in best['bbox']]}"
+                if best
+                else ""
+            )
+        )
+        return 0

@@ -1,0 +1,201 @@
+"""Talk to Triton over HTTP: infer encoded images, load/unload/roll out models, health.
+
+Errors are typed so that the API can answer precisely: :class:`TritonUnavailable` (503),
+:class:`ModelNotFound` (404), :class:`InvalidImage` (400, the message names the image),
+anything else :class:`InferenceFailed` (502). Every message is one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from maskops.serving.processing import decode_results
+from maskops.serving.repository import EnsembleNames
+
+
+class TritonError(RuntimeError):
+    """Base of the client's errors."""
+
+
+class TritonUnavailable(TritonError):
+    """Triton does not answer (not started, crashed, wrong URL)."""
+
+
+class ModelNotFound(TritonError):
+    """The model (or version) is unknown or not loaded."""
+
+
+class InvalidImage(TritonError):
+    """An input is not a decodable image."""
+
+
+class InferenceFailed(TritonError):
+    """Triton answered with another error."""
+
+
+def _strip_scheme(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+@contextlib.contextmanager
+def _client(url: str, *, concurrency: int = 1, timeout_s: float = 60.0) -> Iterator[Any]:
+    client = httpclient.InferenceServerClient(
+        _strip_scheme(url),
+        concurrency=max(1, concurrency),
+        connection_timeout=timeout_s,
+        network_timeout=timeout_s,
+    )
+    try:
+        yield client
+    finally:
+        # Connections must be closed before Triton is stopped (ARCHITECTURE.md).
+        client.close()
+
+
+def _translate(exc: Exception, model: str, version: str) -> TritonError:
+    """Map a tritonclient/socket exception to one of this module's errors."""
+    if isinstance(exc, ConnectionError | socket.error | TimeoutError):
+        return TritonUnavailable(f"Triton is not reachable: {exc}")
+    message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
+    message = " ".join(str(message).split())
+    lowered = message.lower()
+    if "unreadable image" in lowered or "not an image" in lowered or "cannot identify" in lowered:
+        return InvalidImage(message)
+    if "unknown model" in lowered or "is not found" in lowered or "not ready" in lowered:
+        where = f"{model}" + (f" version {version}" if version else "")
+        return ModelNotFound(f"model {where} is not loaded in Triton: {message}")
+    if "connect" in lowered or "connection" in lowered:
+        return TritonUnavailable(f"Triton is not reachable: {message}")
+    return InferenceFailed(message)
+
+
+def is_ready(url: str, model: str | None = None, *, version: str = "") -> bool:
+    """Whether the server (or ``model``) is ready; False when Triton is unreachable."""
+    try:
+        with _client(url, timeout_s=5.0) as client:
+            if model is None:
+                return bool(client.is_server_ready())
+            return bool(client.is_model_ready(model, version))
+    except Exception:
+        return False
+
+
+def _call(url: str, model: str, action: str) -> None:
+    try:
+        with _client(url, timeout_s=600.0) as client:
+            getattr(client, action)(model)
+    except Exception as exc:
+        raise _translate(exc, model, "") from None
+
+
+def load_model(url: str, model: str) -> None:
+    """(Re)load ``model`` from the repository (explicit model control).
+
+    A newer version is loaded next to the serving one, which is unloaded once the new one
+    is ready; requests in flight finish on the version they started on.
+    """
+    _call(url, model, "load_model")
+
+
+def unload_model(url: str, model: str) -> None:
+    _call(url, model, "unload_model")
+
+
+def roll_out(url: str, name: str) -> None:
+    """Serve the newest published version of ensemble ``name`` (composing models first)."""
+    for model in EnsembleNames(name).load_order:
+        load_model(url, model)
+
+
+def retire(url: str, name: str) -> None:
+    """Stop serving ensemble ``name`` (the ensemble first, then its parts)."""
+    for model in reversed(EnsembleNames(name).load_order):
+        unload_model(url, model)
+
+
+def served_version(url: str, model: str) -> str | None:
+    """The version of ``model`` Triton serves (READY in the repository index), or None."""
+    try:
+        with _client(url, timeout_s=10.0) as client:
+            index = client.get_model_repository_index()
+    except Exception as exc:
+        raise _translate(exc, model, "") from None
+    ready = [
+        e.get("version") for e in index if e.get("name") == model and e.get("state") == "READY"
+    ]
+    return max(ready, key=lambda v: int(v or 0)) if ready else None
+
+
+def _request(image: bytes, score_threshold: float) -> list[Any]:
+    data = httpclient.InferInput("image_bytes", [1, 1], "BYTES")
+    data.set_data_from_numpy(np.array([[image]], dtype=np.object_), binary_data=True)
+    threshold = httpclient.InferInput("score_threshold", [1, 1], "FP32")
+    threshold.set_data_from_numpy(np.array([[score_threshold]], dtype=np.float32))
+    return [data, threshold]
+
+
+def infer_images(
+    url: str,
+    model: str,
+    images: Sequence[bytes],
+    *,
+    score_threshold: float = 0.0,
+    version: str = "",
+    timeout_s: float = 120.0,
+) -> list[list[dict[str, Any]]]:
+    """COCO results for each encoded image, via the published ensemble ``model``.
+
+    Images go as concurrent single-image requests (Triton batches them dynamically), so
+    one bad image fails the call with :class:`InvalidImage` naming its position.
+
+    Args:
+        url: Triton's HTTP endpoint, ``host:port`` (an ``http://`` prefix is accepted).
+        images: JPEG/PNG bytes.
+        score_threshold: detections scoring below this are dropped.
+        version: a specific version ("" = the served one).
+
+    Returns:
+        Per image, the COCO results: ``image_id`` (the image's position in ``images``),
+        ``category_id``, ``category_name``, ``bbox`` ``[x, y, w, h]`` original pixels,
+        ``score``, ``segmentation`` (compressed RLE ``{"size", "counts"}``).
+    """
+    if not images:
+        return []
+    output = httpclient.InferRequestedOutput("detections_json", binary_data=True)
+    results: list[list[dict[str, Any]]] = []
+    try:
+        with _client(url, concurrency=len(images), timeout_s=timeout_s) as client:
+            pending = [
+                client.async_infer(
+                    model,
+                    _request(image, score_threshold),
+                    model_version=version,
+                    outputs=[output],
+                )
+                for image in images
+            ]
+            for index, handle in enumerate(pending):
+                try:
+                    answer = handle.get_result()
+                except InferenceServerException as exc:
+                    error = _translate(exc, model, version)
+                    if isinstance(error, InvalidImage):
+                        raise InvalidImage(f"image {index}: {error}") from None
+                    raise error from None
+                raw = answer.as_numpy("detections_json").reshape(-1)[0]
+                detections = decode_results(raw)
+                for detection in detections:
+                    detection["image_id"] = index
+                results.append(detections)
+    except TritonError:
+        raise
+    except Exception as exc:
+        raise _translate(exc, model, version) from None
+    return results

@@ -1,0 +1,105 @@
+"""What the served ensemble does around the network, as plain functions.
+
+The Triton python-backend models (:mod:`maskops.serving.triton_models`) are thin wrappers
+over these, so serving runs exactly the preprocessing and post-processing of in-process
+inference (``resize_and_pad``; ``detections_to_coco``) and the tests can check them
+without a server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from maskops.data.labels import LabelMap
+from maskops.data.transforms import resize_and_pad
+from maskops.evaluation.images import read_image
+from maskops.evaluation.postprocess import detections_to_coco
+
+
+def preprocess_image(
+    data: bytes, image_size: tuple[int, int], *, name: str = "image"
+) -> tuple[np.ndarray, float, tuple[int, int]]:
+    """Decode an encoded image and prepare it for the graph.
+
+    Args:
+        data: JPEG/PNG bytes.
+        image_size: the export's (H, W).
+
+    Returns:
+        (float32 ``[3, H, W]`` in 0..1, resized keeping aspect ratio and padded; the
+        resize scale; the original (height, width)).
+
+    Raises:
+        maskops.evaluation.ImageReadError: not a decodable image (message names ``name``).
+    """
+    image = read_image(data, name=name)
+    orig_hw = (int(image.shape[1]), int(image.shape[2]))
+    tensor, scale = resize_and_pad(image, image_size)
+    return tensor.numpy(), float(scale), orig_hw
+
+
+def unpad_detections(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    masks: np.ndarray,
+    num_detections: np.ndarray | int,
+) -> dict[str, torch.Tensor]:
+    """One image's model output from the graph's padded tensors (no batch dimension).
+
+    Args:
+        boxes ``[D, 4]``, scores ``[D]``, labels ``[D]``, masks ``[D, M, M]``, and the
+        count of valid rows (rows past it are padding).
+
+    Returns:
+        The eager model's eval-output dict: boxes ``[N, 4]`` xyxy input frame, scores,
+        labels int64, masks ``[N, 1, M, M]``.
+    """
+    n = int(np.asarray(num_detections).reshape(-1)[0])
+    return {
+        "boxes": torch.from_numpy(np.array(boxes[:n], dtype=np.float32)),
+        "scores": torch.from_numpy(np.array(scores[:n], dtype=np.float32)),
+        "labels": torch.from_numpy(np.array(labels[:n], dtype=np.int64)),
+        "masks": torch.from_numpy(np.array(masks[:n], dtype=np.float32))[:, None],
+    }
+
+
+def coco_results(
+    output: dict[str, torch.Tensor],
+    *,
+    scale: float,
+    orig_hw: tuple[int, int],
+    label_map: LabelMap,
+    score_threshold: float,
+    image_id: int = 0,
+) -> list[dict[str, Any]]:
+    """COCO results for one image, with ``category_name`` added for API clients."""
+    results = detections_to_coco(
+        output,
+        image_id=image_id,
+        scale=scale,
+        orig_hw=orig_hw,
+        label_map=label_map,
+        score_threshold=score_threshold,
+    )
+    names = {c.id: c.name for c in label_map.categories}
+    for result in results:
+        result["category_name"] = names[result["category_id"]]
+    return results
+
+
+def encode_results(results: Sequence[dict[str, Any]]) -> bytes:
+    """The JSON bytes the ensemble returns per image."""
+    return json.dumps(list(results), separators=(",", ":")).encode()
+
+
+def decode_results(data: bytes | str) -> list[dict[str, Any]]:
+    value = json.loads(data)
+    if not isinstance(value, list):
+        raise ValueError("expected a JSON list of COCO results")
+    return value
