@@ -26,6 +26,7 @@ import contextlib
 import copy
 import io
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -188,6 +189,13 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=20)
     parser.add_argument("--full", action="store_true", help="500 images (the issue's size)")
     parser.add_argument("--detections", type=int, default=100)
+    parser.add_argument(
+        "--reference-threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads for the reference path (0 = torch's default); on a "
+        "busy machine the default's thread contention slows the full-image paste a lot",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     num_images = 500 if args.full else args.images
@@ -200,10 +208,14 @@ def main() -> None:
         gt_path = Path(tmp) / "gt.json"
         gt_path.write_text(json.dumps(gt))
 
+        default_threads = torch.get_num_threads()
+        if args.reference_threads:
+            torch.set_num_threads(args.reference_threads)
         started = time.perf_counter()
         bbox, segm, ref_paste = reference_results(pairs, label_map)
         ref_metrics = reference_metrics(gt_path, bbox, segm, image_ids)
         ref_seconds = time.perf_counter() - started
+        torch.set_num_threads(default_threads)
         print(f"reference (torchvision + pycocotools): {ref_seconds:.1f} s")
 
         started = time.perf_counter()
@@ -230,6 +242,9 @@ def main() -> None:
         "images": num_images,
         "detections_per_image": args.detections,
         "image_hw": [HEIGHT, WIDTH],
+        "reference_torch_threads": args.reference_threads or default_threads,
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "cpu_count": os.cpu_count(),
         "reference_seconds": round(ref_seconds, 3),
         "maskops_seconds": round(our_seconds, 3),
         "speedup": round(ref_seconds / our_seconds, 2),

@@ -3,7 +3,8 @@
 For each backbone, the unpruned model is the baseline measured in the same run; each
 pruned model reports parameters, multiply-accumulates (backbone + FPN + RPN head at
 ``--image-size``, plus the RoI heads per RoI), CPU latency (the dense part, and the whole
-eval forward on one image), each as a ratio to the baseline.
+eval forward on one image with exactly test_detections_per_image = 100 detections), each
+as a ratio to the baseline. Latencies of baseline and pruned model are timed alternately.
 
 Weights. Pruning decisions depend on how filter norms spread within each layer. Random
 initial weights have nearly equal norms (everything scores ~0.9..1 with ``-n max``, so no
@@ -32,6 +33,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,12 +54,14 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archs", type=int, nargs="+", default=[18, 50])
     parser.add_argument("--thresholds", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7])
-    parser.add_argument("--image-size", type=int, nargs=2, default=[384, 384], metavar=("H", "W"))
+    parser.add_argument("--image-size", type=int, nargs=2, default=[256, 256], metavar=("H", "W"))
     parser.add_argument("--norm", default="max")
     parser.add_argument("--equalization", default="union")
     parser.add_argument("--granularity", type=int, default=8)
     parser.add_argument("--min-filters", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=2, help="timed runs (median)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed runs of each model, interleaved (median)"
+    )
     parser.add_argument("--checkpoint", type=Path, default=None, help="real weights to prune")
     parser.add_argument("--retrain", action="store_true", help="also mask AP after retraining")
     parser.add_argument("--train-steps", type=int, default=300)
@@ -76,17 +80,26 @@ def spread_filter_norms(model: nn.Module, *, seed: int) -> None:
                 module.weight.mul_(scale)
 
 
-def median_seconds(fn: Any, repeats: int) -> float:
-    fn()  # warm-up: allocator, oneDNN primitive cache
-    times = []
+def paired_medians(
+    baseline: Callable[[], None], pruned: Callable[[], None], repeats: int
+) -> tuple[float, float]:
+    """Median seconds of two workloads timed alternately, so that both see the same load
+    (this machine is shared: timing them minutes apart would compare the neighbours)."""
+    baseline()  # warm-up: allocator, oneDNN primitive cache
+    pruned()
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, sink in ((baseline, times[0]), (pruned, times[1])):
+            start = time.perf_counter()
+            fn()
+            sink.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
-def measure(model: nn.Module, image_size: tuple[int, int], repeats: int) -> dict[str, float]:
+def workload(
+    model: nn.Module, image_size: tuple[int, int]
+) -> tuple[dict[str, int], dict[str, Callable[[], None]]]:
+    """(params and MACs, {"dense": fn, "full": fn}) of a model on one random image."""
     model.eval()
     # Every model then returns exactly test_detections_per_image detections: the same RoI
     # workload, whatever random or pruned weights score.
@@ -105,13 +118,12 @@ def measure(model: nn.Module, image_size: tuple[int, int], repeats: int) -> dict
     def full() -> None:
         model([image])
 
-    return {
+    figures = {
         "params": count_parameters(model),
         "macs": macs(model, dense_positions),
         "roi_macs": macs(model, roi_positions),
-        "dense_latency_s": median_seconds(dense, repeats),
-        "full_latency_s": median_seconds(full, repeats),
     }
+    return figures, {"dense": dense, "full": full}
 
 
 def base_model(nlayers: int, image_size: tuple[int, int], checkpoint: Path | None) -> nn.Module:
@@ -128,10 +140,13 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     image_size = (args.image_size[0], args.image_size[1])
     rows = []
     for nlayers in args.archs:
-        baseline = measure(
-            base_model(nlayers, image_size, args.checkpoint), image_size, args.repeats
+        arch = f"resnet{nlayers}"
+        base_figures, base_fns = workload(
+            base_model(nlayers, image_size, args.checkpoint), image_size
         )
-        rows.append({"arch": f"resnet{nlayers}", "threshold": 0.0, **baseline})
+        base_row: dict[str, Any] = {"arch": arch, "threshold": 0.0, **base_figures}
+        base_times: dict[str, list[float]] = {"dense": [], "full": []}
+        rows.append(base_row)
         for threshold in args.thresholds:
             model = base_model(nlayers, image_size, args.checkpoint)
             prune_model(
@@ -143,12 +158,19 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
                 threshold=threshold,
                 min_filters=args.min_filters,
             )
-            row = {"arch": f"resnet{nlayers}", "threshold": threshold}
-            row |= measure(model, image_size, args.repeats)
-            for key in ("params", "macs", "roi_macs", "dense_latency_s", "full_latency_s"):
-                row[f"{key}_ratio"] = row[key] / baseline[key]
+            figures, fns = workload(model, image_size)
+            row: dict[str, Any] = {"arch": arch, "threshold": threshold, **figures}
+            for key, value in figures.items():
+                row[f"{key}_ratio"] = value / base_figures[key]
+            for part in ("dense", "full"):
+                base_s, pruned_s = paired_medians(base_fns[part], fns[part], args.repeats)
+                base_times[part].append(base_s)
+                row[f"{part}_latency_s"] = pruned_s
+                row[f"{part}_latency_s_ratio"] = pruned_s / base_s
             rows.append(row)
             print_row(row)
+        for part, values in base_times.items():
+            base_row[f"{part}_latency_s"] = statistics.median(values) if values else float("nan")
     return rows
 
 

@@ -23,7 +23,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (404, "No such resource"),
         (409, "The resource's state does not allow this"),
         (422, "Invalid input; the message names the field (and line, for TAO text specs)"),
-        (503, "The database is unavailable"),
+        (503, "A dependency (the database, Triton) is unavailable"),
     )
 }
 """Every resource route may answer these, always as ``{"detail": "..."}``."""

@@ -96,6 +96,7 @@ class TritonServer:
     Args:
         repository: the model repository folder.
         models: models to load at start (explicit model control; others load on request).
+            None loads every model in the repository (what a restarted service wants).
         http_port, grpc_port, metrics_port: 0 picks free ports.
         backend_dir: where the prepared backends live (default: a per-user cache folder).
         log_file: server stdout/stderr go here (default: a temporary file).
@@ -106,7 +107,7 @@ class TritonServer:
         self,
         repository: Path,
         *,
-        models: Sequence[str] = (),
+        models: Sequence[str] | None = None,
         http_port: int = 0,
         grpc_port: int = 0,
         metrics_port: int = 0,
@@ -116,7 +117,7 @@ class TritonServer:
         verbose: bool = False,
     ) -> None:
         self.repository = Path(repository).resolve()
-        self.models = list(models)
+        self.models = ["*"] if models is None else list(models)
         self.http_port = http_port or free_port()
         self.grpc_port = grpc_port or free_port()
         self.metrics_port = metrics_port or free_port()
@@ -241,7 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--load-model", action="append", default=[], dest="models")
+    parser.add_argument(
+        "--load-model",
+        action="append",
+        default=None,
+        dest="models",
+        help="model to load at start (repeatable; default: every model in the repository)",
+    )
     args = parser.parse_args(argv)
     server = TritonServer(
         args.model_repository,

@@ -3,10 +3,14 @@ progress/metrics/logs, download the checkpoint; cancel a running training job.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from maskops_api.main import create_app
+from maskops_api.settings import Settings
 
 from tests.integration.api.conftest import Worker, wait_for
 
@@ -79,9 +83,25 @@ def create_experiment(client: TestClient, dataset_id: int, *, steps: int, every:
     return int(response.json()["id"])
 
 
-def test_convert_and_train_end_to_end(
-    client: TestClient, workers: Callable[[str], Worker], demo_root: str
+@pytest.fixture
+def triton_client(clean_db: Settings, tmp_path: Path) -> Iterator[TestClient]:
+    """The API with a real Triton (the PyPI server) behind /models and /infer."""
+    from maskops_triton.launcher import TritonServer
+
+    repository = tmp_path / "model_repository"
+    repository.mkdir()
+    with TritonServer(repository, log_file=tmp_path / "triton.log") as server:
+        settings = clean_db.model_copy(
+            update={"triton_url": server.http_url, "model_repository": repository}
+        )
+        with TestClient(create_app(settings)) as client:
+            yield client
+
+
+def test_whole_workflow_over_http(
+    triton_client: TestClient, workers: Callable[[str], Worker], demo_root: str, clean_db: Settings
 ) -> None:
+    client = triton_client
     worker = workers("w1")
     dataset_id = register_demo(client, demo_root, worker)
     dataset = client.get(f"/datasets/{dataset_id}").json()
@@ -118,3 +138,41 @@ def test_convert_and_train_end_to_end(
         and len(download.content) == artifacts["results/model.step-4.pth"]
     )
     assert client.get(f"/jobs/{job['id']}/artifacts/../../../etc/passwd").status_code == 404
+
+    def follow_up(action: str, parent: int, **options: object) -> dict[str, Any]:
+        body = {"action": action, "parent_job_id": parent, "options": options}
+        submitted = client.post("/jobs", json=body)
+        assert submitted.status_code == 202, submitted.text
+        done = wait_for(client, submitted.json()["id"], {"succeeded", "failed"}, worker=worker)
+        assert done["status"] == "succeeded", client.get(f"/jobs/{done['id']}/logs").text
+        return done
+
+    evaluation = follow_up("evaluate", job["id"])
+    assert {"AP", "mask_AP"} <= set(evaluation["result"]["metrics"])
+    assert (clean_db.data_root / evaluation["result"]["report"]).is_file()
+    pruned = follow_up("prune", job["id"], threshold=0.7)
+    assert pruned["result"]["params_after"] <= pruned["result"]["params_before"]
+    exported = follow_up("export", pruned["id"])
+    assert exported["result"]["onnx"].endswith(".onnx")
+
+    published = client.post("/models/shapes/publish", json={"job_id": exported["id"]})
+    assert published.status_code == 201, published.text
+    assert published.json()["version"] == 1 and published.json()["served"], published.json()
+    image = sorted((clean_db.data_root / demo_root / "images" / "val").glob("*.jpg"))[0]
+    answer = client.post(
+        "/infer",
+        params={"model": "shapes"},
+        files=[("images", (image.name, image.read_bytes(), "image/jpeg"))],
+    )
+    assert answer.status_code == 200, answer.text
+    for detection in answer.json():
+        assert detection["image_id"] == 0 and detection["category_id"] in {1, 3, 7}
+        assert len(detection["bbox"]) == 4 and detection["segmentation"]["size"] == [128, 128]
+    bad = client.post(
+        "/infer", params={"model": "shapes"}, files=[("images", ("x.jpg", b"nope", "image/jpeg"))]
+    )
+    assert bad.status_code == 422 and "image 0" in bad.json()["detail"]
+    missing = client.post(
+        "/infer", params={"model": "nope"}, files=[("images", (image.name, image.read_bytes()))]
+    )
+    assert missing.status_code == 404

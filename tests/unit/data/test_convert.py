@@ -15,6 +15,7 @@ from maskops.cli.main import main
 from maskops.data.coco import DatasetError
 from maskops.data.convert import convert_dataset
 from maskops.data.manifest import Manifest, load_label_map
+from maskops.data.pipeline import DecodeOptions, ShardDataset, epoch_order
 from maskops.data.shards import file_sha256, iter_shard
 from PIL import Image
 from pycocotools import mask as mask_utils
@@ -324,3 +325,28 @@ def test_a_shard_whose_images_are_all_missing_is_written_empty(demo_dataset, tmp
     assert [s.num_samples for s in manifest.shards] == [16, 0, 8]
     assert result.num_skipped_images == 24 and result.warning_counts == {"missing_file": 24}
     assert [sum(1 for _ in iter_shard(p)) for p in manifest.shard_paths()] == [16, 0, 8]
+    dataset = ShardDataset(tmp_path / "o", DecodeOptions(image_size=(128, 128)))
+    assert dataset.shard_sizes == [16, 0, 8]
+    assert sorted(epoch_order(dataset.shard_sizes, seed=0, epoch=0, buffer_size=4)) == list(
+        range(24)
+    )
+
+
+def test_an_unexpected_failure_skips_only_that_image(demo_dataset, tmp_path, monkeypatch) -> None:
+    """The safety net for bugs: nothing real triggers it, so a failure is injected."""
+    import maskops.data.convert as convert_module
+
+    real = convert_module.process_image
+
+    def failing_on_image_2(image, annotations, **kwargs):
+        if image.id == 2:
+            raise IndexError("boom")
+        return real(image, annotations, **kwargs)
+
+    monkeypatch.setattr(convert_module, "process_image", failing_on_image_2)
+    result = convert_dataset(
+        demo_dataset.train_images, demo_dataset.train_json, tmp_path, workers=1
+    )
+    assert (result.num_images, result.num_skipped_images) == (23, 1)
+    warnings = json.loads(result.warnings_path.read_text())
+    assert warnings == {"2": {"box": [], "mask": [], "error": ["000002.jpg: IndexError: boom"]}}

@@ -51,3 +51,8 @@ def test_l2_loss_is_tao_half_sum_of_squares() -> None:
     params = regularized_parameters(model)
     expected = 1e-4 * sum(float(p.pow(2).sum()) for p in params) / 2
     assert abs(l2_loss_value(params, 1e-4) - expected) < 1e-9
+
+
+def test_momentum_reaches_the_optimizer() -> None:
+    opt = build_optimizer(_model(), lr=0.1, momentum=0.7, l2_weight_decay=0.0)
+    assert {g["momentum"] for g in opt.param_groups} == {0.7}

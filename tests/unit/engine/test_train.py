@@ -50,12 +50,12 @@ def _initial_weights(spec: ExperimentSpec) -> dict[str, torch.Tensor]:
 
 
 def test_demo_data_trains_to_decreasing_loss(spec_factory: SpecFactory, tmp_path: Path) -> None:
-    spec = spec_factory(total_steps=16, l1_weight_decay=1e-6, data_config={"val_json_file": ""})
+    spec = spec_factory(total_steps=12, l1_weight_decay=1e-6, data_config={"val_json_file": ""})
     result = run_training(spec, tmp_path, log_every=1)
 
-    assert result.step == 16 and result.checkpoint == tmp_path / "model.step-16.pth"
+    assert result.step == 12 and result.checkpoint == tmp_path / "model.step-12.pth"
     records = [r for r in _metrics(tmp_path) if "Total loss" in r]
-    assert [r["step"] for r in records] == list(range(1, 17))
+    assert [r["step"] for r in records] == list(range(1, 13))
     for name in (
         "RPN score loss",
         "RPN box loss",
@@ -73,15 +73,15 @@ def test_demo_data_trains_to_decreasing_loss(spec_factory: SpecFactory, tmp_path
     assert last < 0.7 * first, (first, last)
     # The logged learning rate is the schedule's (warmup over 2 steps, then init).
     schedule = LRSchedule.from_spec(spec)
-    assert [r["learning rate"] for r in records] == pytest.approx([schedule(s) for s in range(16)])
+    assert [r["learning rate"] for r in records] == pytest.approx([schedule(s) for s in range(12)])
     # End-of-training validation (loss: no val_json_file), status and TensorBoard events.
     assert "val/Total loss" in result.metrics
     status = _status(tmp_path)
-    assert status["state"] == "succeeded" and status["step"] == status["total_steps"] == 16
+    assert status["state"] == "succeeded" and status["step"] == status["total_steps"] == 12
     assert status["metrics"]["Total loss"] == records[-1]["Total loss"]
     assert list((tmp_path / "events").glob("events.out.tfevents.*"))
     loaded = load_model(result.checkpoint)
-    assert loaded.step == 16
+    assert loaded.step == 12
     assert loaded.label_map == load_label_map(spec.data_config.training_file_pattern)
 
 
@@ -249,16 +249,32 @@ def test_num_classes_too_small_names_categories(
     assert "needs only 4" in caplog.text
 
 
-def test_early_stop_on_target_ap(spec_factory: SpecFactory, tmp_path: Path) -> None:
-    spec = spec_factory(total_steps=5, num_steps_per_eval=1, target_box_ap=0.5, target_mask_ap=0.5)
+def test_early_stop_on_target_ap_with_image_summaries(
+    spec_factory: SpecFactory, tmp_path: Path
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    def fake_ap(model: torch.nn.Module, step: int) -> dict[str, float]:
+    spec = spec_factory(
+        total_steps=5,
+        num_steps_per_eval=1,
+        target_box_ap=0.5,
+        target_mask_ap=0.5,
+        keep_checkpoints=1,
+        visualize_images_summary=True,
+    )
+
+    def rising_ap(model: torch.nn.Module, step: int) -> dict[str, float]:
         return {"AP": 0.3 * step, "mask_AP": 0.3 * step}
 
-    result = run_training(spec, tmp_path, eval_fn=fake_ap)
+    result = run_training(spec, tmp_path, eval_fn=rising_ap)
     assert result.step == 2 and result.stop_reason and "AP" in result.stop_reason
     assert _status(tmp_path)["state"] == "stopped"
-    assert [step for step, _ in list_checkpoints(tmp_path)] == [1, 2]
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [2]  # keep_checkpoints 1
+    events = EventAccumulator(str(tmp_path / "events"), size_guidance={"images": 0})
+    events.Reload()
+    assert set(events.Tags()["images"]) == {f"val_images/{i}" for i in range(4)}
+    assert [e.step for e in events.Images("val_images/0")] == [1, 2]
+    assert [e.value for e in events.Scalars("AP")] == pytest.approx([0.3, 0.6])
 
 
 def test_two_process_gloo_ddp_trains_and_saves_one_checkpoint(

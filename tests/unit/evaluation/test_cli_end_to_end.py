@@ -86,6 +86,33 @@ def test_evaluate_bad_input_is_one_line(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "val_json_file" in err
 
+    no_shards = tiny_spec.model_copy(
+        update={
+            "data_config": tiny_spec.data_config.model_copy(
+                update={"validation_file_pattern": str(tmp_path / "nowhere" / "val*")}
+            )
+        }
+    )
+    (tmp_path / "no_shards.txt").write_text(spec_to_text(no_shards))
+    code = main(
+        ["evaluate", "-e", str(tmp_path / "no_shards.txt"), "-m", str(untrained_checkpoint)]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "validation_file_pattern: no shards match" in err
+
+    args = ["-e", str(spec_path), "-m", str(untrained_checkpoint), "-o", str(tmp_path / "o")]
+    assert main(["inference", "-i", str(tmp_path / "no_images"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no_images: not a directory" in err
+    not_a_model = tmp_path / "model.pth"
+    not_a_model.write_text("hello")
+    (tmp_path / "images").mkdir()
+    args[3] = str(not_a_model)
+    assert main(["inference", "-i", str(tmp_path / "images"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "model.pth" in err
+
 
 def _rotated_png(path: Path) -> tuple[int, int]:
     """An RGBA PNG stored 96 wide x 64 high with EXIF orientation 8 (upright: 64 x 96)."""

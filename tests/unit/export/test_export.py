@@ -17,7 +17,9 @@ from maskops.export import (
     export_onnx,
     read_metadata,
 )
+from maskops.export.exporter import read_image_dir, training_calibration_images
 from maskops.export.precision import CALIBRATION_CACHE_FORMAT
+from maskops.export.tensorrt import build_engine, tensorrt_available
 from maskops.spec.models import ExperimentSpec
 
 
@@ -27,7 +29,13 @@ def fp32_export(
 ):
     out = tmp_path_factory.mktemp("export") / "model.onnx"
     return export_onnx(
-        tiny_checkpoint, tiny_spec, out, data_type="fp32", gen_ds_config=True, log=lambda _: None
+        tiny_checkpoint,
+        tiny_spec,
+        out,
+        data_type="fp32",
+        gen_ds_config=True,
+        engine_file=out.with_suffix(".plan"),
+        log=lambda _: None,
     )
 
 
@@ -183,3 +191,46 @@ def test_bad_arguments_are_one_line_errors(tmp_path, tiny_checkpoint, tiny_spec)
             data_type="int8",
             cal_image_dir=tmp_path / "nope",
         )
+
+
+def test_engine_is_built_only_where_tensorrt_exists(fp32_export):
+    engine = fp32_export.onnx_path.with_suffix(".plan")
+    if tensorrt_available():
+        assert fp32_export.engine_file == engine and engine.stat().st_size > 0
+    else:
+        assert fp32_export.engine_file is None and not engine.exists()
+        assert "not built here" in fp32_export.engine_note
+        assert "GPU host" in fp32_export.engine_note
+
+
+@pytest.mark.gpu
+def test_tensorrt_fp16_engine(tmp_path, fp32_export):
+    pytest.importorskip("tensorrt")
+    engine = build_engine(
+        fp32_export.onnx_path, tmp_path / "m.plan", data_type="fp16", image_size=(128, 128)
+    )
+    assert engine.stat().st_size > 0
+
+
+def test_calibration_sources(tiny_spec, tiny_checkpoint, demo_dataset, tmp_path):
+    label_map = load_model(tiny_checkpoint).label_map
+    shards = training_calibration_images(tiny_spec, label_map, batches=2, batch_size=3)
+    assert len(shards) == 6
+    assert all(t.shape == (3, 128, 128) and t.dtype == torch.float32 for t in shards)
+    folder = read_image_dir(demo_dataset.train_images, (128, 128), limit=5)
+    assert len(folder) == 5 and all(0.0 <= float(t.min()) <= float(t.max()) <= 1.0 for t in folder)
+    (tmp_path / "notes.txt").write_text("no images here")
+    with pytest.raises(ExportError, match="no JPEG/PNG"):
+        read_image_dir(tmp_path, (128, 128), limit=5)
+
+
+def test_export_cli_bad_input_is_one_line(tmp_path, tiny_spec, capsys):
+    from maskops.cli.main import main as cli_main
+    from maskops.spec import spec_to_text
+
+    spec_file = tmp_path / "spec.txt"
+    spec_file.write_text(spec_to_text(tiny_spec))
+    code = cli_main(["export", "-m", str(tmp_path / "none.pth"), "-e", str(spec_file)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model file not found" in err[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -48,6 +49,10 @@ def test_train_and_eval_forward_at_several_image_sizes(
     losses = _train_step(model, images, targets)
     assert set(losses) == set(LOSS_NAMES)
     assert all(torch.isfinite(v) and v.ndim == 0 for v in losses.values())
+    # Fresh predictors start uninformed (see maskops.modeling.heads): the class loss is
+    # ln(num_classes) and the mask loss ln(2), not torchvision's ~8 for few classes.
+    assert losses["loss_classifier"].item() == pytest.approx(math.log(NUM_CLASSES), abs=0.05)
+    assert losses["loss_mask"].item() == pytest.approx(math.log(2), abs=0.02)
     assert model.roi_heads.mask_predictor.mask_fcn_logits.weight.grad is not None
     assert model.backbone.body.conv1.weight.grad is not None
 

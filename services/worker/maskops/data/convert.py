@@ -265,9 +265,14 @@ def _process(
     include_masks: bool,
 ) -> ImageOutcome:
     image, annotations = job
-    return process_image(
-        image, annotations, image_dir=image_dir, labels=labels, include_masks=include_masks
-    )
+    try:
+        return process_image(
+            image, annotations, image_dir=image_dir, labels=labels, include_masks=include_masks
+        )
+    except Exception as exc:  # one image must never end a long conversion
+        outcome = ImageOutcome(image.id, dropped_annotations=len(annotations))
+        outcome.note("error", f"{image.file_name}: {type(exc).__name__}: {exc}")
+        return outcome
 
 
 @dataclass

@@ -26,6 +26,8 @@ Image kinds (values: short details):
                         composited over black)
     format              neither JPEG nor PNG: stored as PNG
     size_mismatch       width/height in the JSON disagree with the file: the file wins
+    error               processing failed unexpectedly (a maskops bug; please report it
+                        with the image): image skipped
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 from pycocotools import mask as mask_utils
 
 from maskops.data.coco import CocoAnnotation, CocoImage
@@ -55,6 +57,7 @@ ANNOTATION_KINDS = (
     "missing_image",
 )
 IMAGE_KINDS = (
+    "error",
     "missing_file",
     "unreadable",
     "exif_rotated",
@@ -121,7 +124,7 @@ def process_image(
     try:
         pil: Image.Image = Image.open(io.BytesIO(data))
         pil.load()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except Exception as exc:  # PIL raises many types on corrupt files; none may stop a job
         outcome.note("unreadable", f"{image.file_name}: {exc}")
         outcome.dropped_annotations = len(annotations)
         return outcome

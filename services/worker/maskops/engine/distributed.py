@@ -10,6 +10,7 @@ gloo on the CPU (which makes multi-process training testable on a CPU-only machi
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ def _child(
     init_method: str,
     args: tuple[Any, ...],
 ) -> None:
+    # Ctrl-C reaches the whole process group: only rank 0 decides to stop (and the ranks
+    # agree at the next step boundary), so a terminal interrupt stops the job cleanly.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     rank = local_rank + 1
     info = RankInfo(rank, world_size, rank, device_for(rank, gpu_index=gpu_index))
     init_process_group(info, init_method=init_method)

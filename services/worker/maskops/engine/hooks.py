@@ -416,7 +416,8 @@ class ImageSummaryHook(HookBase):
                 self.class_names[lbl - 1] if 0 < lbl <= len(self.class_names) else str(lbl)
                 for lbl in labels
             ]
-            canvas = draw_bounding_boxes(canvas, boxes, labels=names, colors="yellow")
+            if len(boxes):
+                canvas = draw_bounding_boxes(canvas, boxes, labels=names, colors="yellow")
             self.tensorboard.writer.add_image(f"val_images/{index}", canvas, trainer.iter)
         self.tensorboard.writer.flush()
 

@@ -110,8 +110,11 @@ def check_num_classes(spec: ExperimentSpec, label_map: LabelMap) -> None:
         )
 
 
-def build_training_model(spec: ExperimentSpec, *, num_classes: int) -> nn.Module:
-    """The starting model: the pruned one, or a fresh build; then ``checkpoint`` weights."""
+def build_training_model(
+    spec: ExperimentSpec, *, num_classes: int, load_checkpoint: bool = True
+) -> nn.Module:
+    """The starting model: the pruned one, or a fresh build; then ``checkpoint`` weights
+    (unless ``load_checkpoint`` is False: a resumed run loads its own)."""
     from maskops.checkpoint import CheckpointError, load_model, load_weights_into
     from maskops.modeling import build_model
 
@@ -125,7 +128,7 @@ def build_training_model(spec: ExperimentSpec, *, num_classes: int) -> nn.Module
                 num_classes=num_classes,
                 image_size=spec.data_config.image_size,
             )
-        if spec.checkpoint:
+        if spec.checkpoint and load_checkpoint:
             report = load_weights_into(
                 model, spec.checkpoint, skip_regex=spec.skip_checkpoint_variables
             )
@@ -272,8 +275,11 @@ def _train_rank_inner(
     label_map = label_map_of(spec)
     check_num_classes(spec, label_map)
 
+    resume_from = latest_checkpoint(results_dir)
     seed_everything(spec.seed)
-    model = build_training_model(spec, num_classes=spec.data_config.num_classes)
+    model = build_training_model(
+        spec, num_classes=spec.data_config.num_classes, load_checkpoint=resume_from is None
+    )
     model.to(info.device)
     if channels_last:
         model.to_channels_last()  # type: ignore[operator]
@@ -318,7 +324,6 @@ def _train_rank_inner(
         lr_scale=lr_scale,
     )
     start_step = 0
-    resume_from = latest_checkpoint(results_dir)
     if resume_from is not None:
         start_step = checkpointer.resume(resume_from)
         if info.is_main:

@@ -21,7 +21,7 @@ from maskops.evaluation.coco import (
     load_ground_truth,
     metric_names,
 )
-from maskops.evaluation.errors import GroundTruthError
+from maskops.evaluation.errors import EvaluationError, GroundTruthError
 from maskops.evaluation.postprocess import detections_to_coco
 from maskops.evaluation.threads import map_single_threaded
 
@@ -122,9 +122,9 @@ class COCOEvaluator:
         is COCOeval's "no ground truth in this area range".
         """
         if not self.image_ids:
-            raise ValueError("no images were evaluated (is the validation data empty?)")
+            raise EvaluationError("no images were evaluated (is the validation data empty?)")
         if "segm" in self.iou_types and any("segmentation" not in r for r in self.results):
-            raise ValueError("mask metrics requested but the model output has no masks")
+            raise EvaluationError("mask metrics requested but the model output has no masks")
         return self._metrics.compute(
             self.results, image_ids=self.image_ids, iou_types=self.iou_types
         )

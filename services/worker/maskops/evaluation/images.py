@@ -37,8 +37,8 @@ def load_rgb(source: str | Path | bytes | BinaryIO, *, name: str | None = None) 
     stream: str | Path | BinaryIO = io.BytesIO(source) if isinstance(source, bytes) else source
     try:
         with warnings.catch_warnings():
-            # A decompression-bomb warning is an error here; so is anything PIL only warns on.
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            # Large photos are fine (PIL still refuses real decompression bombs, > 179 MP).
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(stream) as image:
                 if image.format not in IMAGE_FORMATS:
                     raise ImageReadError(
@@ -57,7 +57,6 @@ def load_rgb(source: str | Path | bytes | BinaryIO, *, name: str | None = None) 
         SyntaxError,
         ValueError,
         Image.DecompressionBombError,
-        Image.DecompressionBombWarning,
     ) as exc:
         raise ImageReadError(f"{label}: unreadable image ({exc})") from None
 

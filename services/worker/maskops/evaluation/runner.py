@@ -132,7 +132,10 @@ def run_evaluation(
     evaluator = COCOEvaluator(spec.data_config.val_json_file, loaded.label_map, iou_types=iou_types)
     # The loader keeps the first eval_samples images; the ground truth comes from
     # val_json_file, so the shards' masks need not be decoded.
-    loader = build_eval_loader(spec, label_map=loaded.label_map, with_masks=False)
+    try:
+        loader = build_eval_loader(spec, label_map=loaded.label_map, with_masks=False)
+    except ValueError as exc:  # no shards, unreadable manifests, categories the model lacks
+        raise EvaluationError(f"data_config.validation_file_pattern: {exc}") from None
     metrics = evaluate_model(loaded.predictor, loader, evaluator, progress=progress)
     seconds = time.perf_counter() - started
     log(f"Evaluated {len(evaluator.image_ids)} images in {seconds:.1f} s")

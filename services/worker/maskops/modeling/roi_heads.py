@@ -70,6 +70,9 @@ def project_masks_via_gt_crops(
 ) -> Tensor:
     """Mask targets for positive proposals, through a ``gt_mask_size`` crop of each GT.
 
+    Both resamplings are RoIAlign with ``aligned=True`` (pixel ``i`` covers ``[i, i+1)``),
+    so a proposal equal to its GT box gets the GT box's content, edges included.
+
     Args:
         gt_masks: ``[G, H, W]`` uint8/bool/float instance masks in the input frame.
         gt_boxes: ``[G, 4]`` xyxy ground-truth boxes, input pixels.

@@ -105,8 +105,3 @@ def macs(model: nn.Module, positions: dict[str, int]) -> int:
         elif isinstance(module, nn.Linear):
             total += count * module.out_features * module.in_features
     return total
-
-
-def dense_macs(model: nn.Module, image_size: tuple[int, int]) -> int:
-    """Multiply-accumulates of backbone + FPN + RPN head on one ``image_size`` (H, W) image."""
-    return macs(model, output_positions(model, image_size)[0])

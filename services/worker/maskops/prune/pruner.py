@@ -117,7 +117,8 @@ def _prunable_convs(model: nn.Module) -> dict[str, nn.Conv2d]:
 
 
 def _layer_channels(model: nn.Module) -> dict[str, tuple[int, int]]:
-    """(in, out) of every prunable conv and of every head layer reading FPN outputs."""
+    """(in, out) of every conv of backbone, RPN and RoI heads, and of the RoI heads' Linears:
+    the layers pruning may touch, as producers or as consumers of FPN outputs."""
     channels: dict[str, tuple[int, int]] = {}
     for name, m in model.named_modules():
         if isinstance(m, nn.Conv2d) and name.startswith(("backbone.", "rpn.", "roi_heads.")):

@@ -109,9 +109,13 @@ def unload_model(url: str, model: str) -> None:
 
 
 def roll_out(url: str, name: str) -> None:
-    """Serve the newest published version of ensemble ``name`` (composing models first)."""
-    for model in EnsembleNames(name).load_order:
-        load_model(url, model)
+    """Serve the newest published version of ensemble ``name``.
+
+    Loading an ensemble in explicit mode (re)loads its composing models with it (measured:
+    loading them one by one first only makes Triton load them twice). Each model's new
+    version comes up next to the serving one, which is unloaded once it is ready.
+    """
+    load_model(url, name)
 
 
 def retire(url: str, name: str) -> None:

@@ -70,8 +70,11 @@ class EnsembleNames:
 
 
 def _check_name(name: str) -> None:
-    if not name or not all(c.isalnum() or c in "-_" for c in name) or name[0] in "-_":
-        raise PublishError(f"model name {name!r}: use letters, digits, '-' and '_' (not first)")
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or not name[0].isalnum():
+        raise PublishError(
+            f"model name {name!r}: use letters, digits, '-', '_' and '.', starting with a "
+            "letter or digit"
+        )
 
 
 def _dims(values: tuple[int, ...] | list[int]) -> str:
