@@ -54,7 +54,7 @@ def percentile(values: list[float], q: float) -> float:
 
 async def hammer(
     client: httpx.AsyncClient, paths: list[str], clients: int, total: int
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """``total`` GETs spread over ``clients`` concurrent workers; latency in ms."""
     latencies: list[float] = []
     errors = 0

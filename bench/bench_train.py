@@ -11,8 +11,11 @@ synthetic data (demo shapes at ``--image-size``), ``--batch`` images per step:
   CPU), ``bf16-cl`` / ``fp32-cl`` (plus channels_last weights and inputs).
 
 Each variant runs in its own process (so peak RSS is its own); images/s is measured over
-the steps after ``--warmup``. Prints each variant's ratio to the torchvision loop and writes
-the figures to ``bench/results/bench_train.json``.
+the steps after ``--warmup``. By default all variants of one backbone run at the same time
+with ``--threads`` split between them: on a shared machine whose load changes from minute
+to minute, only variants measured under the same load compare (``--sequential`` runs them
+one after another with all threads, for a quiet machine). Prints each variant's ratio to
+the torchvision loop and writes the figures to ``bench/results/bench_train.json``.
 
     .venv/bin/python bench/bench_train.py                       # resnet18, a few minutes
     .venv/bin/python bench/bench_train.py --nlayers 18 50 --steps 20 --warmup 3
@@ -208,6 +211,23 @@ def child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(figures), flush=True)
 
 
+_PIPES: dict[str, Any] = {
+    "stdout": subprocess.PIPE,
+    "stderr": subprocess.PIPE,
+    "text": True,
+}
+
+
+def _finish(variant: str, process: subprocess.Popen[str]) -> dict[str, Any]:
+    stdout, stderr = process.communicate()
+    lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+    if process.returncode != 0 or not lines:
+        print(stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"variant {variant} failed")
+    figures: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nlayers", type=int, nargs="+", default=[18])
@@ -221,6 +241,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--variants", nargs="+", default=["fp32", "bf16", "bf16-cl"], help="maskops configs"
+    )
+    parser.add_argument(
+        "--sequential", action="store_true", help="one variant at a time, all threads each"
     )
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -239,24 +262,30 @@ def main() -> None:
         root = Path(tmp)
         prepare_data(root, args)
         for nlayers in args.nlayers:
-            runs: dict[str, Any] = {}
-            for variant in ["torchvision", *args.variants]:
+            variants = ["torchvision", *args.variants]
+            threads = args.threads if args.sequential else max(1, args.threads // len(variants))
+            commands = {}
+            for variant in variants:
                 command = [sys.executable, __file__, "--variant", variant, "--root", str(root)]
-                command += ["--nlayers-one", str(nlayers)]
+                command += ["--nlayers-one", str(nlayers), "--threads", str(threads)]
                 for key in ("image_size", "batch", "steps", "warmup", "images", "workers"):
                     value = getattr(args, key)
                     values = value if isinstance(value, list) else [value]
                     command += [f"--{key.replace('_', '-')}", *map(str, values)]
-                command += ["--threads", str(args.threads), "--device", args.device]
-                done = subprocess.run(command, capture_output=True, text=True, check=False)
-                lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-                if done.returncode != 0 or not lines:
-                    print(done.stderr[-3000:], file=sys.stderr)
-                    raise SystemExit(f"variant {variant} (resnet{nlayers}) failed")
-                runs[variant] = json.loads(lines[-1][len("RESULT ") :])
+                commands[variant] = [*command, "--device", args.device]
+            if args.sequential:
+                outputs = {
+                    v: _finish(v, subprocess.Popen(c, **_PIPES)) for v, c in commands.items()
+                }
+            else:
+                started = {v: subprocess.Popen(c, **_PIPES) for v, c in commands.items()}
+                outputs = {v: _finish(v, p) for v, p in started.items()}
+            runs: dict[str, Any] = {}
+            for variant, figures in outputs.items():
+                runs[variant] = figures
                 print(
-                    f"resnet{nlayers} {variant:12s} {runs[variant]['images_per_s']:.3f} img/s "
-                    f"peak RSS {runs[variant]['peak_rss_mb']:.0f} MB",
+                    f"resnet{nlayers} {variant:12s} {figures['images_per_s']:.4f} img/s "
+                    f"peak RSS {figures['peak_rss_mb']:.0f} MB",
                     flush=True,
                 )
             base = runs["torchvision"]["images_per_s"]

@@ -142,3 +142,15 @@ def test_cancel_running_training_keeps_its_checkpoint(
     assert job["result"]["checkpoint"].endswith(f"model.step-{step}.pth")
     artifacts = {a["path"] for a in client.get(f"/jobs/{job_id}/artifacts").json()}
     assert f"results/model.step-{step}.pth" in artifacts
+
+
+def test_migrations_match_the_models_on_postgres(clean_db: Settings) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from maskops_api.db.models import Base
+
+    engine = make_engine(clean_db)
+    with engine.connect() as conn:
+        differences = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert differences == []

@@ -184,3 +184,12 @@ def test_broker_down_still_accepts_the_job(
     assert job["status"] == "queued"
     with factory() as s:
         assert s.get(Job, job["id"]).dispatched_at is None
+
+
+def test_experiment_creation_is_idempotent(client: TestClient) -> None:
+    body = {"name": "e", "spec": SMALL_SPEC}
+    first = client.post("/experiments", json=body, headers={"Idempotency-Key": "x"})
+    again = client.post("/experiments", json=body, headers={"Idempotency-Key": "x"})
+    assert first.status_code == again.status_code == 201
+    assert first.json()["id"] == again.json()["id"]
+    assert client.get("/experiments").json()["total"] == 1

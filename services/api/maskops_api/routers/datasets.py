@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, File, Form, Query, UploadFile
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 
 from maskops_api.db.models import Dataset
@@ -20,6 +22,7 @@ from maskops_api.deps import (
 )
 from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES
+from maskops_api.routers import uploads
 from maskops_api.schemas import DatasetCreate, DatasetOut, Page
 from maskops_api.services import datasets as service
 
@@ -43,6 +46,49 @@ def register_dataset(
     dataset, job = service.register_dataset(
         session, settings, body, idempotency_key=idempotency_key
     )
+    if job is not None:
+        dispatch_job(factory, dispatcher, job)
+    return service.dataset_out(session, dataset)
+
+
+@router.post(
+    "/upload",
+    status_code=201,
+    response_model=DatasetOut,
+    dependencies=[WriteAccess],
+    responses={413: ERROR_RESPONSES[422] | {"description": "The upload is too large"}},
+)
+async def upload_dataset(
+    session: SessionDep,
+    settings: SettingsDep,
+    factory: FactoryDep,
+    dispatcher: DispatcherDep,
+    archive: Annotated[UploadFile, File(description="zip or tar(.gz) of images + COCO JSON")],
+    name: Annotated[str, Form(min_length=1, max_length=200)],
+    train_image_dir: Annotated[str, Form()] = "images/train",
+    train_annotation_file: Annotated[str, Form()] = "annotations/train.json",
+    val_image_dir: Annotated[str | None, Form()] = "images/val",
+    val_annotation_file: Annotated[str | None, Form()] = "annotations/val.json",
+    num_shards: Annotated[int, Form(ge=1, le=1024)] = 8,
+) -> DatasetOut:
+    """Upload an archive; it is extracted safely under the data root and registered (paths
+    inside the archive; the val split is used when its files are present)."""
+    folder = await uploads.receive(archive, settings)
+    try:
+        body = uploads.dataset_body(
+            settings,
+            folder,
+            name=name,
+            train=(train_image_dir, train_annotation_file),
+            val=(val_image_dir, val_annotation_file),
+            num_shards=num_shards,
+        )
+        dataset, job = await run_in_threadpool(
+            service.register_dataset, session, settings, body, idempotency_key=None
+        )
+    except Exception:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     if job is not None:
         dispatch_job(factory, dispatcher, job)
     return service.dataset_out(session, dataset)

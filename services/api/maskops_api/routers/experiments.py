@@ -10,7 +10,13 @@ from maskops.spec.models import ExperimentSpec
 from sqlalchemy import func, select
 
 from maskops_api.db.models import Experiment
-from maskops_api.deps import ExperimentId, ReadAccess, SessionDep, WriteAccess
+from maskops_api.deps import (
+    ExperimentId,
+    IdempotencyKeyDep,
+    ReadAccess,
+    SessionDep,
+    WriteAccess,
+)
 from maskops_api.errors import ERROR_RESPONSES
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate, Page
 from maskops_api.services import experiments as service
@@ -26,10 +32,12 @@ VersionQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
 
 @router.post("", status_code=201, response_model=ExperimentOut, dependencies=[WriteAccess])
-def create_experiment(body: ExperimentCreate, session: SessionDep) -> ExperimentOut:
+def create_experiment(
+    body: ExperimentCreate, session: SessionDep, idempotency_key: IdempotencyKeyDep = None
+) -> ExperimentOut:
     """A spec as JSON (``spec``) or in TAO's text format (``spec_text``); a bad field comes
     back as 422 with its name (and line, for text)."""
-    experiment = service.create_experiment(session, body)
+    experiment = service.create_experiment(session, body, idempotency_key=idempotency_key)
     return service.experiment_out(experiment, service.get_version(session, experiment, None))
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from maskops.spec.models import ExperimentSpec
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from maskops_api.db.models import Dataset, Experiment, ExperimentVersion, utcnow
 from maskops_api.errors import NotFound
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate
+from maskops_api.services import idempotency
 from maskops_api.specs import spec_from_json, spec_from_text
 
 
@@ -19,7 +21,19 @@ def _parse(spec: dict[str, object] | None, spec_text: str | None) -> ExperimentS
     return spec_from_json(dict(spec))
 
 
-def create_experiment(session: Session, body: ExperimentCreate) -> Experiment:
+ENDPOINT = "POST /experiments"
+
+
+def create_experiment(
+    session: Session, body: ExperimentCreate, *, idempotency_key: str | None = None
+) -> Experiment:
+    body_hash = idempotency.request_hash(body.model_dump(mode="json"))
+    if idempotency_key:
+        existing = idempotency.lookup(
+            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
+        )
+        if existing is not None:
+            return get_experiment(session, existing)
     parsed = _parse(body.spec, body.spec_text)
     if body.dataset_id is not None and session.get(Dataset, body.dataset_id) is None:
         raise NotFound(f"dataset {body.dataset_id} not found")
@@ -31,7 +45,27 @@ def create_experiment(session: Session, body: ExperimentCreate) -> Experiment:
             experiment_id=experiment.id, version=1, spec=parsed.model_dump(mode="json")
         )
     )
-    session.commit()
+    if idempotency_key:
+        idempotency.remember(
+            session,
+            key=idempotency_key,
+            endpoint=ENDPOINT,
+            body_hash=body_hash,
+            resource_id=experiment.id,
+        )
+    try:
+        session.commit()
+    except IntegrityError:
+        # A concurrent retry with the same key won; answer with its experiment.
+        session.rollback()
+        existing = (
+            idempotency.lookup(session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash)
+            if idempotency_key
+            else None
+        )
+        if existing is None:
+            raise
+        return get_experiment(session, existing)
     return experiment
 
 

@@ -1,0 +1,112 @@
+"""Dataset upload: a zip/tar is extracted under the data root and registered; traversal,
+links, bombs, oversized and non-archive uploads are 4xx and leave nothing behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from maskops_api.main import create_app
+from maskops_api.settings import Settings
+
+from tests.unit.api.conftest import RecordingDispatcher
+
+COCO = json.dumps({"images": [], "annotations": [], "categories": []}).encode()
+
+
+def _zip(members: dict[str, bytes], *, symlink: str | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        if symlink:
+            info = zipfile.ZipInfo(symlink)
+            info.external_attr = 0o120777 << 16
+            archive.writestr(info, "/etc/passwd")
+    return buffer.getvalue()
+
+
+def _tar(members: dict[str, bytes], *, symlink: str | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        if symlink:
+            link = tarfile.TarInfo(symlink)
+            link.type = tarfile.SYMTYPE
+            link.linkname = "/etc"
+            archive.addfile(link)
+    return buffer.getvalue()
+
+
+LAYOUT = {
+    "images/train/1.jpg": b"x",
+    "annotations/train.json": COCO,
+    "images/val/2.jpg": b"y",
+    "annotations/val.json": COCO,
+}
+
+
+@pytest.fixture
+def small_client(settings: Settings) -> Iterator[TestClient]:
+    limited = settings.model_copy(
+        update={"max_upload_bytes": 200_000, "max_extracted_bytes": 500_000}
+    )
+    with TestClient(create_app(limited, dispatcher=RecordingDispatcher())) as client:
+        yield client
+
+
+def _upload(client: TestClient, data: bytes, name: str = "d.zip") -> tuple[int, dict]:
+    response = client.post("/datasets/upload", data={"name": "up"}, files={"archive": (name, data)})
+    return response.status_code, response.json()
+
+
+@pytest.mark.parametrize("pack", [_zip, _tar])
+def test_upload_registers_the_extracted_dataset(
+    small_client: TestClient, settings: Settings, pack
+) -> None:
+    code, body = _upload(small_client, pack(LAYOUT))
+    assert code == 201, body
+    assert set(body["splits"]) == {"train", "val"} and body["status"] == "queued"
+    folder = settings.data_root / body["splits"]["train"]["image_dir"]
+    assert (folder / "1.jpg").read_bytes() == b"x"
+    assert folder.resolve().is_relative_to((settings.data_root / "uploads").resolve())
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_zip({**LAYOUT, "../evil.txt": b"!"}), "leaves the archive"),
+        (_zip({**LAYOUT, "/abs.txt": b"!"}), "leaves the archive"),
+        (_zip(LAYOUT, symlink="images/train/link"), "links are not allowed"),
+        (_tar(LAYOUT, symlink="images/link"), "only files and folders"),
+        (_zip({**LAYOUT, "bomb.bin": b"\0" * 400_000}), "compression ratio"),
+        (_tar({**LAYOUT, "big.bin": bytes(range(256)) * 2400}), "size limit"),
+        (b"definitely not an archive", "not a zip or tar"),
+    ],
+)
+def test_unsafe_or_bad_archives_are_422_and_cleaned_up(
+    small_client: TestClient, settings: Settings, data: bytes, message: str
+) -> None:
+    code, body = _upload(small_client, data)
+    assert code == 422 and message in body["detail"], body
+    leftovers = list((settings.data_root / "uploads").iterdir())
+    assert leftovers == []
+    assert not (settings.data_root / "evil.txt").exists()
+
+
+def test_oversized_upload_is_413(small_client: TestClient) -> None:
+    code, body = _upload(small_client, b"z" * 300_000)
+    assert code == 413 and "larger than" in body["detail"]
+
+
+def test_missing_train_files_in_archive_is_422(small_client: TestClient) -> None:
+    code, body = _upload(small_client, _zip({"other/x.jpg": b"x"}))
+    assert code == 422 and "train.image_dir" in body["detail"]
