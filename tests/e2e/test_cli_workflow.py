@@ -229,8 +229,7 @@ def pruned_run(work: Path, pruned: Path) -> Path:
         (work / "spec.txt").read_text(),
         {"total_steps": str(PRUNED_STEPS), "num_steps_per_eval": str(PRUNED_STEPS)},
     )
-    text = text.replace("seed: 123\n", 'seed: 123\npruned_model_path: "pruned/model.pth"\n', 1)
-    (work / "spec_pruned.txt").write_text(text)
+    (work / "spec_pruned.txt").write_text('pruned_model_path: "pruned/model.pth"\n' + text)
     maskops(work, "train", "-e", "spec_pruned.txt", "-d", "run_pruned")
     return work / "run_pruned"
 
@@ -370,10 +369,25 @@ def test_evaluate_missing_checkpoint_is_one_line_error(work: Path) -> None:
     assert "no_such_model.pth" in one_error_line(run, "evaluate")
 
 
+def test_train_missing_pruned_model_is_one_line_error(work: Path) -> None:
+    require_command("train")
+    text = 'pruned_model_path: "no_such_model.pth"\n' + (work / "spec.txt").read_text()
+    (work / "spec_missing_model.txt").write_text(text)
+    run = maskops(work, "train", "-e", "spec_missing_model.txt", "-d", "run_missing", expect=2)
+    error = one_error_line(run, "train")
+    assert "pruned_model_path" in error and "no_such_model.pth" in error, error
+    assert status(work / "run_missing")["state"] == "failed"
+    assert not list((work / "run_missing").glob("*.pth"))
+
+
 def test_inference_writes_annotated_images_and_coco_results(work: Path, checkpoint: Path) -> None:
     require_command("inference")
-    images = work / "demo" / "images" / "val"
-    maskops(
+    images = work / "inference_input"
+    shutil.copytree(work / "demo" / "images" / "val", images)
+    # An unreadable file is reported and skipped, not fatal. (Named like the others: image
+    # ids are the file stems only when every stem is an integer.)
+    (images / "999999.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a JPEG")
+    run = maskops(
         work,
         "inference",
         "-e",
@@ -390,7 +404,8 @@ def test_inference_writes_annotated_images_and_coco_results(work: Path, checkpoi
         "0.0",
         "--include_mask",
     )
-    sources = sorted(images.glob("*.jpg"))
+    assert "skipped 1" in run.stdout and "999999.jpg" in run.stdout + run.stderr
+    sources = sorted(p for p in images.glob("*.jpg") if p.name != "999999.jpg")
     annotated = sorted((work / "annotated").iterdir())
     assert [p.stem for p in annotated] == [p.stem for p in sources]
     changed = 0
@@ -446,6 +461,7 @@ def is_buffer(name: str) -> bool:
 def test_export_onnx_and_evaluate_it(work: Path, pruned_run: Path, exported: Path) -> None:
     import onnx
 
+    require_command("evaluate")
     model = onnx.load(str(exported))
     onnx.checker.check_model(model)
     assert [i.name for i in model.graph.input] == ["images"]

@@ -45,6 +45,9 @@ maskrcnn_config {{
 
 Say = Callable[[str], None]
 
+SLOW_CALL_S = 600.0
+"""Publishing (Triton loads the model) and the first inference can take minutes on a CPU."""
+
 
 class DemoError(Exception):
     pass
@@ -184,8 +187,10 @@ def run_demo(
         if "/models/{name}/publish" not in paths:
             say("   publishing is not available in this build; stopping here")
             return 0
+        # Publishing waits for Triton to load the new version (tens of seconds on a CPU).
         model = _check(
-            client.post("/models/demo/publish", json={"job_id": export["id"]}), "publish"
+            client.post("/models/demo/publish", json={"job_id": export["id"]}, timeout=SLOW_CALL_S),
+            "publish",
         )
         say(f"   model {model['name']} version {model['version']} published")
 
@@ -198,6 +203,7 @@ def run_demo(
             "/infer",
             params={"model": "demo"},
             files=[("images", (image.name, image.read_bytes(), "image/jpeg"))],
+            timeout=SLOW_CALL_S,
         )
         if results.status_code >= 400:
             raise DemoError(f"infer: HTTP {results.status_code}: {results.text[:300]}")

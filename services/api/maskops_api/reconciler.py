@@ -2,7 +2,8 @@
 
 - A running (or cancelling) job whose heartbeat is older than ``heartbeat_timeout_s`` lost
   its worker: a running one goes back to queued and is re-dispatched (training resumes from
-  its last checkpoint), a cancelling one becomes cancelled. The takeover clears the lease, so
+  its last checkpoint) unless it already had ``max_attempts`` attempts (then it fails), a
+  cancelling one becomes cancelled. The takeover clears the lease, so
   a worker that was merely slow can no longer write to the job.
 - A queued job whose message is in no broker queue (Redis lost it, or the broker was down
   when the job was created) is re-sent once it is older than ``redispatch_after_s``.
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 class ReconcileReport:
     requeued: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
     redispatched: list[int] = field(default_factory=list)
 
 
@@ -80,15 +82,21 @@ def reconcile(
     stale = now - timedelta(seconds=settings.heartbeat_timeout_s)
     with transaction(factory) as session:
         orphans = session.execute(
-            select(Job.id, Job.status, Job.lease_owner).where(
+            select(Job.id, Job.status, Job.lease_owner, Job.attempts).where(
                 Job.status.in_([JobStatus.running, JobStatus.cancelling]),
                 or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale),
             )
         ).all()
-    for job_id, status, owner in orphans:
+    for job_id, status, owner, attempts in orphans:
         target = JobStatus.queued if status == JobStatus.running else JobStatus.cancelled
         values: dict[str, object] = {"status": target, "lease_owner": None, "updated_at": now}
-        if target == JobStatus.cancelled:
+        if target == JobStatus.queued and attempts >= settings.max_attempts:
+            target = JobStatus.failed
+            values.update(
+                status=target,
+                error=f"the worker was lost {attempts} times (heartbeat timeout); giving up",
+            )
+        if target != JobStatus.queued:
             values["finished_at"] = now
         with transaction(factory) as session:
             taken = rowcount(
@@ -100,7 +108,11 @@ def reconcile(
                 )
             )
         if taken:
-            (report.requeued if target == JobStatus.queued else report.cancelled).append(job_id)
+            {
+                JobStatus.queued: report.requeued,
+                JobStatus.cancelled: report.cancelled,
+                JobStatus.failed: report.failed,
+            }[target].append(job_id)
             log.warning("reconciler: job %s had a stale heartbeat; now %s", job_id, target)
 
     live = live_task_ids(settings)

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     redispatch_after_s: float = Field(default=30.0, ge=0)
     """A queued job whose message is not in the broker after this long is re-sent."""
     reconcile_interval_s: float = Field(default=15.0, gt=0)
+    max_attempts: int = Field(default=5, ge=1)
+    """A job whose worker was lost this many times fails instead of being requeued (a job
+    that always crashes its worker, or always exceeds the hard time limit)."""
     max_upload_bytes: int = 2 * 1024**3
     max_extracted_bytes: int = 8 * 1024**3
     task_soft_time_limit_s: int = 7 * 24 * 3600

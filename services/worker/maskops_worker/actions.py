@@ -43,6 +43,9 @@ def dataset_convert(ctx: JobContext) -> dict[str, Any]:
             tag=split,
             num_shards=job.dataset_num_shards,
             include_masks=job.dataset_include_masks,
+            # No process pool: forking a process that runs a heartbeat thread can copy a held
+            # lock into the children and hang them. CPU workers scale by Celery concurrency.
+            workers=1,
             progress=_split_progress(ctx, index, len(splits)),
         )
         _append(ctx, result.summary())

@@ -8,6 +8,7 @@ do not collide); every table is truncated before each test.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,6 +91,9 @@ def clean_db(api_settings: Settings) -> Settings:
     for queue in (api_settings.gpu_queue, api_settings.cpu_queue):
         client.delete(queue)
     client.close()
+    # Ids restart with the tables, so job and dataset folders must go with them.
+    for folder in ("jobs", "datasets", "uploads"):
+        shutil.rmtree(api_settings.data_root / folder, ignore_errors=True)
     return api_settings
 
 

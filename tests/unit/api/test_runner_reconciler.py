@@ -155,3 +155,20 @@ def test_reconciler_redispatches_queued_jobs_and_finishes_stale_cancels(
     assert dispatcher.sent == [("train", never_sent, "t_gpu", f"maskops-job-{never_sent}-1")]
     assert _get(factory, stale_cancel).status == JobStatus.cancelled
     assert _get(factory, fresh).status == JobStatus.running
+
+
+def test_a_job_that_keeps_losing_its_worker_fails(
+    settings: Settings, factory, dispatcher: RecordingDispatcher
+) -> None:
+    stale = utcnow() - timedelta(hours=1)
+    job_id = _job(
+        factory,
+        status="running",
+        lease_owner="gone",
+        heartbeat_at=stale,
+        attempts=settings.max_attempts,
+    )
+    report = reconcile(factory, dispatcher, settings)
+    assert report.failed == [job_id] and report.requeued == [] and dispatcher.sent == []
+    job = _get(factory, job_id)
+    assert job.status == "failed" and "lost 5 times" in (job.error or "")

@@ -66,7 +66,13 @@ def _graceful_stop() -> threading.Event:
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskops.engine import CancelHook, TrainingCancelled, TrainingError, run_training
+    from maskops.engine import (
+        CancelHook,
+        NonFiniteLossError,
+        TrainingCancelled,
+        TrainingError,
+        run_training,
+    )
     from maskops.spec import SpecError, load_spec
 
     spec_path: Path = args.experiment_spec
@@ -90,8 +96,11 @@ def run(args: argparse.Namespace) -> int:
             log_file=args.log_file,
             extra_hooks=[CancelHook(stop.is_set)],
         )
-    except TrainingError as exc:
+    except NonFiniteLossError as exc:
+        # The run itself failed (exit 1); any other TrainingError is bad input (exit 2).
         raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None
+    except TrainingError as exc:
+        raise CLIError(str(exc)) from None
     except TrainingCancelled as exc:
         print(f"maskops train: {exc}; rerun the same command to resume", file=sys.stderr)
         return EXIT_FAILURE
