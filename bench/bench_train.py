@@ -273,16 +273,13 @@ def main() -> None:
                     values = value if isinstance(value, list) else [value]
                     command += [f"--{key.replace('_', '-')}", *map(str, values)]
                 commands[variant] = [*command, "--device", args.device]
-            if args.sequential:
-                outputs = {
-                    v: _finish(v, subprocess.Popen(c, **_PIPES)) for v, c in commands.items()
-                }
-            else:
-                started = {v: subprocess.Popen(c, **_PIPES) for v, c in commands.items()}
-                outputs = {v: _finish(v, p) for v, p in started.items()}
             runs: dict[str, Any] = {}
-            for variant, figures in outputs.items():
-                runs[variant] = figures
+            started: dict[str, subprocess.Popen[str]] = {}
+            if not args.sequential:
+                started = {v: subprocess.Popen(c, **_PIPES) for v, c in commands.items()}
+            for variant, command in commands.items():
+                process = started.get(variant) or subprocess.Popen(command, **_PIPES)
+                runs[variant] = figures = _finish(variant, process)
                 print(
                     f"resnet{nlayers} {variant:12s} {figures['images_per_s']:.4f} img/s "
                     f"peak RSS {figures['peak_rss_mb']:.0f} MB",
