@@ -36,13 +36,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from maskops.data.demo import generate_demo_dataset
-from maskops.data.pipeline import DecodeOptions, ShardDataset, TrainStream
 from PIL import Image
 from pycocotools import mask as coco_mask
 from pycocotools.coco import COCO
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms.functional import pil_to_tensor
+
+from maskops.data.demo import generate_demo_dataset
+from maskops.data.pipeline import DecodeOptions, ShardDataset, TrainStream
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_data_pipeline.json"
 

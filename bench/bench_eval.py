@@ -35,12 +35,13 @@ from typing import Any
 import numpy as np
 import pycocotools.mask as mask_util
 import torch
-from maskops.data.labels import LabelMap
-from maskops.evaluation import COCOEvaluator, metric_names, paste_masks_rle
-from maskops.evaluation.postprocess import boxes_to_original
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torchvision.models.detection.roi_heads import paste_masks_in_image
+
+from maskops.data.labels import LabelMap
+from maskops.evaluation import COCOEvaluator, metric_names, paste_masks_rle
+from maskops.evaluation.postprocess import boxes_to_original
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_eval.json"
 HEIGHT, WIDTH = 832, 1344

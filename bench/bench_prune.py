@@ -38,13 +38,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+from torch import nn
+
 from maskops.checkpoint import load_weights_into
 from maskops.modeling import build_model
 from maskops.prune import prune_model
 from maskops.prune.cost import count_parameters, macs, output_positions
 from maskops.prune.run import run_prune
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
-from torch import nn
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_prune.json"
 PRUNABLE_PREFIXES = ("backbone.", "rpn.head.conv.")

@@ -32,6 +32,9 @@ import numpy as np
 import onnx
 import pycocotools.mask as mask_util
 import torch
+from PIL import Image
+from torchvision.models.detection.roi_heads import paste_masks_in_image
+
 from maskops.data.labels import LabelMap
 from maskops.evaluation.postprocess import paste_masks_rle
 from maskops.export.graph import GraphMetadata, set_metadata, trace_to_onnx
@@ -40,8 +43,6 @@ from maskops.export.predictor import OnnxPredictor
 from maskops.modeling import build_model
 from maskops.serving.processing import coco_results, preprocess_image
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
-from PIL import Image
-from torchvision.models.detection.roi_heads import paste_masks_in_image
 
 RESULTS = Path(__file__).parent / "results" / "bench_serving.json"
 LABELS = LabelMap.from_coco_categories([{"id": i, "name": f"c{i}"} for i in (1, 2, 3)])

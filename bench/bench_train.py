@@ -40,6 +40,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
+from pycocotools.coco import COCO
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms.functional import pil_to_tensor
+
 from maskops.data.convert import convert_dataset
 from maskops.data.demo import generate_demo_dataset
 from maskops.data.labels import LabelMap
@@ -47,10 +52,6 @@ from maskops.data.transforms import resize_and_pad
 from maskops.engine import HookBase, run_training
 from maskops.modeling import build_model
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
-from PIL import Image
-from pycocotools.coco import COCO
-from torch.utils.data import DataLoader, Dataset
-from torchvision.transforms.functional import pil_to_tensor
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_train.json"
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
+from sqlalchemy import Connection, text
+
 from maskops_api.db.models import Base
 from maskops_api.db.session import make_engine
 from maskops_api.settings import Settings
-from sqlalchemy import Connection, text
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

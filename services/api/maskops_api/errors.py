@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from maskops.spec.errors import SpecError
 from sqlalchemy.exc import DataError, OperationalError
 
+from maskops.spec.errors import SpecError
 from maskops_api.schemas import ErrorOut
 
 log = logging.getLogger(__name__)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 import maskops.spec as spec_pkg
 from maskops.spec.errors import SpecError
 from maskops.spec.models import ExperimentSpec
-from pydantic import ValidationError
 
 __all__ = ["SpecError", "spec_from_json", "spec_from_text", "spec_to_text"]
 

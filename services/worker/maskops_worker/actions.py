@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from maskops.spec.models import ExperimentSpec
-
 from maskops_worker import state
 from maskops_worker.runner import Action, JobCancelled, JobContext, JobInputError
 
@@ -125,7 +124,6 @@ def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> Experim
 def train(ctx: JobContext) -> dict[str, Any]:
     from maskops.engine.errors import TrainingCancelled
     from maskops.engine.train import run_training
-
     from maskops_worker.hooks import control_plane_hook
 
     spec = job_spec(ctx)

@@ -13,6 +13,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_init
 from kombu import Queue
+
 from maskops_api.settings import Settings, get_settings
 
 GPU_ACTIONS = frozenset({"train", "evaluate", "prune", "inference", "export"})

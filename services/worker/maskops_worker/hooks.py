@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from maskops.engine.trainer import HookBase
-
 from maskops_worker.runner import JobContext
 
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from maskops_api.db.models import JobStatus
-from maskops_api.db.session import make_engine, make_session_factory
-from maskops_api.settings import Settings, get_settings
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops_api.db.models import JobStatus
+from maskops_api.db.session import make_engine, make_session_factory
+from maskops_api.settings import Settings, get_settings
 from maskops_worker import state
 
 log = logging.getLogger(__name__)

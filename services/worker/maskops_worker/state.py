@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
 from maskops_api.db.models import (
     Dataset,
     ExperimentVersion,
@@ -20,8 +23,6 @@ from maskops_api.db.models import (
     utcnow,
 )
 from maskops_api.db.session import rowcount, transaction
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session, sessionmaker
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
 from maskops_api.db.migrate import upgrade_head
 from maskops_api.db.models import Base
 from maskops_api.main import create_app
 from maskops_api.settings import Settings
-from sqlalchemy import create_engine, text
 
 pytestmark = pytest.mark.integration
 

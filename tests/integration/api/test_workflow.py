@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+
 from maskops_api.main import create_app
 from maskops_api.settings import Settings
-
 from tests.integration.api.conftest import Worker, wait_for
 
 pytestmark = pytest.mark.integration

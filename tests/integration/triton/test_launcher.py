@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
+
 from maskops_triton.launcher import TritonLaunchError, TritonServer
 
 pytestmark = pytest.mark.integration

@@ -15,6 +15,7 @@ import numpy as np
 import pycocotools.mask as mask_util
 import pytest
 import torch
+
 from maskops.export import OnnxPredictor, export_onnx
 from maskops.serving import EnsembleNames, existing_versions, publish
 from maskops.serving import client as triton

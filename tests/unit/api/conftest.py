@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
 from maskops_api.db.migrate import upgrade_head
 from maskops_api.db.session import make_engine, make_session_factory
 from maskops_api.main import create_app
 from maskops_api.settings import Settings
-from sqlalchemy.orm import Session, sessionmaker
 
 
 @dataclass

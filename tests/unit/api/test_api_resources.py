@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from maskops_api.db.models import Dataset, Job
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops_api.db.models import Dataset, Job
 from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher
 
 

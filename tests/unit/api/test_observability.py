@@ -6,11 +6,11 @@ import threading
 import time
 
 from fastapi.testclient import TestClient
+from sqlalchemy import update
+
 from maskops_api.db.models import Job
 from maskops_api.main import create_app
 from maskops_api.settings import Settings
-from sqlalchemy import update
-
 from tests.unit.api.conftest import DATASET_BODY, RecordingDispatcher
 
 

@@ -7,13 +7,13 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
 from maskops_api.db.models import Job, JobMetric, JobStatus, utcnow
 from maskops_api.reconciler import reconcile
 from maskops_api.settings import Settings
 from maskops_worker.runner import JobContext, run_job
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session, sessionmaker
-
 from tests.unit.api.conftest import RecordingDispatcher
 
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+
 from maskops_api.main import create_app
 from maskops_api.settings import Settings
-
 from tests.unit.api.conftest import RecordingDispatcher
 
 COCO = json.dumps({"images": [], "annotations": [], "categories": []}).encode()

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
+from pycocotools import mask as mask_utils
+from pycocotools.coco import COCO
+
 from maskops.cli.main import main
 from maskops.data.coco import DatasetError
 from maskops.data.convert import convert_dataset
 from maskops.data.manifest import Manifest, load_label_map
 from maskops.data.pipeline import DecodeOptions, ShardDataset, epoch_order
 from maskops.data.shards import file_sha256, iter_shard
-from PIL import Image
-from pycocotools import mask as mask_utils
-from pycocotools.coco import COCO
 
 EXPECTED_WARNINGS = {
     "1": {

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from maskops.cli.main import main
-from maskops.data.demo import CATEGORIES, draw_image, generate_demo_dataset
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
+
+from maskops.cli.main import main
+from maskops.data.demo import CATEGORIES, draw_image, generate_demo_dataset
 
 
 def _digest(root: Path) -> dict[str, str]:

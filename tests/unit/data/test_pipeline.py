@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from pycocotools import mask as mask_utils
+from pycocotools.coco import COCO
+
 from maskops.data.convert import convert_dataset
 from maskops.data.labels import LabelMap
 from maskops.data.pipeline import (
@@ -27,8 +30,6 @@ from maskops.data.pipeline import (
 from maskops.data.transforms import resized_hw
 from maskops.data.validate import _cropped_mask
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
-from pycocotools import mask as mask_utils
-from pycocotools.coco import COCO
 
 SIZE = (128, 192)
 

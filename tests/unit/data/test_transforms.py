@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from maskops.data.transforms import resize_and_pad, resized_hw
 
 

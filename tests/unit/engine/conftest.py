@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from maskops.spec.models import ExperimentSpec
 
 SpecFactory = Callable[..., ExperimentSpec]

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import torch
-from maskops.engine.optim import build_optimizer, l1_penalty, l2_loss_value, regularized_parameters
 from torch import nn
+
+from maskops.engine.optim import build_optimizer, l1_penalty, l2_loss_value, regularized_parameters
 
 
 def _model() -> nn.Sequential:

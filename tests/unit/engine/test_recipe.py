@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from maskops.checkpoint import load_model, read_checkpoint, save_checkpoint
 from maskops.engine import TrainingError, run_training
 from maskops.engine.train import resolve_total_steps
@@ -35,8 +36,10 @@ def test_total_steps_from_epochs_divides_by_processes_and_accumulation(
 
 
 def test_amp_settings_per_device() -> None:
-    cpu = AmpSettings.for_device(torch.device("cpu"), enabled=True)
-    assert cpu.dtype == torch.bfloat16 and not cpu.needs_scaler
+    cpu = AmpSettings.for_device(torch.device("cpu"), enabled=True, cpu_bf16_native=True)
+    assert cpu.enabled and cpu.dtype == torch.bfloat16 and not cpu.needs_scaler
+    slow_cpu = AmpSettings.for_device(torch.device("cpu"), enabled=True, cpu_bf16_native=False)
+    assert not slow_cpu.enabled and "no native bf16" in slow_cpu.declined
     with cpu.autocast():
         out = torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 3))
     assert out.dtype == torch.bfloat16

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from maskops.data.convert import convert_dataset
 from maskops.data.demo import generate_demo_dataset
 from maskops.engine import run_training

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from maskops.engine.schedule import LRSchedule
 from maskops.spec.models import ExperimentSpec
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from maskops.checkpoint import load_model, read_checkpoint
 from maskops.cli.main import main as cli_main
 from maskops.data.manifest import load_label_map

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from maskops.spec.models import ExperimentSpec
 
 

@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 import pycocotools.mask as mask_util
 import pytest
+from PIL import Image
+from pycocotools.coco import COCO
+
 from maskops.cli.main import main
 from maskops.evaluation import metric_names
 from maskops.spec import spec_to_text
 from maskops.spec.models import ExperimentSpec
-from PIL import Image
-from pycocotools.coco import COCO
 
 
 def _spec_file(directory: Path, spec: ExperimentSpec) -> Path:

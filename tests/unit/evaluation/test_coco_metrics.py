@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from maskops.evaluation.coco import METRIC_NAMES, CocoMetrics, load_ground_truth, metric_names
-from maskops.evaluation.errors import GroundTruthError
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from maskops.evaluation.coco import METRIC_NAMES, CocoMetrics, load_ground_truth, metric_names
+from maskops.evaluation.errors import GroundTruthError
 from tests.unit.evaluation.crafted import make_ground_truth, noisy_results, perfect_results
 
 

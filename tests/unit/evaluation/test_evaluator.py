@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from maskops.data.labels import LabelMap
-from maskops.evaluation import COCOEvaluator, GroundTruthError, evaluate_model, metric_names
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from maskops.data.labels import LabelMap
+from maskops.evaluation import COCOEvaluator, GroundTruthError, evaluate_model, metric_names
 from tests.unit.evaluation.crafted import make_ground_truth
 
 

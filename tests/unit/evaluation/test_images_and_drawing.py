@@ -8,10 +8,11 @@ import numpy as np
 import pycocotools.mask as mask_util
 import pytest
 import torch
+from PIL import Image
+
 from maskops.evaluation.errors import ImageReadError
 from maskops.evaluation.images import list_images, read_image
 from maskops.evaluation.visualize import MASK_ALPHA, draw_detections, instance_colour
-from PIL import Image
 
 
 def test_exif_orientation_is_applied(tmp_path: Path) -> None:

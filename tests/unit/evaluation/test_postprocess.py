@@ -6,9 +6,10 @@ import numpy as np
 import pycocotools.mask as mask_util
 import pytest
 import torch
+from torchvision.models.detection.roi_heads import paste_masks_in_image
+
 from maskops.data.labels import LabelMap
 from maskops.evaluation.postprocess import crop_to_counts, detections_to_coco, paste_masks_rle
-from torchvision.models.detection.roi_heads import paste_masks_in_image
 
 
 def _reference_rles(boxes: torch.Tensor, probs: torch.Tensor, hw: tuple[int, int]) -> list[str]:

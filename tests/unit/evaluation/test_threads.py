@@ -6,6 +6,7 @@ import multiprocessing
 import threading
 
 import torch
+
 from maskops.evaluation.postprocess import paste_masks_rle
 from maskops.evaluation.threads import map_single_threaded, postprocess_pool, run_single_threaded
 

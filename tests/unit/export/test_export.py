@@ -8,6 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 import torch
+
 from maskops.checkpoint import load_model
 from maskops.export import (
     ExportError,

@@ -11,6 +11,9 @@ import onnx
 import pytest
 import torch
 from google.protobuf import text_format
+from PIL import Image
+from tritonclient.grpc import model_config_pb2
+
 from maskops.cli.main import main as cli_main
 from maskops.data.labels import LabelMap
 from maskops.evaluation.errors import ImageReadError
@@ -24,8 +27,6 @@ from maskops.serving.processing import (
     unpad_detections,
 )
 from maskops.spec.models import ExperimentSpec
-from PIL import Image
-from tritonclient.grpc import model_config_pb2
 
 LABELS = LabelMap.from_coco_categories([{"id": 3, "name": "square"}, {"id": 7, "name": "tri"}])
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from maskops.spec.models import MaskRCNNConfig
 
 TINY: dict[str, Any] = {

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from maskops.modeling import LevelAnchorGenerator, cell_anchors_for_level
 from torchvision.models.detection.image_list import ImageList
+
+from maskops.modeling import LevelAnchorGenerator, cell_anchors_for_level
 
 
 def tf_reference_anchors(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from maskops.modeling import build_resnet_fpn_backbone
 from torch import nn
 from torchvision.models.detection.backbone_utils import BackboneWithFPN
 from torchvision.models.resnet import BasicBlock, Bottleneck
 from torchvision.ops.misc import FrozenBatchNorm2d
+
+from maskops.modeling import build_resnet_fpn_backbone
 
 
 def _backbone(**overrides: object) -> BackboneWithFPN:

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from torchvision.models.detection import MaskRCNN
+from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+
 from maskops.checkpoint import (
     CheckpointError,
     load_model,
@@ -19,8 +22,6 @@ from maskops.checkpoint import (
 from maskops.data.labels import LabelMap
 from maskops.modeling import SpecMaskRCNN, build_model
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
-from torchvision.models.detection import MaskRCNN
-from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
 
 IMAGE_SIZE = (128, 128)
 LABELS = LabelMap.from_coco_categories([{"id": 7, "name": "circle"}, {"id": 3, "name": "square"}])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from maskops.checkpoint import load_model, save_checkpoint
 from maskops.data.labels import LabelMap
 from maskops.modeling import LOSS_NAMES, build_model

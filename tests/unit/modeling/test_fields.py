@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 import torch
+from torchvision.ops.misc import FrozenBatchNorm2d
+
 from maskops.modeling import SpecMaskRCNN, build_model
 from maskops.spec.models import MaskRCNNConfig
-from torchvision.ops.misc import FrozenBatchNorm2d
 
 Probe = Callable[[SpecMaskRCNN], Any]
 

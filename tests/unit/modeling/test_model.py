@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+
 from maskops.modeling import LOSS_NAMES, SpecMaskRCNN, build_model
 from maskops.modeling.heads import Float32FastRCNNPredictor, Float32RPNHead
 from maskops.spec.models import MaskRCNNConfig

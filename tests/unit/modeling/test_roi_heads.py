@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from maskops.modeling.roi_heads import RangeMatcher, mask_loss, project_masks_via_gt_crops
 from torchvision.ops import roi_align
+
+from maskops.modeling.roi_heads import RangeMatcher, mask_loss, project_masks_via_gt_crops
 
 FG, BG, IGNORE = None, RangeMatcher.BELOW_LOW_THRESHOLD, RangeMatcher.BETWEEN_THRESHOLDS
 

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+
 from maskops.modeling import build_model
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
-from torch import nn
 
 IMAGE_SIZE = (128, 128)
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from maskops.prune.importance import (
     channels_to_prune,
     equalize,

@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
-from maskops.prune import PruneError, prune_model
-from maskops.prune.importance import filter_norms
 from torch import nn
 
+from maskops.prune import PruneError, prune_model
+from maskops.prune.importance import filter_norms
 from tests.unit.prune.small import IMAGE_SIZE, make_model, training_batch
 
 EXAMPLE = torch.zeros(1, 3, *IMAGE_SIZE)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from maskops.checkpoint import load_model, save_checkpoint
 from maskops.cli.main import main
 from maskops.data.demo import DemoDataset
 from maskops.data.manifest import load_label_map
 from maskops.prune import PruneError, prune_model
 from maskops.prune.run import REPORT_FILENAME, run_prune
-
 from tests.unit.prune.small import IMAGE_SIZE, make_model, make_spec
 
 

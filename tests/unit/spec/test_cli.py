@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from maskops.cli.main import main
 from maskops.spec import ExperimentSpec, load_spec, parse_spec_text
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf.message import Message
+
 from maskops.spec import ExperimentSpec, experiment_pb2, load_spec, spec_to_text
 from maskops.spec.models import MaskRCNNConfig
 

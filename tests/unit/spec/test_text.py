@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 from google.protobuf.message import Message
+
 from maskops.spec import (
     ExperimentSpec,
     SpecError,

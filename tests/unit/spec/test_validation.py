@@ -4,6 +4,7 @@ the JSON form gets the same checks with the JSON field path."""
 from __future__ import annotations
 
 import pytest
+
 from maskops.spec import ExperimentSpec, SpecError, parse_spec_text, spec_from_json, spec_to_text
 from maskops.spec.models import MaskRCNNConfig
 

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
-from maskops.spec.models import ExperimentSpec
 from sqlalchemy import func, select
 
+from maskops.spec.models import ExperimentSpec
 from maskops_api.db.models import Experiment
 from maskops_api.deps import (
     ExperimentId,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from maskops.spec.models import ExperimentSpec
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from maskops.spec.models import ExperimentSpec
 from maskops_api.db.models import Dataset, Experiment, ExperimentVersion, utcnow
 from maskops_api.errors import NotFound
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate

@@ -1,9 +1,17 @@
-"""Pieces every subcommand shares: the error type, the TAO ``-k`` flag, exit codes."""
+"""Pieces every subcommand shares: exit codes, the error type, the TAO ``-k`` flag, spec
+loading, ``--log_file`` and the engine errors that mean bad input."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from maskops.spec.models import ExperimentSpec
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -30,3 +38,51 @@ def warn_if_key_given(args: argparse.Namespace) -> None:
             "maskops: note: -k/--key is ignored (maskops artifacts are not encrypted)",
             file=sys.stderr,
         )
+
+
+def load_resolved_spec(path: Path) -> ExperimentSpec:
+    """The spec at ``path`` with its relative paths resolved against its directory."""
+    from maskops.spec import SpecError, load_spec
+
+    try:
+        return load_spec(path).resolve_paths(path.parent)
+    except SpecError as exc:
+        raise CLIError(str(exc)) from None
+
+
+@contextmanager
+def tee_log(log_file: Path | None) -> Iterator[Callable[[str], None]]:
+    """A ``log(line)`` that prints and, with ``--log_file``, appends to that file too."""
+    if log_file is None:
+        yield print
+        return
+    try:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handle = log_file.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise CLIError(f"--log_file {log_file}: {exc.strerror}") from None
+    with handle:
+
+        def log(line: str) -> None:
+            print(line)
+            handle.write(line + "\n")
+            handle.flush()
+
+        yield log
+
+
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input (a one-line error), not a bug (a traceback)."""
+    from maskops.evaluation.errors import EvaluationError
+    from maskops.spec import SpecError
+
+    errors: list[type[BaseException]] = [EvaluationError, SpecError]
+    for module, name in (
+        ("maskops.data.coco", "DatasetError"),
+        ("maskops.checkpoint", "CheckpointError"),
+    ):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(errors)

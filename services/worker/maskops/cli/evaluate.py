@@ -3,60 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
-
-
-def load_resolved_spec(path: Path) -> Any:
-    """The spec at ``path`` with its relative paths resolved against its directory."""
-    from maskops.spec import SpecError, load_spec
-
-    try:
-        return load_spec(path).resolve_paths(path.parent)
-    except SpecError as exc:
-        raise CLIError(str(exc)) from None
-
-
-@contextmanager
-def tee_log(log_file: Path | None) -> Iterator[Callable[[str], None]]:
-    """A ``log(line)`` that prints and, with ``--log_file``, appends to that file too."""
-    if log_file is None:
-        yield print
-        return
-    try:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handle = log_file.open("a", encoding="utf-8")
-    except OSError as exc:
-        raise CLIError(f"--log_file {log_file}: {exc.strerror}") from None
-    with handle:
-
-        def log(line: str) -> None:
-            print(line)
-            handle.write(line + "\n")
-            handle.flush()
-
-        yield log
-
-
-def engine_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean bad input (a one-line error), not a bug (a traceback)."""
-    from maskops.evaluation.errors import EvaluationError
-    from maskops.spec import SpecError
-
-    errors: list[type[BaseException]] = [EvaluationError, SpecError]
-    for module, name in (
-        ("maskops.data.coco", "DatasetError"),
-        ("maskops.checkpoint", "CheckpointError"),
-    ):
-        try:
-            errors.append(getattr(__import__(module, fromlist=[name]), name))
-        except (ImportError, AttributeError):
-            continue
-    return tuple(errors)
+from maskops.cli.common import (
+    EXIT_OK,
+    CLIError,
+    add_key_argument,
+    engine_errors,
+    load_resolved_spec,
+    tee_log,
+)
 
 
 def register(subparsers: Any) -> None:

@@ -70,7 +70,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskops.cli.evaluate import engine_errors, load_resolved_spec, tee_log
+    from maskops.cli.common import engine_errors, load_resolved_spec, tee_log
     from maskops.export import ExportError, export_onnx
 
     spec = load_resolved_spec(args.experiment_spec)

@@ -7,8 +7,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
-from maskops.cli.evaluate import engine_errors, load_resolved_spec
+from maskops.cli.common import (
+    EXIT_OK,
+    CLIError,
+    add_key_argument,
+    engine_errors,
+    load_resolved_spec,
+)
 
 
 def _threshold(text: str) -> float:

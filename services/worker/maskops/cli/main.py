@@ -37,14 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"maskops.cli.{name}")
-        except ModuleNotFoundError as exc:
-            # Subcommands arrive with their features; a module not written yet is absent.
-            if exc.name == f"maskops.cli.{name}":
-                continue
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"maskops.cli.{name}").register(subparsers)
     return parser
 
 

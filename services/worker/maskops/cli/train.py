@@ -16,7 +16,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from maskops.cli.common import EXIT_FAILURE, EXIT_OK, CLIError, add_key_argument
+from maskops.cli.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CLIError,
+    add_key_argument,
+    load_resolved_spec,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -73,13 +79,8 @@ def run(args: argparse.Namespace) -> int:
         TrainingError,
         run_training,
     )
-    from maskops.spec import SpecError, load_spec
 
-    spec_path: Path = args.experiment_spec
-    try:
-        spec = load_spec(spec_path).resolve_paths(spec_path.parent)
-    except SpecError as exc:
-        raise CLIError(str(exc)) from None
+    spec = load_resolved_spec(args.experiment_spec)
     if args.gpus < 1:
         raise CLIError(f"--gpus must be >= 1, got {args.gpus}")
     if args.log_file is not None:

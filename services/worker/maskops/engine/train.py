@@ -310,6 +310,8 @@ def _train_rank_inner(
         )
     optimizer = build_optimizer(model, lr=schedule(0), momentum=spec.momentum, l2_weight_decay=l2)
     amp = AmpSettings.for_device(info.device, enabled=spec.use_amp)
+    if amp.declined and info.is_main:
+        logger.warning(amp.declined)
     scaler = torch.amp.GradScaler(info.device.type) if amp.needs_scaler else None
 
     checkpointer = Checkpointer(

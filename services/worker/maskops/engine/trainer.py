@@ -38,23 +38,41 @@ def tao_loss_name(key: str) -> str:
     return LOSS_NAMES.get(key, key)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN runs bf16 convolutions natively on this CPU (AVX-512 BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 @dataclass(frozen=True)
 class AmpSettings:
     """Mixed precision for one device type.
 
     On CUDA: bf16 where the GPU supports it (no loss scaling needed), else fp16 with a
-    GradScaler. On CPU: bf16 autocast (real on AVX-512 BF16 / AMX hardware).
+    GradScaler. On CPU: bf16 autocast only where oneDNN has native bf16 kernels (AVX-512
+    BF16 / AMX); elsewhere bf16 convolutions fall back to a reference kernel several times
+    slower than fp32 (measured: 3-10x on an AVX2-only host), so AMP is declined there and
+    ``declined`` says why.
     """
 
     enabled: bool
     device_type: str
     dtype: torch.dtype = torch.bfloat16
+    declined: str = ""
 
     @classmethod
-    def for_device(cls, device: torch.device, *, enabled: bool) -> AmpSettings:
+    def for_device(
+        cls, device: torch.device, *, enabled: bool, cpu_bf16_native: bool | None = None
+    ) -> AmpSettings:
         if device.type == "cuda":
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
             return cls(enabled=enabled, device_type="cuda", dtype=dtype)
+        native = cpu_has_native_bf16() if cpu_bf16_native is None else cpu_bf16_native
+        if enabled and not native:
+            reason = "use_amp ignored: this CPU has no native bf16 kernels, bf16 would be slower"
+            return cls(enabled=False, device_type=device.type, declined=reason)
         return cls(enabled=enabled, device_type=device.type, dtype=torch.bfloat16)
 
     @property
