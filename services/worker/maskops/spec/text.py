@@ -4,7 +4,8 @@ Parsing uses the real schema (``experiment.proto``) and ``google.protobuf.text_f
 spec written for ``tao mask_rcnn`` parses unchanged, ``#`` comments included. Syntax errors
 and unknown fields become :class:`SpecError` with the line and, for a misspelt field, the
 closest valid name; validation errors found afterwards are placed on the line where the field
-is written (recent protobuf releases no longer record parse locations, so a light token scan finds them).
+is written (recent protobuf releases no longer record parse locations, so a light token
+scan finds them).
 
 Regenerate ``experiment_pb2.py`` / ``.pyi`` after editing ``experiment.proto``::
 
