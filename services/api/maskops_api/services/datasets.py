@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from maskops_api.db.models import Dataset, Job, JobAction, JobStatus
@@ -80,26 +79,15 @@ def register_dataset(
     session.add(job)
     session.flush()
     dataset.convert_job_id = job.id
-    if idempotency_key:
-        idempotency.remember(
-            session,
-            key=idempotency_key,
-            endpoint=ENDPOINT,
-            body_hash=body_hash,
-            resource_id=dataset.id,
-        )
-    try:
-        session.commit()
-    except IntegrityError:
-        session.rollback()
-        existing = (
-            idempotency.lookup(session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash)
-            if idempotency_key
-            else None
-        )
-        if existing is None:
-            raise
-        return session.get_one(Dataset, existing), None
+    winner = idempotency.commit_remembering(
+        session,
+        key=idempotency_key,
+        endpoint=ENDPOINT,
+        body_hash=body_hash,
+        resource_id=dataset.id,
+    )
+    if winner is not None:
+        return session.get_one(Dataset, winner), None
     return dataset, job
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from maskops.spec.models import ExperimentSpec
@@ -45,27 +44,15 @@ def create_experiment(
             experiment_id=experiment.id, version=1, spec=parsed.model_dump(mode="json")
         )
     )
-    if idempotency_key:
-        idempotency.remember(
-            session,
-            key=idempotency_key,
-            endpoint=ENDPOINT,
-            body_hash=body_hash,
-            resource_id=experiment.id,
-        )
-    try:
-        session.commit()
-    except IntegrityError:
-        # A concurrent retry with the same key won; answer with its experiment.
-        session.rollback()
-        existing = (
-            idempotency.lookup(session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash)
-            if idempotency_key
-            else None
-        )
-        if existing is None:
-            raise
-        return get_experiment(session, existing)
+    winner = idempotency.commit_remembering(
+        session,
+        key=idempotency_key,
+        endpoint=ENDPOINT,
+        body_hash=body_hash,
+        resource_id=experiment.id,
+    )
+    if winner is not None:
+        return get_experiment(session, winner)
     return experiment
 
 

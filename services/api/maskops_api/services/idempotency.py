@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from maskops_api.db.models import IdempotencyKey
@@ -40,3 +41,25 @@ def remember(
     session.add(
         IdempotencyKey(key=key, endpoint=endpoint, request_hash=body_hash, resource_id=resource_id)
     )
+
+
+def commit_remembering(
+    session: Session, *, key: str | None, endpoint: str, body_hash: str, resource_id: int
+) -> int | None:
+    """Commit a newly created resource, recording ``key`` for it in the same transaction.
+
+    Returns None once committed, or, when a concurrent request with the same key won the
+    race (the key's primary key is violated), the id of the resource that request created;
+    the session is then rolled back. Any other integrity error propagates.
+    """
+    if key:
+        remember(session, key=key, endpoint=endpoint, body_hash=body_hash, resource_id=resource_id)
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        existing = lookup(session, key=key, endpoint=endpoint, body_hash=body_hash) if key else None
+        if existing is None:
+            raise
+        return existing
+    return None

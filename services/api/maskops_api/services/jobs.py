@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from maskops_api.db.models import (
@@ -53,23 +52,11 @@ def create_job(
     job = _validated_job(session, settings, body)
     session.add(job)
     session.flush()
-    if idempotency_key:
-        idempotency.remember(
-            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash, resource_id=job.id
-        )
-    try:
-        session.commit()
-    except IntegrityError:
-        # A concurrent request with the same key won the race; answer with its job.
-        session.rollback()
-        if not idempotency_key:
-            raise
-        existing = idempotency.lookup(
-            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
-        )
-        if existing is None:
-            raise
-        return session.get_one(Job, existing), False
+    winner = idempotency.commit_remembering(
+        session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash, resource_id=job.id
+    )
+    if winner is not None:
+        return session.get_one(Job, winner), False
     return job, True
 
 

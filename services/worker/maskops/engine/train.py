@@ -179,24 +179,20 @@ def coco_eval_fn(
     from maskops.data.pipeline import build_eval_loader
     from maskops.evaluation.coco import IouType
     from maskops.evaluation.evaluator import COCOEvaluator
+    from maskops.evaluation.predictor import TorchPredictor
+    from maskops.evaluation.runner import evaluate_model
 
     iou_types: tuple[IouType, ...] = (
         ("bbox", "segm") if spec.maskrcnn_config.include_mask else ("bbox",)
     )
     evaluator = COCOEvaluator(spec.data_config.val_json_file, label_map, iou_types=iou_types)
+    autocast_dtype = amp.dtype if amp.enabled else None
 
-    @torch.no_grad()
     def evaluate(model: nn.Module, step: int) -> dict[str, float]:
-        model.eval()
-        evaluator.reset()
+        predictor = TorchPredictor(model, device=info.device, autocast_dtype=autocast_dtype)
         # Ground truth comes from val_json_file: the loader need not decode masks.
-        for images, targets in build_eval_loader(spec, label_map=label_map, with_masks=False):
-            with amp.autocast():
-                outputs = model([img.to(info.device) for img in images])
-            evaluator.process(
-                targets, [{k: v.float().cpu() for k, v in out.items()} for out in outputs]
-            )
-        return evaluator.evaluate()
+        loader = build_eval_loader(spec, label_map=label_map, with_masks=False)
+        return evaluate_model(predictor, loader, evaluator)
 
     return evaluate
 
