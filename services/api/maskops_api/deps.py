@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.db.models import TokenScope
 from maskops_api.dispatch import Dispatcher
 from maskops_api.errors import Forbidden, Unauthorized
+from maskops_api.job_cache import JobCache
 from maskops_api.schemas import MAX_ID
 from maskops_api.services.tokens import allows, find_token
 from maskops_api.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+# The plain attribute reads below are ``async`` so that FastAPI calls them inline instead
+# of sending each one through the threadpool: that hop cost more than the status query.
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_factory(request: Request) -> sessionmaker[Session]:
+async def get_factory(request: Request) -> sessionmaker[Session]:
     factory: sessionmaker[Session] = request.app.state.session_factory
     return factory
 
@@ -34,15 +38,21 @@ def get_session(
         yield session
 
 
-def get_dispatcher(request: Request) -> Dispatcher:
+async def get_dispatcher(request: Request) -> Dispatcher:
     dispatcher: Dispatcher = request.app.state.dispatcher
     return dispatcher
+
+
+async def get_job_cache(request: Request) -> JobCache:
+    cache: JobCache = request.app.state.job_cache
+    return cache
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 FactoryDep = Annotated[sessionmaker[Session], Depends(get_factory)]
 SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
+JobCacheDep = Annotated[JobCache, Depends(get_job_cache)]
 IdempotencyKeyDep = Annotated[
     str | None,
     Header(
@@ -59,25 +69,35 @@ ExperimentId = Annotated[int, Path(ge=1, le=MAX_ID)]
 _bearer = HTTPBearer(auto_error=False, description="An API token from `maskops token create`.")
 
 
-def require(scope: TokenScope) -> Callable[..., None]:
+def require(scope: TokenScope) -> Callable[..., Awaitable[None]]:
     """A dependency demanding a live token of at least ``scope`` when auth is required."""
 
-    def check(
-        settings: SettingsDep,
-        session: SessionDep,
+    async def check(
+        request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> None:
+        # async, and reading app.state directly rather than through sub-dependencies, so
+        # that loopback deployments (no auth) pay next to nothing per request; the token
+        # lookup itself is a blocking query and goes to the threadpool.
+        settings: Settings = request.app.state.settings
         if not settings.auth_required:
             return
+        factory: sessionmaker[Session] = request.app.state.session_factory
         if credentials is None:
             raise Unauthorized("an API token is required (Authorization: Bearer <token>)")
-        token = find_token(session, credentials.credentials)
-        if token is None:
+        granted = await run_in_threadpool(_granted_scope, factory, credentials.credentials)
+        if granted is None:
             raise Unauthorized("the API token is unknown, revoked or expired")
-        if not allows(token.scope, scope):
-            raise Forbidden(f"this token has scope {token.scope!r}; {scope.value!r} is needed")
+        if not allows(granted, scope):
+            raise Forbidden(f"this token has scope {granted!r}; {scope.value!r} is needed")
 
     return check
+
+
+def _granted_scope(factory: sessionmaker[Session], secret: str) -> str | None:
+    with factory() as session:
+        token = find_token(session, secret)
+        return None if token is None else token.scope
 
 
 ReadAccess = Depends(require(TokenScope.read))

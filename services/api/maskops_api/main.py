@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from maskops_api.db.session import make_engine, make_session_factory
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.errors import install_handlers
+from maskops_api.job_cache import JobCache
 from maskops_api.observability import install_metrics
 from maskops_api.reconciler import ReconcilerThread
 from maskops_api.routers import datasets, experiments, health, infer, jobs, models
@@ -36,15 +37,18 @@ def create_app(
     engine = make_engine(settings)
     factory = make_session_factory(engine)
     dispatch = dispatcher or CeleryDispatcher(settings)
+    job_cache = JobCache(engine, schema=settings.database_schema)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         reconciler = ReconcilerThread(factory, dispatch, settings) if run_reconciler else None
         if reconciler is not None:
             reconciler.start()
+        job_cache.start()
         try:
             yield
         finally:
+            job_cache.stop()
             if reconciler is not None:
                 reconciler.stop()
             engine.dispose()
@@ -58,8 +62,9 @@ def create_app(
     app.state.settings = settings
     app.state.session_factory = factory
     app.state.dispatcher = dispatch
+    app.state.job_cache = job_cache
     install_handlers(app)
-    install_metrics(app, factory, settings)
+    install_metrics(app, factory, settings, job_cache)
     for module in (health, datasets, experiments, jobs, models, infer):
         app.include_router(module.router)
     return app

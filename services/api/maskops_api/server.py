@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 
@@ -23,7 +24,15 @@ def main() -> None:
     settings = get_settings()
     upgrade_head(settings)
     app = create_app(settings, run_reconciler=True)
-    uvicorn.run(app, host=settings.host, port=int(os.environ.get("MASKOPS_PORT", "8080")))
+    # Everything built so far lives as long as the process: out of the collector's sight,
+    # full collections no longer walk it, which took milliseconds off the slowest polls.
+    gc.freeze()
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=int(os.environ.get("MASKOPS_PORT", "8080")),
+        access_log=settings.access_log,
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     """Where the API listens; auth is required whenever this is not a loopback address."""
     auth: Literal["auto", "required", "disabled"] = "auto"
+    access_log: bool = False
+    """uvicorn's line per request. Off by default: ``/metrics`` has latency per route, and
+    under pollers the log line cost more than serving a status poll from memory."""
 
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
     heartbeat_timeout_s: float = Field(default=60.0, gt=0)

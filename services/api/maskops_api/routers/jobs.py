@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 from sqlalchemy import func, select
 
@@ -16,6 +17,7 @@ from maskops_api.deps import (
     DispatcherDep,
     FactoryDep,
     IdempotencyKeyDep,
+    JobCacheDep,
     JobId,
     ReadAccess,
     SessionDep,
@@ -72,24 +74,35 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobOut, dependencies=[ReadAccess])
-def get_job(job_id: JobId, session: SessionDep) -> JobOut:
+async def get_job(job_id: JobId, cache: JobCacheDep) -> Response:
     """Status, progress (step, total, ETA), latest metrics, error."""
-    return service.job_out(service.get_job(session, job_id))
+    # Status polls are the hottest route: served from memory while Postgres notifies
+    # changes (see job_cache), else one trip to the threadpool for the whole read.
+    # Serialised here, once: returning the model would make FastAPI validate it again.
+    job = service.job_out(await cache.fetch(job_id))
+    return Response(job.model_dump_json(), media_type="application/json")
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, dependencies=[WriteAccess])
-def cancel_job(job_id: JobId, session: SessionDep) -> JobOut:
+def cancel_job(job_id: JobId, session: SessionDep, cache: JobCacheDep) -> JobOut:
     """A queued job is cancelled at once; a running job stops at its next step and keeps its
     last checkpoint (status ``cancelling`` until it has)."""
-    return service.job_out(service.cancel_job(session, job_id))
+    job = service.cancel_job(session, job_id)
+    cache.forget(job_id)
+    return service.job_out(job)
 
 
 @router.post("/{job_id}/resume", status_code=202, response_model=JobOut, dependencies=[WriteAccess])
 def resume_job(
-    job_id: JobId, session: SessionDep, factory: FactoryDep, dispatcher: DispatcherDep
+    job_id: JobId,
+    session: SessionDep,
+    factory: FactoryDep,
+    dispatcher: DispatcherDep,
+    cache: JobCacheDep,
 ) -> JobOut:
     """Queue a failed or cancelled training job again; it continues from its checkpoint."""
     job = service.resume_job(session, job_id)
+    cache.forget(job_id)
     dispatch_job(factory, dispatcher, job)
     return service.job_out(job)
 
@@ -137,8 +150,7 @@ def job_logs(
             position += len(chunk)
             if chunk:
                 yield chunk
-            with factory() as s:
-                status = s.scalar(select(Job.status).where(Job.id == job_id))
+            status = await run_in_threadpool(service.job_status, factory, job_id)
             if status in TERMINAL_STATUSES:
                 rest = _read_from(path, position).encode()
                 if rest:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.db.models import (
     TERMINAL_STATUSES,
@@ -130,6 +130,11 @@ def get_job(session: Session, job_id: int) -> Job:
     if job is None:
         raise NotFound(f"job {job_id} not found")
     return job
+
+
+def job_status(factory: sessionmaker[Session], job_id: int) -> str | None:
+    with factory() as session:
+        return session.scalar(select(Job.status).where(Job.id == job_id))
 
 
 def cancel_job(session: Session, job_id: int) -> Job:

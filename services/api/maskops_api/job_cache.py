@@ -1,0 +1,206 @@
+"""Job rows kept in memory for status polls, dropped the moment Postgres says they changed.
+
+Clients poll ``GET /jobs/{id}`` far more often than a job changes. Migration 0002 makes
+Postgres send ``NOTIFY maskops_job_changed, '<schema>:<id>'`` on every change to a job
+row (``'<schema>:*'`` on truncate), whoever wrote it: the API, a worker, the reconciler.
+A listener thread evicts the row as the notification arrives, so a poll served from
+memory is as fresh as a database read, and the database stays the source of truth.
+
+The cache serves only while its listener is connected: a lost connection may have lost
+notifications, so it empties and stays off until the listener is back. SQLite (the
+embedded default) has no notifications; there every poll reads the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+
+import anyio
+import anyio.to_thread
+import psycopg
+from sqlalchemy import Engine, make_url, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import sessionmaker
+
+from maskops_api.db.models import Job
+from maskops_api.services.jobs import get_job
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "maskops_job_changed"
+
+
+class JobCache:
+    """Read-through cache of detached ``Job`` rows, invalidated by Postgres notifications."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        schema: str | None,
+        max_entries: int = 50_000,
+        max_concurrent_reads: int = 8,
+    ) -> None:
+        # A single SELECT needs no transaction: autocommit spares the BEGIN and ROLLBACK
+        # round trips around it.
+        self._factory = sessionmaker(
+            engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
+        )
+        self._listens = engine.dialect.name == "postgresql"
+        url = make_url(engine.url).set(drivername="postgresql")
+        self._dsn = url.render_as_string(hide_password=False)
+        self._schema = schema or "public"
+        self._max_entries = max_entries
+        self._rows: OrderedDict[int, Job] = OrderedDict()
+        self._lock = threading.Lock()
+        # A token per read in flight; an invalidation of that job removes it, and a read
+        # whose token is gone raced a change and must not be stored.
+        self._reading: dict[int, object] = {}
+        self._live = False
+        self._stop = threading.Event()
+        self._connected = threading.Event()
+        self._thread: threading.Thread | None = None
+        # Fewer concurrent reads than pooled connections: beyond the pool, every read
+        # opens (and closes) a Postgres connection, which costs more than the read.
+        self._max_concurrent_reads = max_concurrent_reads
+        self._read_limiter: anyio.CapacityLimiter | None = None
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    def start(self) -> None:
+        if not self._listens or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._listen, name="job-cache", daemon=True)
+        self._thread.start()
+
+    def wait_live(self, timeout: float) -> bool:
+        """Block until the listener is connected (tests, startup); whether it is."""
+        return self._connected.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    async def fetch(self, job_id: int) -> Job:
+        """The row, from memory when possible; raises ``NotFound`` for an unknown id."""
+        job = self.cached(job_id)
+        if job is not None:
+            return job
+        if self._read_limiter is None:  # created here: it needs the running event loop
+            self._read_limiter = anyio.CapacityLimiter(self._max_concurrent_reads)
+        return await anyio.to_thread.run_sync(self.load, job_id, limiter=self._read_limiter)
+
+    def cached(self, job_id: int) -> Job | None:
+        """The row if it is in memory and the cache is live; never touches the database."""
+        with self._lock:
+            job = self._rows.get(job_id) if self._live else None
+            if job is not None:
+                self._rows.move_to_end(job_id)
+                self.hits += 1
+            return job
+
+    def load(self, job_id: int) -> Job:
+        """Read the row from the database (blocking) and keep it unless it changed meanwhile.
+
+        Raises ``NotFound`` for an unknown id.
+        """
+        token = object()
+        with self._lock:
+            self._reading[job_id] = token
+            self.misses += 1
+        job: Job | None = None
+        try:
+            with self._factory() as session:
+                job = get_job(session, job_id)
+            return job
+        finally:
+            with self._lock:
+                if self._reading.get(job_id) is token:
+                    del self._reading[job_id]
+                    if job is not None and self._live:
+                        self._rows[job_id] = job
+                        if len(self._rows) > self._max_entries:
+                            self._rows.popitem(last=False)
+
+    def forget(self, job_id: int) -> None:
+        """Drop a job the API itself just changed, so the next poll reads the database
+        even if its notification has not arrived yet (read-your-writes)."""
+        with self._lock:
+            self._rows.pop(job_id, None)
+            self._reading.pop(job_id, None)
+
+    def _apply(self, payload: str) -> set[int]:
+        """Act on one notification; the cached ids that must be read again."""
+        schema, _, key = payload.rpartition(":")
+        if schema != self._schema:
+            return set()
+        with self._lock:
+            if key == "*":
+                self._rows.clear()
+                self._reading.clear()
+                return set()
+            if not key.isdigit():
+                return set()
+            job_id = int(key)
+            self._reading.pop(job_id, None)
+            return {job_id} if job_id in self._rows else set()
+
+    def _refresh(self, job_ids: set[int]) -> None:
+        """Read changed cached rows again, from the listener thread, so that followed jobs
+        stay in memory instead of every poll after a change going to the database."""
+        try:
+            with self._factory() as session:
+                fresh = {j.id: j for j in session.scalars(select(Job).where(Job.id.in_(job_ids)))}
+        except SQLAlchemyError as exc:
+            log.warning("job cache: re-reading %d changed jobs failed (%s)", len(job_ids), exc)
+            fresh = {}
+        with self._lock:
+            for job_id in job_ids:
+                job = fresh.get(job_id)
+                if job is None:
+                    self._rows.pop(job_id, None)
+                elif job_id in self._rows:
+                    self._rows[job_id] = job
+
+    def _set_live(self, live: bool) -> None:
+        with self._lock:
+            self._rows.clear()
+            self._reading.clear()
+            self._live = live
+        if live:
+            self._connected.set()
+        else:
+            self._connected.clear()
+
+    def _listen(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._dsn, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self._set_live(True)
+                    backoff = 0.5
+                    while not self._stop.is_set():
+                        changed: set[int] = set()
+                        # Wait for one notification, then take what else has arrived, and
+                        # re-read the whole batch in one query.
+                        for notification in conn.notifies(timeout=1.0, stop_after=1):
+                            changed |= self._apply(notification.payload)
+                        for notification in conn.notifies(timeout=0.001):
+                            changed |= self._apply(notification.payload)
+                        if changed:
+                            self._refresh(changed)
+            except psycopg.Error as exc:
+                log.warning("job cache off: lost the notification connection (%s)", exc)
+            finally:
+                self._set_live(False)
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 10.0)
