@@ -78,10 +78,11 @@ def test_polls_are_served_from_memory_and_follow_worker_writes(
                      "progress_total = 100 WHERE id = :i"),
                 {"s": step, "i": job_id},
             )  # fmt: skip
-        polled = eventually(
-            lambda s=step: client.get(f"/jobs/{job_id}").json()["progress"]["step"] == s
-        )
-        assert polled, f"the poll never showed step {step}"
+
+        def shows(step: int = step) -> bool:
+            return bool(client.get(f"/jobs/{job_id}").json()["progress"]["step"] == step)
+
+        assert eventually(shows), f"the poll never showed step {step}"
     assert client.get(f"/jobs/{job_id}").json()["status"] == "running"
     # The changed row is read again by the listener, so the followed job stays in memory.
     assert cache.hits > hits

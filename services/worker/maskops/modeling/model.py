@@ -40,13 +40,13 @@ from torch import Tensor
 from torchvision.models.detection.faster_rcnn import TwoMLPHead
 from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
 from torchvision.models.detection.mask_rcnn import MaskRCNN, MaskRCNNHeads
-from torchvision.ops import MultiScaleRoIAlign
 
 from maskops.spec.models import MaskRCNNConfig
 
 from .anchors import LevelAnchorGenerator
 from .backbone import BACKBONE_LEVELS, FPN_CHANNELS, build_resnet_fpn_backbone
 from .heads import Float32FastRCNNPredictor, Float32MaskRCNNPredictor, Float32RPNHead
+from .poolers import GatherMultiScaleRoIAlign
 from .roi_heads import SpecRoIHeads
 from .rpn import TrainTestRPN
 from .transform import NoResizeTransform
@@ -214,7 +214,7 @@ def build_model(
     mask_parts: dict[str, torch.nn.Module] = {}
     if config.include_mask:
         mask_parts = {
-            "mask_roi_pool": MultiScaleRoIAlign(
+            "mask_roi_pool": GatherMultiScaleRoIAlign(
                 roi_levels, output_size=config.mrcnn_resolution // 2, sampling_ratio=2
             ),
             "mask_head": MaskRCNNHeads(FPN_CHANNELS, MASK_HEAD_LAYERS, 1),
@@ -223,7 +223,9 @@ def build_model(
             ),
         }
     roi_heads = SpecRoIHeads(
-        box_roi_pool=MultiScaleRoIAlign(roi_levels, output_size=BOX_ROI_SIZE, sampling_ratio=2),
+        box_roi_pool=GatherMultiScaleRoIAlign(
+            roi_levels, output_size=BOX_ROI_SIZE, sampling_ratio=2
+        ),
         box_head=TwoMLPHead(FPN_CHANNELS * BOX_ROI_SIZE**2, config.fast_rcnn_mlp_head_dim),
         box_predictor=Float32FastRCNNPredictor(config.fast_rcnn_mlp_head_dim, num_classes),
         fg_thresh=config.fg_thresh,
