@@ -147,3 +147,31 @@ def test_cli_prune_bad_input_is_one_line(
     assert code == 2
     assert message in err
     assert len(err.splitlines()) == 1
+
+
+def test_pruned_model_exports_to_onnx_that_matches_pytorch(
+    source_checkpoint: Path, tmp_path: Path, demo_shards: Path, demo_dataset: DemoDataset
+) -> None:
+    import onnx
+
+    from maskops.export.exporter import export_onnx
+
+    run_prune(source_checkpoint, tmp_path / "pruned", threshold=1.0)
+    spec = make_spec(demo_shards, demo_dataset.val_json)
+    pruned = export_onnx(
+        tmp_path / "pruned" / "model.pth", spec, tmp_path / "pruned.onnx", log=lambda _: None
+    )
+    assert pruned.parity.passed, pruned.parity.summary()
+    unpruned = export_onnx(source_checkpoint, spec, tmp_path / "full.onnx", log=lambda _: None)
+
+    def conv_weight_elements(path: Path) -> int:
+        graph = onnx.load(str(path)).graph
+        conv_weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}
+        return sum(
+            int(torch.tensor(list(i.dims)).prod())
+            for i in graph.initializer
+            if i.name in conv_weights
+        )
+
+    # The graph carries the physically smaller convolutions, not masked full-size ones.
+    assert conv_weight_elements(pruned.onnx_path) < 0.8 * conv_weight_elements(unpruned.onnx_path)
