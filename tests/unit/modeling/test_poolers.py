@@ -35,9 +35,7 @@ def boxes(counts: tuple[int, ...], max_side: float, seed: int) -> list[torch.Ten
     [((30, 17), 140.0), ((5, 0), 10.0), ((1, 1), 300.0), ((40, 40), 40.0)],
     ids=["all-levels", "one-level-and-an-empty-image", "single-boxes", "small-boxes"],
 )
-def test_matches_torchvision_forward_and_backward(
-    counts: tuple[int, ...], max_side: float
-) -> None:
+def test_matches_torchvision_forward_and_backward(counts: tuple[int, ...], max_side: float) -> None:
     reference_features, ours_features = features(0), features(0)
     for tensors in (reference_features, ours_features):
         for t in tensors.values():

@@ -247,6 +247,8 @@ def export_onnx(
     out = Path(out) if out is not None else default_output_path(model_path, data_type)
     if out.suffix.lower() != ".onnx":
         raise ExportError(f"-o {out}: the output file must end in .onnx")
+    # int8 calibration works next to the output, before anything is written there.
+    out.parent.mkdir(parents=True, exist_ok=True)
     metadata = GraphMetadata(
         spec=spec,
         label_map=label_map,
