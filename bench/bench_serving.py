@@ -4,9 +4,10 @@
 2. onnxruntime int8 QDQ vs fp32.
 3. Post-processing of 100 detections: maskops paste + RLE vs torchvision's
    ``paste_masks_in_image`` + ``pycocotools.mask.encode`` (goal >= 5x).
-4. Triton end to end (encoded image -> COCO JSON through the ensemble) vs the same steps
-   in-process (decode/resize + ONNX + post-processing), p50 overhead (goal <= 15 %), and
-   throughput with concurrent clients (dynamic batching on).
+4. ``POST /infer`` through the API (``python -m maskops_api.server``, multipart upload)
+   and Triton, and Triton alone (encoded image -> COCO JSON through the ensemble), each vs
+   the same steps in-process (decode/resize + ONNX + post-processing): p50 overhead (goal
+   <= 15 %), and throughput with concurrent clients (dynamic batching on).
 
 Random weights (100 detections per image: the worst case for post-processing). Defaults
 run in a few minutes on 2 cores; ``--full`` runs the issue's sizes (resnet18 and 50 at
@@ -19,16 +20,22 @@ run in a few minutes on 2 cores; ``--full`` runs the issue's sizes (resnet18 and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
+import os
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import onnx
 import pycocotools.mask as mask_util
@@ -165,6 +172,36 @@ def encoded_image(height: int, width: int) -> bytes:
     return buffer.getvalue()
 
 
+@contextlib.contextmanager
+def api_server(triton_url: str) -> Iterator[str]:
+    """The API as deployed (its own process), on SQLite, pointed at ``triton_url``."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as home:
+        env = {
+            **os.environ,
+            "MASKOPS_DATABASE_URL": f"sqlite:///{home}/maskops.db",
+            "MASKOPS_BROKER_URL": "memory://",
+            "MASKOPS_DATA_ROOT": home,
+            "MASKOPS_TRITON_URL": triton_url,
+            "MASKOPS_PORT": str(port),
+        }
+        process = subprocess.Popen([sys.executable, "-m", "maskops_api.server"], env=env)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(120):
+                try:
+                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.5)
+            yield base
+        finally:
+            process.terminate()
+            process.wait(30)
+
+
 def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> dict[str, Any]:
     from maskops.serving import EnsembleNames, publish
     from maskops.serving import client as triton
@@ -191,6 +228,16 @@ def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> di
             url = server.http_url
             local_s = median_seconds(in_process, reps)
             remote_s = median_seconds(lambda: triton.infer_images(url, "bench", [data]), reps)
+            with api_server(server.http_url.removeprefix("http://")) as api:
+
+                def through_api() -> None:
+                    files = {"images": ("image.jpg", data, "image/jpeg")}
+                    response = httpx.post(
+                        f"{api}/infer", params={"model": "bench"}, files=files, timeout=120
+                    )
+                    response.raise_for_status()
+
+                api_s = median_seconds(through_api, reps)
             done = 0
             stop = threading.Event()
             lock = threading.Lock()
@@ -211,15 +258,18 @@ def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> di
             for thread in threads:
                 thread.join()
             throughput = done / (time.perf_counter() - start)
-    overhead = remote_s / local_s - 1
+    overhead, api_overhead = remote_s / local_s - 1, api_s / local_s - 1
     print(
-        f"Triton end to end p50 {remote_s * 1e3:.0f} ms vs in-process {local_s * 1e3:.0f} ms "
-        f"(overhead {overhead:+.1%}); {clients} concurrent clients: {throughput:.2f} img/s"
+        f"POST /infer (API + Triton) p50 {api_s * 1e3:.0f} ms, Triton alone {remote_s * 1e3:.0f}"
+        f" ms, in-process {local_s * 1e3:.0f} ms: overhead {api_overhead:+.1%} "
+        f"(Triton alone {overhead:+.1%}); {clients} concurrent clients: {throughput:.2f} img/s"
     )
     return {
         "in_process_p50_s": local_s,
         "triton_p50_s": remote_s,
+        "api_infer_p50_s": api_s,
         "overhead": overhead,
+        "api_infer_overhead": api_overhead,
         "concurrent_clients": clients,
         "throughput_img_s": throughput,
     }
