@@ -3,8 +3,12 @@
 Clients poll ``GET /jobs/{id}`` far more often than a job changes. Migration 0002 makes
 Postgres send ``NOTIFY maskops_job_changed, '<schema>:<id>'`` on every change to a job
 row (``'<schema>:*'`` on truncate), whoever wrote it: the API, a worker, the reconciler.
-A listener thread evicts the row as the notification arrives, so a poll served from
-memory is as fresh as a database read, and the database stays the source of truth.
+A listener thread re-reads each changed row that is in memory (dropping deleted ones) as
+the notifications arrive, batched into one query: clients following a job keep being
+answered from memory, and an answer is never older than the last commit by more than the
+notification and that one read take (milliseconds). The API's own writes (cancel, resume)
+drop the row at once, so a client sees its own change on its next poll. The database
+stays the source of truth.
 
 The cache serves only while its listener is connected: a lost connection may have lost
 notifications, so it empties and stays off until the listener is back. SQLite (the

@@ -77,8 +77,8 @@ def list_jobs(
 async def get_job(job_id: JobId, cache: JobCacheDep) -> Response:
     """Status, progress (step, total, ETA), latest metrics, error."""
     # Status polls are the hottest route: served from memory while Postgres notifies
-    # changes (see job_cache), else one trip to the threadpool for the whole read.
-    # Serialised here, once: returning the model would make FastAPI validate it again.
+    # changes (see job_cache), else one trip to the threadpool for the whole read; and
+    # serialised here, once (returning the model would make FastAPI validate it again).
     job = service.job_out(await cache.fetch(job_id))
     return Response(job.model_dump_json(), media_type="application/json")
 
