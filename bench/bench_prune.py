@@ -29,7 +29,8 @@ that the quality column can be measured on a CPU in about half an hour.
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
         --retrain --train-steps 800 --retrain-steps 200 --demo-images 160  # CPU, ~30 min
 
-Figures go to ``bench/results/bench_prune.json``.
+Figures go to ``bench/results/bench_prune.json`` (``bench_prune_small.json`` with
+``--heads small``).
 """
 
 from __future__ import annotations
@@ -325,8 +326,9 @@ def main() -> None:
     if args.retrain:
         retrain_quality(args, rows)
     print(format_table(rows, image_size))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
+    out = RESULTS if args.heads == "tao" else RESULTS.with_name(f"bench_prune_{args.heads}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
         json.dumps(
             {
                 "image_size": list(image_size),
@@ -345,7 +347,7 @@ def main() -> None:
         )
         + "\n"
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
