@@ -32,7 +32,6 @@ import json
 import multiprocessing
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,16 +44,10 @@ from typing import Any
 import httpx
 import psycopg
 import redis
+from api_process import REPO, start_api
 from sqlalchemy import create_engine, make_url, text
 
-REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "bench_api.json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -229,29 +222,20 @@ def main() -> int:
     for split in ("train", "val"):
         (data_root / "d" / split).mkdir(parents=True)
         (data_root / "d" / f"{split}.json").write_text("{}")
-    port = free_port()
-    env = {
-        **os.environ,
-        "MASKOPS_DATABASE_URL": args.database_url,
-        "MASKOPS_DATABASE_SCHEMA": schema,
-        "MASKOPS_BROKER_URL": args.redis_url,
-        "MASKOPS_QUEUE_PREFIX": prefix,
-        "MASKOPS_DATA_ROOT": str(data_root),
-        "MASKOPS_HOST": "127.0.0.1",
-        "MASKOPS_PORT": str(port),
-        "MASKOPS_REDISPATCH_AFTER_S": "3600",
-    }
-    server = subprocess.Popen([sys.executable, "-m", "maskops_api.server"], env=env, cwd=REPO)
+    server, base = start_api(
+        {
+            "MASKOPS_DATABASE_URL": args.database_url,
+            "MASKOPS_DATABASE_SCHEMA": schema,
+            "MASKOPS_BROKER_URL": args.redis_url,
+            "MASKOPS_QUEUE_PREFIX": prefix,
+            "MASKOPS_DATA_ROOT": str(data_root),
+            "MASKOPS_REDISPATCH_AFTER_S": "3600",
+        }
+    )
+    port = int(base.rsplit(":", 1)[1])
     engine = create_engine(args.database_url)
     dsn = make_url(args.database_url).set(drivername="postgresql").render_as_string(False)
-    base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
         with httpx.Client(base_url=base, timeout=30) as c:
             dataset = c.post(
                 "/datasets",

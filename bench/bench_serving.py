@@ -23,11 +23,7 @@ import argparse
 import contextlib
 import io
 import json
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -40,6 +36,7 @@ import numpy as np
 import onnx
 import pycocotools.mask as mask_util
 import torch
+from api_process import start_api
 from PIL import Image
 from torchvision.models.detection.roi_heads import paste_masks_in_image
 
@@ -175,27 +172,16 @@ def encoded_image(height: int, width: int) -> bytes:
 @contextlib.contextmanager
 def api_server(triton_url: str) -> Iterator[str]:
     """The API as deployed (its own process), on SQLite, pointed at ``triton_url``."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as home:
-        env = {
-            **os.environ,
-            "MASKOPS_DATABASE_URL": f"sqlite:///{home}/maskops.db",
-            "MASKOPS_BROKER_URL": "memory://",
-            "MASKOPS_DATA_ROOT": home,
-            "MASKOPS_TRITON_URL": triton_url,
-            "MASKOPS_PORT": str(port),
-        }
-        process = subprocess.Popen([sys.executable, "-m", "maskops_api.server"], env=env)
-        base = f"http://127.0.0.1:{port}"
+        process, base = start_api(
+            {
+                "MASKOPS_DATABASE_URL": f"sqlite:///{home}/maskops.db",
+                "MASKOPS_BROKER_URL": "memory://",
+                "MASKOPS_DATA_ROOT": home,
+                "MASKOPS_TRITON_URL": triton_url,
+            }
+        )
         try:
-            for _ in range(120):
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.5)
             yield base
         finally:
             process.terminate()
