@@ -6,7 +6,10 @@ row (``'<schema>:*'`` on truncate), whoever wrote it: the API, a worker, the rec
 A listener thread re-reads each changed row that is in memory (dropping deleted ones) as
 the notifications arrive, batched into one query: clients following a job keep being
 answered from memory, and an answer is never older than the last commit by more than the
-notification and that one read take (milliseconds). The API's own writes (cancel, resume)
+notification and that one read take (milliseconds). Rows are kept with their JSON answer,
+rendered off the event loop when read; a running job's answer (its ETA moves with the
+clock) is rendered again when it is older than ``ETA_MAX_AGE``. The API's own writes
+(cancel, resume)
 drop the row at once, so a client sees its own change on its next poll. The database
 stays the source of truth.
 
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
@@ -29,11 +34,25 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 
 from maskops_api.db.models import Job
-from maskops_api.services.jobs import get_job
+from maskops_api.services.jobs import eta_depends_on_time, get_job, job_json
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "maskops_job_changed"
+ETA_MAX_AGE = 0.25
+"""Seconds a running job's rendered answer (its ETA) is served before it is rendered again."""
+
+
+@dataclass(slots=True)
+class _Entry:
+    job: Job
+    body: bytes
+    rendered_at: float
+    ages: bool  # the body changes with the clock alone
+
+    @classmethod
+    def of(cls, job: Job) -> _Entry:
+        return cls(job, job_json(job), time.monotonic(), eta_depends_on_time(job))
 
 
 class JobCache:
@@ -57,7 +76,7 @@ class JobCache:
         self._dsn = url.render_as_string(hide_password=False)
         self._schema = schema or "public"
         self._max_entries = max_entries
-        self._rows: OrderedDict[int, Job] = OrderedDict()
+        self._rows: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         # A token per read in flight; an invalidation of that job removes it, and a read
         # whose token is gone raced a change and must not be stored.
@@ -93,44 +112,53 @@ class JobCache:
             self._thread.join(timeout=5)
             self._thread = None
 
-    async def fetch(self, job_id: int) -> Job:
-        """The row, from memory when possible; raises ``NotFound`` for an unknown id."""
-        job = self.cached(job_id)
-        if job is not None:
-            return job
+    async def fetch_body(self, job_id: int) -> bytes:
+        """The job's JSON answer, from memory when possible; raises ``NotFound`` for an
+        unknown id."""
+        body = self.body(job_id)
+        if body is not None:
+            return body
         if self._read_limiter is None:  # created here: it needs the running event loop
             self._read_limiter = anyio.CapacityLimiter(self._max_concurrent_reads)
         return await anyio.to_thread.run_sync(self.load, job_id, limiter=self._read_limiter)
 
-    def cached(self, job_id: int) -> Job | None:
-        """The row if it is in memory and the cache is live; never touches the database."""
+    def body(self, job_id: int) -> bytes | None:
+        """The job's JSON answer if it is in memory and the cache is live; never touches
+        the database."""
         with self._lock:
-            job = self._rows.get(job_id) if self._live else None
-            if job is not None:
-                self._rows.move_to_end(job_id)
-                self.hits += 1
-            return job
+            entry = self._rows.get(job_id) if self._live else None
+            if entry is None:
+                return None
+            self._rows.move_to_end(job_id)
+            self.hits += 1
+            now = time.monotonic()
+            if not entry.ages or now - entry.rendered_at < ETA_MAX_AGE:
+                return entry.body
+            job = entry.job
+        body = job_json(job)
+        with self._lock:
+            if self._rows.get(job_id) is entry:
+                entry.body, entry.rendered_at = body, now
+        return body
 
-    def load(self, job_id: int) -> Job:
-        """Read the row from the database (blocking) and keep it unless it changed meanwhile.
-
-        Raises ``NotFound`` for an unknown id.
-        """
+    def load(self, job_id: int) -> bytes:
+        """Read the row from the database (blocking), keep it unless it changed meanwhile,
+        and return its JSON answer. Raises ``NotFound`` for an unknown id."""
         token = object()
         with self._lock:
             self._reading[job_id] = token
             self.misses += 1
-        job: Job | None = None
+        entry: _Entry | None = None
         try:
             with self._factory() as session:
-                job = get_job(session, job_id)
-            return job
+                entry = _Entry.of(get_job(session, job_id))
+            return entry.body
         finally:
             with self._lock:
                 if self._reading.get(job_id) is token:
                     del self._reading[job_id]
-                    if job is not None and self._live:
-                        self._rows[job_id] = job
+                    if entry is not None and self._live:
+                        self._rows[job_id] = entry
                         if len(self._rows) > self._max_entries:
                             self._rows.popitem(last=False)
 
@@ -162,17 +190,18 @@ class JobCache:
         stay in memory instead of every poll after a change going to the database."""
         try:
             with self._factory() as session:
-                fresh = {j.id: j for j in session.scalars(select(Job).where(Job.id.in_(job_ids)))}
+                rows = session.scalars(select(Job).where(Job.id.in_(job_ids)))
+                fresh = {job.id: _Entry.of(job) for job in rows}
         except SQLAlchemyError as exc:
             log.warning("job cache: re-reading %d changed jobs failed (%s)", len(job_ids), exc)
             fresh = {}
         with self._lock:
             for job_id in job_ids:
-                job = fresh.get(job_id)
-                if job is None:
+                entry = fresh.get(job_id)
+                if entry is None:
                     self._rows.pop(job_id, None)
                 elif job_id in self._rows:
-                    self._rows[job_id] = job
+                    self._rows[job_id] = entry
 
     def _set_live(self, live: bool) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ from maskops_api.observability import install_metrics
 from maskops_api.reconciler import ReconcilerThread
 from maskops_api.routers import datasets, experiments, health, infer, jobs, models
 from maskops_api.settings import Settings, get_settings
+from maskops_api.status_shortcut import JobStatusShortcut
 
 DESCRIPTION = """\
 The maskops control plane: register datasets, create experiments from TAO specs (JSON or
@@ -64,6 +65,8 @@ def create_app(
     app.state.dispatcher = dispatch
     app.state.job_cache = job_cache
     install_handlers(app)
+    # Added before the metrics middleware, so that it sits inside it and is timed too.
+    app.add_middleware(JobStatusShortcut, cache=job_cache, settings=settings)
     install_metrics(app, factory, settings, job_cache)
     for module in (health, datasets, experiments, jobs, models, infer):
         app.include_router(module.router)

@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 
 from maskops_api.db.models import Job, JobStatus
-from maskops_api.job_cache import JobCache
+from maskops_api.deps import get_job_cache
+from maskops_api.job_cache import ETA_MAX_AGE, JobCache
 from maskops_api.main import create_app
 from maskops_api.settings import Settings
 
@@ -86,6 +87,68 @@ def test_polls_are_served_from_memory_and_follow_worker_writes(
     assert client.get(f"/jobs/{job_id}").json()["status"] == "running"
     # The changed row is read again by the listener, so the followed job stays in memory.
     assert cache.hits > hits
+
+
+class RouteEntered(Exception):
+    pass
+
+
+async def _enter_route() -> JobCache:
+    raise RouteEntered
+
+
+def test_cached_polls_are_answered_before_the_app_as_the_route_answers(
+    api: tuple[TestClient, JobCache], worker_db: Engine
+) -> None:
+    client, cache = api
+    job_id, other = add_job(client), add_job(client)
+    with worker_db.begin() as conn:  # a running job with progress: its ETA is computed
+        conn.execute(
+            text("UPDATE jobs SET status = 'running', progress_step = 5, progress_total = 50, "
+                 "progress_started_step = 0, progress_started_at = now() - interval '10 s' "
+                 "WHERE id = :i"),
+            {"i": job_id},
+        )  # fmt: skip
+    assert eventually(lambda: client.get(f"/jobs/{job_id}").json()["status"] == "running")
+    from_route = client.get(f"/jobs/{job_id}")
+    assert cache.body(job_id) is not None
+    client.app.dependency_overrides[get_job_cache] = _enter_route  # type: ignore[attr-defined]
+    try:
+        with pytest.raises(RouteEntered):  # the override is in force for the route
+            client.get(f"/jobs/{other}")
+        hits = cache.hits
+        shortcut = client.get(f"/jobs/{job_id}")
+        assert cache.hits == hits + 1
+    finally:
+        client.app.dependency_overrides.clear()  # type: ignore[attr-defined]
+    assert shortcut.status_code == 200
+    assert shortcut.headers["content-type"] == from_route.headers["content-type"]
+    assert int(shortcut.headers["content-length"]) == len(shortcut.content)
+    fresh, cached = shortcut.json(), from_route.json()
+    # The ETA is computed per answer (from the time since the last progress report); the
+    # rest is the route's answer.
+    fresh_eta = fresh["progress"].pop("eta_seconds")
+    assert fresh_eta >= cached["progress"].pop("eta_seconds") > 0
+    assert fresh == cached
+    # No progress since: the estimate grows with the time waited, answer after answer.
+    time.sleep(ETA_MAX_AGE)
+    later = client.get(f"/jobs/{job_id}").json()["progress"]["eta_seconds"]
+    assert later > fresh_eta
+    assert client.get("/jobs/0").status_code == 422  # invalid ids are the route's to judge
+    metrics = client.get("/metrics").text
+    assert 'route="/jobs/{job_id}",status="200"' in metrics
+
+
+def test_with_auth_required_cached_polls_still_need_a_token(clean_db: Settings) -> None:
+    settings = clean_db.model_copy(update={"auth": "required"})
+    with TestClient(create_app(settings)) as client:
+        cache: JobCache = client.app.state.job_cache  # type: ignore[attr-defined]
+        assert cache.wait_live(10)
+        job_id = add_job(client)
+        cache.load(job_id)
+        assert cache.body(job_id) is not None
+        response = client.get(f"/jobs/{job_id}")
+        assert response.status_code == 401, response.text
 
 
 def test_own_writes_are_visible_at_once(api: tuple[TestClient, JobCache]) -> None:

@@ -184,21 +184,40 @@ def resume_job(session: Session, job_id: int) -> Job:
     return job
 
 
-def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
-    now = now or utcnow()
+def job_json(job: Job) -> bytes:
+    """The job's public view as the JSON body of ``GET /jobs/{id}`` (ETA as of now)."""
+    return job_out(job).model_dump_json().encode()
+
+
+def eta_depends_on_time(job: Job) -> bool:
+    """Whether the job's view changes with the clock alone (a running job's ETA)."""
+    return _eta_basis(job) is not None
+
+
+def _eta_basis(job: Job) -> tuple[datetime, int] | None:
+    """When and at which step progress reporting started, if an ETA can be estimated."""
     step, total = job.progress_step, job.progress_total
-    fraction = step / total if step is not None and total else None
-    eta = None
-    baseline = job.progress_started_at
+    since, since_step = job.progress_started_at, job.progress_started_step
     if (
         job.status == JobStatus.running
         and step is not None
         and total
-        and baseline is not None
-        and job.progress_started_step is not None
-        and step > job.progress_started_step
+        and since is not None
+        and since_step is not None
+        and step > since_step
     ):
-        rate = (now - baseline).total_seconds() / (step - job.progress_started_step)
+        return since, since_step
+    return None
+
+
+def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
+    step, total = job.progress_step, job.progress_total
+    fraction = step / total if step is not None and total else None
+    eta = None
+    basis = _eta_basis(job)
+    if basis is not None and step is not None and total:
+        since, since_step = basis
+        rate = ((now or utcnow()) - since).total_seconds() / (step - since_step)
         eta = max(0.0, rate * (total - step))
     return JobOut(
         id=job.id,

@@ -1,0 +1,61 @@
+"""``GET /jobs/{id}`` answered from the job cache ahead of FastAPI's routing.
+
+Status polls are most of an API's traffic while jobs run, and a poll of a job in memory
+costs next to nothing; what it cost on top, under 50 polling clients on two cores, was
+FastAPI's per-request work (routing, dependency solving, request objects): about two and
+a half times a ``/healthz``. This ASGI layer answers a poll whose job is in the cache
+before any of that runs, with exactly the body and headers of the ``get_job`` route; every
+other request, a job not in memory, and every request when auth is required (the token
+check is a database read) go on to the app unchanged. The route stays the documented one
+in the OpenAPI document, and the one that fills the cache.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from maskops_api.job_cache import JobCache
+from maskops_api.settings import Settings
+
+JOB_ROUTE = "/jobs/{job_id}"
+# Canonical ids only (no sign, no leading zero): anything else is the route's to judge.
+_JOB_PATH = re.compile(r"/jobs/([1-9][0-9]{0,17})")
+
+
+class _RouteLabel(NamedTuple):
+    """What the latency middleware reads from ``scope["route"]`` (the route template)."""
+
+    path: str
+
+
+class JobStatusShortcut:
+    """Pure ASGI middleware serving cached job status polls without entering the app."""
+
+    def __init__(self, app: ASGIApp, *, cache: JobCache, settings: Settings) -> None:
+        self.app = app
+        self.cache = cache
+        self.auth_required = settings.auth_required
+        self.route = _RouteLabel(JOB_ROUTE)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not self.auth_required:
+            match = _JOB_PATH.fullmatch(scope["path"])
+            body = self.cache.body(int(match[1])) if match is not None else None
+            if body is not None:
+                scope["route"] = self.route
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-length", str(len(body)).encode()),
+                            (b"content-type", b"application/json"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
