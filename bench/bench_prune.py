@@ -96,6 +96,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--retrain-steps", type=int, default=100)
     parser.add_argument("--demo-images", type=int, default=200)
     parser.add_argument(
+        "--l1-weight-decay",
+        type=float,
+        default=0.0,
+        help="L1 penalty on kernels while training the base (sparsifies filters for pruning)",
+    )
+    parser.add_argument(
+        "--use-amp", action="store_true", help="train with use_amp (bf16 on capable CPUs)"
+    )
+    parser.add_argument(
         "--heads", choices=sorted(HEADS), default="tao", help="RoI/RPN head sizes (see above)"
     )
     return parser.parse_args()
@@ -226,6 +235,7 @@ def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Non
 
     def spec(nlayers: int, steps: int, **fields: Any) -> ExperimentSpec:
         return ExperimentSpec(
+            use_amp=args.use_amp,
             total_steps=steps,
             train_batch_size=4,
             eval_batch_size=8,
@@ -250,7 +260,8 @@ def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Non
 
     for nlayers in args.archs:
         arch = f"resnet{nlayers}"
-        trained = run_training(spec(nlayers, args.train_steps), work / arch / "base").checkpoint
+        base_spec = spec(nlayers, args.train_steps, l1_weight_decay=args.l1_weight_decay)
+        trained = run_training(base_spec, work / arch / "base").checkpoint
         assert trained is not None
         # Retraining: regularisers off, as TAO advises for pruned models.
         no_reg = {"l2_weight_decay": 0.0, "l1_weight_decay": 0.0}
@@ -341,6 +352,15 @@ def main() -> None:
                     "min_filters": args.min_filters,
                 },
                 "torch_threads": torch.get_num_threads(),
+                "retraining": {
+                    "train_steps": args.train_steps,
+                    "retrain_steps": args.retrain_steps,
+                    "demo_images": args.demo_images,
+                    "base_l1_weight_decay": args.l1_weight_decay,
+                    "use_amp": args.use_amp,
+                }
+                if args.retrain
+                else None,
                 "rows": rows,
             },
             indent=2,

@@ -18,7 +18,7 @@ one after another with all threads, for a quiet machine). Prints each variant's 
 the torchvision loop and writes the figures to ``bench/results/bench_train.json``.
 
     .venv/bin/python bench/bench_train.py                       # resnet18, a few minutes
-    .venv/bin/python bench/bench_train.py --nlayers 18 50 --steps 20 --warmup 3
+    .venv/bin/python bench/bench_train.py --nlayers 18 50 --sequential --steps 8 --warmup 2
     # on a GPU host: the (832, 1344), resnet50, batch 4, with and without AMP
     .venv/bin/python bench/bench_train.py --device cuda --nlayers 50 --image-size 832 1344 \\
         --batch 4 --variants fp32 bf16 --steps 50 --warmup 10
