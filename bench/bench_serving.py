@@ -54,14 +54,23 @@ LABELS = LabelMap.from_coco_categories([{"id": i, "name": f"c{i}"} for i in (1, 
 
 
 def median_seconds(fn: Callable[[], Any], reps: int, warmup: int = 1) -> float:
+    return paired_median_seconds([fn], reps, warmup)[0]
+
+
+def paired_median_seconds(fns: list[Callable[[], Any]], reps: int, warmup: int = 1) -> list[float]:
+    """Median seconds of each workload, timed in turn within every repetition: on a VM
+    whose speed drifts from minute to minute, workloads timed one after the other would
+    compare the minutes as much as the workloads."""
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, sink in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            fn()
+            sink.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def random_model(nlayers: int, image_size: tuple[int, int]) -> torch.nn.Module:
@@ -100,9 +109,6 @@ def bench_network(
     fp32_path = workdir / f"r{nlayers}_{image_size[0]}x{image_size[1]}.onnx"
     onnx.save(graph, str(fp32_path))
     fp32 = OnnxPredictor(fp32_path, providers=["CPUExecutionProvider"])
-    with torch.inference_mode():
-        eager_s = median_seconds(lambda: model([image]), reps)
-    ort_s = median_seconds(lambda: fp32([image]), reps)
     calib = [
         torch.rand(3, *image_size, generator=torch.Generator().manual_seed(i)) for i in range(4)
     ]
@@ -113,7 +119,14 @@ def bench_network(
         metadata=metadata(nlayers, image_size, "int8"),
         providers=["CPUExecutionProvider"],
     )
-    int8_s = median_seconds(lambda: int8([image]), reps)
+
+    def eager() -> None:
+        with torch.inference_mode():
+            model([image])
+
+    eager_s, ort_s, int8_s = paired_median_seconds(
+        [eager, lambda: fp32([image]), lambda: int8([image])], reps
+    )
     row = {
         "backbone": f"resnet{nlayers}",
         "image_size": list(image_size),

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from maskops.data.labels import LabelMap
+from maskops.export.rewrite import rewrite_for_export
 from maskops.spec.models import ExperimentSpec
 
 INPUT_NAME = "images"
@@ -152,7 +153,7 @@ def trace_to_onnx(
         example: ``[1, 3, H, W]`` tracing input; real images trace the same graph as noise
             but keep the tracer's shape-dependent branches honest, so pass one when you can.
     """
-    graph = DetectionGraph(model.eval(), max_detections=max_detections).eval()
+    graph = DetectionGraph(rewrite_for_export(model.eval()), max_detections=max_detections).eval()
     if example is None:
         example = torch.rand(1, 3, *image_size, generator=torch.Generator().manual_seed(0))
     with (
@@ -172,7 +173,48 @@ def trace_to_onnx(
             output_names=list(OUTPUT_NAMES),
             do_constant_folding=True,
         )
-        return onnx.load(f"{tmp}/model.onnx")
+        exported = onnx.load(f"{tmp}/model.onnx")
+    read_initializers_directly(exported.graph)
+    return exported
+
+
+def used_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name a graph's nodes read, subgraphs (Loop/If bodies) included."""
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(node.input)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                used |= used_names(sub)
+    return used
+
+
+def read_initializers_directly(graph: onnx.GraphProto) -> None:
+    """Make nodes read initializers directly where the exporter put an Identity between.
+
+    torch.onnx stores equal-valued parameters once and gives the others an Identity of it
+    (the export-time mask predictor has four copies of one bias, see
+    maskops.export.rewrite). Tools that look for a layer's weights among the initializers
+    (the fp16 conversion, onnxruntime's quantiser, TensorRT's refitting) would skip those
+    layers.
+    """
+    initializers = {init.name for init in graph.initializer}
+    aliases = {
+        node.output[0]: node.input[0]
+        for node in graph.node
+        if node.op_type == "Identity" and node.input[0] in initializers
+    }
+    if not aliases:
+        return
+    for node in graph.node:
+        for position, name in enumerate(node.input):
+            if name in aliases:
+                node.input[position] = aliases[name]
+    # Identities still read (by a subgraph or as a graph output) stay.
+    read = used_names(graph) | {value.name for value in graph.output}
+    kept = [n for n in graph.node if not (n.op_type == "Identity" and n.output[0] not in read)]
+    del graph.node[:]
+    graph.node.extend(kept)
 
 
 def describe_io(model: onnx.ModelProto) -> dict[str, Any]:

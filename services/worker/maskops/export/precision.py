@@ -27,24 +27,13 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
-from maskops.export.graph import INPUT_NAME
+from maskops.export.graph import INPUT_NAME, used_names
 
 CALIBRATION_CACHE_FORMAT = "maskops-int8-calibration/1"
 QUANTIZED_OP_TYPES: tuple[str, ...] = ("Conv", "Gemm")
 
 
 FP16_OP_TYPES: tuple[str, ...] = ("Conv", "ConvTranspose", "Gemm")
-
-
-def _used_names(graph: onnx.GraphProto) -> set[str]:
-    """Every value name a graph's nodes read, subgraphs (Loop/If bodies) included."""
-    used: set[str] = set()
-    for node in graph.node:
-        used.update(node.input)
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                used |= _used_names(sub)
-    return used
 
 
 def convert_to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -98,7 +87,7 @@ def convert_to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     del graph.node[:]
     graph.node.extend(nodes)
     # fp32 weights that only the converted layers read are dropped (halving the file).
-    used = _used_names(graph)
+    used = used_names(graph)
     kept = [init for init in graph.initializer if init.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
