@@ -105,6 +105,11 @@ def parse_args() -> argparse.Namespace:
         "--use-amp", action="store_true", help="train with use_amp (bf16 on capable CPUs)"
     )
     parser.add_argument(
+        "--freeze-bn",
+        action="store_true",
+        help="train with freeze_bn (as TAO does): filter norms then measure what a filter adds",
+    )
+    parser.add_argument(
         "--heads", choices=sorted(HEADS), default="tao", help="RoI/RPN head sizes (see above)"
     )
     return parser.parse_args()
@@ -251,7 +256,9 @@ def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Non
                 num_classes=4,
                 n_workers=2,
             ),
-            maskrcnn_config=MaskRCNNConfig(nlayers=nlayers, **HEADS[args.heads]),
+            maskrcnn_config=MaskRCNNConfig(
+                nlayers=nlayers, freeze_bn=args.freeze_bn, **HEADS[args.heads]
+            ),
             **fields,
         )
 
@@ -358,6 +365,7 @@ def main() -> None:
                     "demo_images": args.demo_images,
                     "base_l1_weight_decay": args.l1_weight_decay,
                     "use_amp": args.use_amp,
+                    "freeze_bn": args.freeze_bn,
                 }
                 if args.retrain
                 else None,

@@ -9,9 +9,8 @@ answered from memory, and an answer is never older than the last commit by more 
 notification and that one read take (milliseconds). Rows are kept with their JSON answer,
 rendered off the event loop when read; a running job's answer (its ETA moves with the
 clock) is rendered again when it is older than ``ETA_MAX_AGE``. The API's own writes
-(cancel, resume)
-drop the row at once, so a client sees its own change on its next poll. The database
-stays the source of truth.
+(cancel, resume) drop the row at once, so a client sees its own change on its next poll.
+The database stays the source of truth.
 
 The cache serves only while its listener is connected: a lost connection may have lost
 notifications, so it empties and stays off until the listener is back. SQLite (the
