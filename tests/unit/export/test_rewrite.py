@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 from torch import nn
 
-from maskops.export.graph import trace_to_onnx
+from maskops.export.graph import OPSET, trace_to_onnx
 from maskops.export.rewrite import SubpixelMaskPredictor, is_subpixel_predictor, rewrite_for_export
 from maskops.modeling import build_model
 from maskops.modeling.heads import Float32MaskRCNNPredictor
@@ -27,6 +31,30 @@ def test_subpixel_predictor_equals_the_transposed_conv_predictor(stride: int) ->
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert SubpixelMaskPredictor(source)(features[:0]).shape == (0, 5, 14 * stride, 10 * stride)
+
+
+def test_subpixel_predictor_runs_in_onnxruntime_with_and_without_rois(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    predictor = SubpixelMaskPredictor(Float32MaskRCNNPredictor(16, 12, 5)).eval()
+    path = tmp_path / "predictor.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            predictor,
+            (torch.randn(3, 16, 7, 7),),
+            str(path),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=["features"],
+            output_names=["logits"],
+            dynamic_axes={"features": {0: "rois"}, "logits": {0: "rois"}},
+        )
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for rois in (0, 1, 4):  # an image without detections has no RoIs
+        features = torch.randn(rois, 16, 7, 7)
+        (got,) = session.run(None, {"features": features.numpy()})
+        expected = predictor(features).detach().numpy()
+        assert got.shape == expected.shape == (rois, 5, 14, 14)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_predictors_of_another_form_are_left_alone() -> None:

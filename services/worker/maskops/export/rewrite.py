@@ -61,7 +61,11 @@ class SubpixelMaskPredictor(nn.Module):
         # [R, K, s*s, H, W] with sub-pixel (i, j) at index i*s + j, which is where
         # pixel_shuffle reads block position (i, j) of each channel from.
         stacked = torch.stack([self.logits(F.relu(conv(x))) for conv in self.subpixels], dim=2)
-        return F.pixel_shuffle(stacked.flatten(1, 2), self.stride).float()
+        rois, classes, subpixels, height, width = stacked.shape
+        # Explicit sizes, not flatten(1, 2): traced, that is a Reshape with a -1, which
+        # onnxruntime cannot resolve when there are no RoIs (an image without detections).
+        merged = stacked.reshape(rois, classes * subpixels, height, width)
+        return F.pixel_shuffle(merged, self.stride).float()
 
 
 def is_subpixel_predictor(module: nn.Module) -> bool:
