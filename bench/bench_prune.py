@@ -39,12 +39,12 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 import torch
+from timing import paired_median_seconds
 from torch import nn
 
 from maskops.checkpoint import load_weights_into
@@ -125,22 +125,6 @@ def spread_filter_norms(model: nn.Module, *, seed: int) -> None:
                 module.weight.mul_(scale)
 
 
-def paired_medians(
-    baseline: Callable[[], None], pruned: Callable[[], None], repeats: int
-) -> tuple[float, float]:
-    """Median seconds of two workloads timed alternately, so that both see the same load
-    (this machine is shared: timing them minutes apart would compare the neighbours)."""
-    baseline()  # warm-up: allocator, oneDNN primitive cache
-    pruned()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for fn, sink in ((baseline, times[0]), (pruned, times[1])):
-            start = time.perf_counter()
-            fn()
-            sink.append(time.perf_counter() - start)
-    return statistics.median(times[0]), statistics.median(times[1])
-
-
 def workload(
     model: nn.Module, image_size: tuple[int, int]
 ) -> tuple[dict[str, int], dict[str, Callable[[], None]]]:
@@ -211,7 +195,7 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
             for key, value in figures.items():
                 row[f"{key}_ratio"] = value / base_figures[key]
             for part in ("dense", "full"):
-                base_s, pruned_s = paired_medians(base_fns[part], fns[part], args.repeats)
+                base_s, pruned_s = paired_median_seconds([base_fns[part], fns[part]], args.repeats)
                 base_times[part].append(base_s)
                 row[f"{part}_latency_s"] = pruned_s
                 row[f"{part}_latency_s_ratio"] = pruned_s / base_s

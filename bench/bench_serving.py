@@ -23,11 +23,10 @@ import argparse
 import contextlib
 import io
 import json
-import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ import pycocotools.mask as mask_util
 import torch
 from api_process import start_api
 from PIL import Image
+from timing import paired_median_seconds
 from torchvision.models.detection.roi_heads import paste_masks_in_image
 
 from maskops.data.labels import LabelMap
@@ -51,26 +51,6 @@ from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 RESULTS = Path(__file__).parent / "results" / "bench_serving.json"
 LABELS = LabelMap.from_coco_categories([{"id": i, "name": f"c{i}"} for i in (1, 2, 3)])
-
-
-def median_seconds(fn: Callable[[], Any], reps: int, warmup: int = 1) -> float:
-    return paired_median_seconds([fn], reps, warmup)[0]
-
-
-def paired_median_seconds(fns: list[Callable[[], Any]], reps: int, warmup: int = 1) -> list[float]:
-    """Median seconds of each workload, timed in turn within every repetition: on a VM
-    whose speed drifts from minute to minute, workloads timed one after the other would
-    compare the minutes as much as the workloads."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, sink in zip(fns, times, strict=True):
-            start = time.perf_counter()
-            fn()
-            sink.append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
 
 
 def random_model(nlayers: int, image_size: tuple[int, int]) -> torch.nn.Module:
@@ -160,7 +140,7 @@ def bench_postprocess(image_hw: tuple[int, int], reps: int) -> dict[str, Any]:
     def ours() -> list[dict[str, Any]]:
         return paste_masks_rle(boxes, probs, image_hw)
 
-    ref_s, ours_s = median_seconds(reference, reps), median_seconds(ours, reps)
+    ref_s, ours_s = paired_median_seconds([reference, ours], reps)
     print(
         f"post-processing 100 detections {image_hw}: torchvision+pycocotools {ref_s * 1e3:.1f}"
         f" ms, maskops {ours_s * 1e3:.1f} ms ({ref_s / ours_s:.1f}x)"
@@ -225,8 +205,6 @@ def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> di
         publish(onnx_path, repo, "bench")
         with TritonServer(repo, models=EnsembleNames("bench").load_order) as server:
             url = server.http_url
-            local_s = median_seconds(in_process, reps)
-            remote_s = median_seconds(lambda: triton.infer_images(url, "bench", [data]), reps)
             with api_server(server.http_url.removeprefix("http://")) as api:
 
                 def through_api() -> None:
@@ -236,7 +214,10 @@ def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> di
                     )
                     response.raise_for_status()
 
-                api_s = median_seconds(through_api, reps)
+                local_s, remote_s, api_s = paired_median_seconds(
+                    [in_process, lambda: triton.infer_images(url, "bench", [data]), through_api],
+                    reps,
+                )
             done = 0
             stop = threading.Event()
             lock = threading.Lock()
