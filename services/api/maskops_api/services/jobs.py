@@ -191,34 +191,31 @@ def job_json(job: Job) -> bytes:
 
 def eta_depends_on_time(job: Job) -> bool:
     """Whether the job's view changes with the clock alone (a running job's ETA)."""
-    return _eta_basis(job) is not None
+    return eta_seconds(job, now=utcnow()) is not None
 
 
-def _eta_basis(job: Job) -> tuple[datetime, int] | None:
-    """When and at which step progress reporting started, if an ETA can be estimated."""
+def eta_seconds(job: Job, *, now: datetime) -> float | None:
+    """Seconds left at the average rate since progress reporting started, or None when
+    the job is not running or has made no progress since."""
     step, total = job.progress_step, job.progress_total
     since, since_step = job.progress_started_at, job.progress_started_step
     if (
-        job.status == JobStatus.running
-        and step is not None
-        and total
-        and since is not None
-        and since_step is not None
-        and step > since_step
+        job.status != JobStatus.running
+        or step is None
+        or not total
+        or since is None
+        or since_step is None
+        or step <= since_step
     ):
-        return since, since_step
-    return None
+        return None
+    rate = (now - since).total_seconds() / (step - since_step)
+    return max(0.0, rate * (total - step))
 
 
 def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
     step, total = job.progress_step, job.progress_total
     fraction = step / total if step is not None and total else None
-    eta = None
-    basis = _eta_basis(job)
-    if basis is not None and step is not None and total:
-        since, since_step = basis
-        rate = ((now or utcnow()) - since).total_seconds() / (step - since_step)
-        eta = max(0.0, rate * (total - step))
+    eta = eta_seconds(job, now=now or utcnow())
     return JobOut(
         id=job.id,
         action=JobAction(job.action),
