@@ -48,14 +48,13 @@ from timing import paired_median_seconds
 from torch import nn
 
 from maskops.checkpoint import load_weights_into
-from maskops.modeling import build_model
+from maskops.modeling import build_model, prunable_convs
 from maskops.prune import prune_model
 from maskops.prune.cost import count_parameters, macs, output_positions
 from maskops.prune.run import run_prune
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_prune.json"
-PRUNABLE_PREFIXES = ("backbone.", "rpn.head.conv.")
 # maskrcnn_config overrides: TAO's defaults, or the heads of tests/conftest.py's trained
 # fixture (mask AP about 0.2 after 800 CPU steps at 128x128).
 HEADS: dict[str, dict[str, Any]] = {
@@ -102,6 +101,12 @@ def parse_args() -> argparse.Namespace:
         help="L1 penalty on kernels while training the base (sparsifies filters for pruning)",
     )
     parser.add_argument(
+        "--l1-weight-decay-layers",
+        choices=["all", "prunable"],
+        default="all",
+        help="kernels the L1 penalty applies to (the spec's l1_weight_decay_layers)",
+    )
+    parser.add_argument(
         "--use-amp", action="store_true", help="train with use_amp (bf16 on capable CPUs)"
     )
     parser.add_argument(
@@ -119,10 +124,8 @@ def spread_filter_norms(model: nn.Module, *, seed: int) -> None:
     """Scale every prunable conv filter by U(0, 1): the synthetic importance spread."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, module in model.named_modules():
-            if isinstance(module, nn.Conv2d) and name.startswith(PRUNABLE_PREFIXES):
-                scale = torch.rand(module.out_channels, 1, 1, 1, generator=generator)
-                module.weight.mul_(scale)
+        for conv in prunable_convs(model).values():
+            conv.weight.mul_(torch.rand(conv.out_channels, 1, 1, 1, generator=generator))
 
 
 def workload(
@@ -251,7 +254,12 @@ def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Non
 
     for nlayers in args.archs:
         arch = f"resnet{nlayers}"
-        base_spec = spec(nlayers, args.train_steps, l1_weight_decay=args.l1_weight_decay)
+        base_spec = spec(
+            nlayers,
+            args.train_steps,
+            l1_weight_decay=args.l1_weight_decay,
+            l1_weight_decay_layers=args.l1_weight_decay_layers,
+        )
         trained = run_training(base_spec, work / arch / "base").checkpoint
         assert trained is not None
         # Retraining: regularisers off, as TAO advises for pruned models.
@@ -281,7 +289,14 @@ def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Non
             assert result.checkpoint is not None
             metrics = evaluate(retrain_spec, result.checkpoint)
             row["AP"], row["mask_AP"] = metrics["AP"], metrics["mask_AP"]
-        base_ap = next(r["mask_AP"] for r in rows if r["arch"] == arch and r["threshold"] == 0)
+        base_row = next(r for r in rows if r["arch"] == arch and r["threshold"] == 0)
+        if args.l1_weight_decay > 0:
+            # What the sparsity training itself cost: the same total steps without L1.
+            reference_spec = spec(nlayers, args.train_steps + args.retrain_steps)
+            result = run_training(reference_spec, work / arch / "reference")
+            assert result.checkpoint is not None
+            base_row["reference_mask_AP"] = evaluate(reference_spec, result.checkpoint)["mask_AP"]
+        base_ap = base_row["mask_AP"]
         for row in (r for r in rows if r["arch"] == arch and r["threshold"] > 0):
             row["mask_AP_drop_points"] = 100 * (base_ap - row["mask_AP"])
             row["meets_goal"] = (
@@ -318,6 +333,12 @@ def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str
             f"{row['full_latency_s'] * 1e3:>8.0f} {row.get('full_latency_s_ratio', 1.0):>6.2f} "
             f"{ap:>8} {trained_macs:>21}"
         )
+    for row in rows:
+        if "reference_mask_AP" in row:
+            lines.append(
+                f"{row['arch']}: mask AP {row['reference_mask_AP']:.3f} unpruned, trained as "
+                "long without the L1 penalty (what the sparsity training cost)"
+            )
     return "\n".join(lines)
 
 
@@ -348,6 +369,7 @@ def main() -> None:
                     "retrain_steps": args.retrain_steps,
                     "demo_images": args.demo_images,
                     "base_l1_weight_decay": args.l1_weight_decay,
+                    "base_l1_weight_decay_layers": args.l1_weight_decay_layers,
                     "use_amp": args.use_amp,
                     "freeze_bn": args.freeze_bn,
                 }

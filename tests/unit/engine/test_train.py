@@ -22,7 +22,7 @@ from maskops.engine.optim import regularized_parameters
 from maskops.engine.schedule import LRSchedule
 from maskops.engine.state import seed_everything
 from maskops.engine.train import build_training_model, check_num_classes
-from maskops.modeling import build_model
+from maskops.modeling import build_model, prunable_convs
 from maskops.spec import spec_to_text
 from maskops.spec.models import ExperimentSpec
 
@@ -218,7 +218,10 @@ def test_skip_checkpoint_variables_keep_matching_layers_at_init(
         assert torch.equal(loaded[key], source[key]), key
 
 
-def test_l1_penalty_pulls_kernels_towards_zero(spec_factory: SpecFactory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("layers", ["all", "prunable"])
+def test_l1_penalty_pulls_kernels_towards_zero(
+    spec_factory: SpecFactory, tmp_path: Path, layers: str
+) -> None:
     lr, l1 = 0.01, 1e-3
     common: dict[str, Any] = {
         "total_steps": 1,
@@ -228,7 +231,9 @@ def test_l1_penalty_pulls_kernels_towards_zero(spec_factory: SpecFactory, tmp_pa
     }
     plain = run_training(spec_factory(**common), tmp_path / "plain", eval_fn=lambda m, s: {})
     with_l1 = run_training(
-        spec_factory(l1_weight_decay=l1, **common), tmp_path / "l1", eval_fn=lambda m, s: {}
+        spec_factory(l1_weight_decay=l1, l1_weight_decay_layers=layers, **common),
+        tmp_path / "l1",
+        eval_fn=lambda m, s: {},
     )
     spec = spec_factory(**common)
     initial = _initial_weights(spec)
@@ -237,10 +242,12 @@ def test_l1_penalty_pulls_kernels_towards_zero(spec_factory: SpecFactory, tmp_pa
     model = build_model(spec.maskrcnn_config, num_classes=4, image_size=(128, 128))
     kernel_ids = {id(p) for p in regularized_parameters(model)}
     kernels = [n for n, p in model.named_parameters() if id(p) in kernel_ids]
-    assert kernels
+    prunable = {f"{name}.weight" for name in prunable_convs(model)}
+    penalised = set(kernels) if layers == "all" else prunable
+    assert penalised and any(name.startswith("roi_heads.") for name in kernels)
     for name in kernels:
         # First SGD step: the update is lr * grad, and L1 adds l1 * sign(w) to the grad.
-        expected = a[name] - lr * l1 * torch.sign(initial[name])
+        expected = a[name] - lr * l1 * torch.sign(initial[name]) if name in penalised else a[name]
         torch.testing.assert_close(b[name], expected, rtol=0, atol=1e-6, msg=name)
     assert with_l1.metrics["L1 loss"] > 0 and "L1 loss" not in plain.metrics
 

@@ -106,6 +106,7 @@ def test_round_trip_of_unusual_values() -> None:
         skip_checkpoint_variables=r"^(roi_heads|rpn)\.",
         keep_checkpoints=2,
         target_mask_ap=0.45,
+        l1_weight_decay_layers="prunable",
         data_config=DataConfig(image_size=(128, 256), training_file_pattern="shards/train*"),
         maskrcnn_config=MaskRCNNConfig(
             nlayers=18,

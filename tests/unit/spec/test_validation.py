@@ -192,6 +192,13 @@ CASES = [
     pytest.param(
         "target_mask_ap: 45\n", "target_mask_ap", 1, "45.0 must be in [0, 1]", id="extension"
     ),
+    pytest.param(
+        'seed: 1\nl1_weight_decay_layers: "heads"\n',
+        "l1_weight_decay_layers",
+        2,
+        "'heads' must be one of all, prunable",
+        id="l1_weight_decay_layers",
+    ),
 ]
 
 

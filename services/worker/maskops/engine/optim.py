@@ -6,20 +6,35 @@ and shifts (rank 1). TAO adds ``l2_weight_decay * sum(w**2) / 2`` to the loss; i
 ``l2_weight_decay * w`` is exactly SGD's ``weight_decay``, so L2 is applied by the optimizer
 (one fused update instead of a second pass over the weights) and its value is computed only
 when it is logged. L1 has no optimizer equivalent and is a real penalty
-``l1_weight_decay * sum(|w|)`` added to the loss.
+``l1_weight_decay * sum(|w|)`` added to the loss. ``l1_weight_decay_layers: "prunable"``
+(a maskops extension) narrows L1 to the kernels pruning may cut: trained from scratch, a
+penalty strong enough to drive backbone filters to zero would also wipe out the RoI heads'
+fc6, whose many small weights it shrinks by the same amount per step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
+
+from maskops.modeling import prunable_convs
 
 
 def regularized_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The trainable parameters weight decay applies to: kernels of rank >= 2."""
     return [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
+
+
+def l1_regularized_parameters(model: nn.Module, layers: str) -> Sequence[torch.Tensor]:
+    """The kernels L1 applies to: all of :func:`regularized_parameters` (``layers="all"``) or
+    only the trainable kernels of the prunable convs (``"prunable"``)."""
+    if layers == "all":
+        return regularized_parameters(model)
+    if layers == "prunable":
+        return [conv.weight for conv in prunable_convs(model).values() if conv.weight.requires_grad]
+    raise ValueError(f"l1_weight_decay_layers must be 'all' or 'prunable', got {layers!r}")
 
 
 def build_optimizer(

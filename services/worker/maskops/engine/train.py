@@ -52,7 +52,11 @@ from maskops.engine.hooks import (
     WriterHook,
     write_json_atomic,
 )
-from maskops.engine.optim import build_optimizer, regularized_parameters
+from maskops.engine.optim import (
+    build_optimizer,
+    l1_regularized_parameters,
+    regularized_parameters,
+)
 from maskops.engine.schedule import LRSchedule
 from maskops.engine.state import seed_everything
 from maskops.engine.trainer import AmpSettings, Batch, HookBase, Trainer
@@ -354,7 +358,7 @@ def _train_rank_inner(
         start_step=start_step,
         accumulate_grad_steps=spec.accumulate_grad_steps,
         scaler=scaler,
-        l1_params=regularized_parameters(model) if l1 else (),
+        l1_params=l1_regularized_parameters(model, spec.l1_weight_decay_layers) if l1 else (),
         l1_weight_decay=l1,
         world_size=world_size,
         rank=info.rank,

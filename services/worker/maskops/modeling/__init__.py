@@ -7,16 +7,18 @@ model to a pruned checkpoint's tensor shapes. Checkpoint files are handled in
 
 from .anchors import LevelAnchorGenerator, cell_anchors_for_level
 from .backbone import FREEZE_BLOCK_MODULES, build_resnet_fpn_backbone
-from .model import LOSS_NAMES, SpecMaskRCNN, build_model
+from .model import LOSS_NAMES, PRUNABLE_LAYER_PREFIXES, SpecMaskRCNN, build_model, prunable_convs
 from .surgery import resize_to_state_dict
 
 __all__ = [
     "FREEZE_BLOCK_MODULES",
     "LOSS_NAMES",
+    "PRUNABLE_LAYER_PREFIXES",
     "LevelAnchorGenerator",
     "SpecMaskRCNN",
     "build_model",
     "build_resnet_fpn_backbone",
     "cell_anchors_for_level",
+    "prunable_convs",
     "resize_to_state_dict",
 ]

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torchvision.models.detection.faster_rcnn import TwoMLPHead
 from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
 from torchvision.models.detection.mask_rcnn import MaskRCNN, MaskRCNNHeads
@@ -57,6 +57,20 @@ BOX_SCORE_THRESH = 0.05
 BOX_ROI_SIZE = 7
 MASK_HEAD_LAYERS = (256, 256, 256, 256)
 MASK_PREDICTOR_DIM = 256
+
+PRUNABLE_LAYER_PREFIXES = ("backbone.", "rpn.head.conv.")
+"""Module-name prefixes of the convs whose filters structured pruning may remove: the ResNet
+body and FPN, and the RPN head's shared conv. The RoI heads keep their widths."""
+
+
+def prunable_convs(model: nn.Module) -> dict[str, nn.Conv2d]:
+    """A built model's prunable convs by module name (:data:`PRUNABLE_LAYER_PREFIXES`)."""
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Conv2d) and name.startswith(PRUNABLE_LAYER_PREFIXES)
+    }
+
 
 LOSS_NAMES = {
     "loss_objectness": "RPN score loss",

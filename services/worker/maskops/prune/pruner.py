@@ -31,6 +31,7 @@ import torch_pruning as tp
 from torch import nn
 from torchvision.ops.misc import FrozenBatchNorm2d
 
+from maskops.modeling import prunable_convs
 from maskops.prune.cost import count_parameters, macs, output_positions, roi_output_size
 from maskops.prune.importance import (
     EQUALIZATIONS,
@@ -44,9 +45,6 @@ from maskops.prune.importance import (
     num_channels_to_keep,
 )
 from maskops.prune.report import GroupDecision, LayerChannels, PruneReport
-
-PRUNABLE_PREFIXES = ("backbone.", "rpn.head.conv.")
-"""Convs whose filters may be removed: backbone + FPN, and the RPN head's shared conv."""
 
 
 class PruneError(ValueError):
@@ -106,14 +104,6 @@ def _as_batch(example_inputs: torch.Tensor | Sequence[torch.Tensor]) -> torch.Te
     if batch.ndim != 4 or batch.shape[1] != 3:
         raise PruneError(f"example_inputs must be [N, 3, H, W], got {tuple(batch.shape)}")
     return batch.float()
-
-
-def _prunable_convs(model: nn.Module) -> dict[str, nn.Conv2d]:
-    return {
-        name: m
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Conv2d) and name.startswith(PRUNABLE_PREFIXES)
-    }
 
 
 def _layer_channels(model: nn.Module) -> dict[str, tuple[int, int]]:
@@ -228,7 +218,7 @@ def prune_model(
         raise PruneError("the model has no .backbone module: not a torchvision-style Mask R-CNN")
     batch = _as_batch(example_inputs).to(next(model.parameters()).device)
     image_size = macs_image_size or (int(batch.shape[2]), int(batch.shape[3]))
-    prunable = _prunable_convs(model)
+    prunable = prunable_convs(model)
     excluded = _resolve_excluded(excluded_layers, prunable)
     channels_before = _layer_channels(model)
     params_before = count_parameters(model)

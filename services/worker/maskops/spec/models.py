@@ -37,6 +37,8 @@ MIN_IMAGE_SIDE = 128
 BACKBONE_MIN_LEVELS = (2, 5)
 """min_level range: the finest FPN level comes from a ResNet stage (C2..C5)."""
 MAX_LEVEL_LIMIT = 8
+L1_WEIGHT_DECAY_LAYERS = ("all", "prunable")
+"""Values of ``l1_weight_decay_layers``: see :attr:`ExperimentSpec.l1_weight_decay_layers`."""
 
 
 def _decode_tao_string(value: Any) -> Any:
@@ -323,6 +325,10 @@ class ExperimentSpec(_SpecModel):
     """maskops extension: stop training once validation box AP reaches this (0 = off)."""
     target_mask_ap: float = 0.0
     """maskops extension: stop training once validation mask AP reaches this (0 = off)."""
+    l1_weight_decay_layers: str = "all"
+    """maskops extension: the kernels l1_weight_decay applies to. "all" (TAO): every conv and
+    linear kernel. "prunable": only those ``maskops prune`` may cut (backbone, FPN, RPN conv),
+    the sparsity training that leaves the RoI heads' large layers alone."""
 
     data_config: DataConfig = Field(default_factory=DataConfig)
     maskrcnn_config: MaskRCNNConfig = Field(default_factory=MaskRCNNConfig)
@@ -333,6 +339,7 @@ class ExperimentSpec(_SpecModel):
         "accumulate_grad_steps",
         "target_box_ap",
         "target_mask_ap",
+        "l1_weight_decay_layers",
     )
 
     _decode = field_validator("learning_rate_steps", "learning_rate_decay_levels", mode="before")(
@@ -357,6 +364,13 @@ class ExperimentSpec(_SpecModel):
         "l2_weight_decay",
     )(_check_non_negative)
     _unit_interval = field_validator("target_box_ap", "target_mask_ap")(_check_unit_interval)
+
+    @field_validator("l1_weight_decay_layers")
+    @classmethod
+    def _l1_weight_decay_layers(cls, value: str) -> str:
+        if value not in L1_WEIGHT_DECAY_LAYERS:
+            raise ValueError(f"{value!r} must be one of {', '.join(L1_WEIGHT_DECAY_LAYERS)}")
+        return value
 
     @field_validator("seed")
     @classmethod
