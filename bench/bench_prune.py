@@ -52,7 +52,12 @@ from maskops.modeling import build_model, prunable_convs
 from maskops.prune import prune_model
 from maskops.prune.cost import count_parameters, macs, output_positions
 from maskops.prune.run import run_prune
-from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+from maskops.spec.models import (
+    L1_WEIGHT_DECAY_LAYERS,
+    DataConfig,
+    ExperimentSpec,
+    MaskRCNNConfig,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_prune.json"
 # maskrcnn_config overrides: TAO's defaults, or the heads of tests/conftest.py's trained
@@ -102,7 +107,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--l1-weight-decay-layers",
-        choices=["all", "prunable"],
+        choices=L1_WEIGHT_DECAY_LAYERS,
         default="all",
         help="kernels the L1 penalty applies to (the spec's l1_weight_decay_layers)",
     )

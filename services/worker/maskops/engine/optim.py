@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from maskops.modeling import prunable_convs
+from maskops.spec.models import L1_WEIGHT_DECAY_LAYERS
 
 
 def regularized_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -34,7 +35,9 @@ def l1_regularized_parameters(model: nn.Module, layers: str) -> Sequence[torch.T
         return regularized_parameters(model)
     if layers == "prunable":
         return [conv.weight for conv in prunable_convs(model).values() if conv.weight.requires_grad]
-    raise ValueError(f"l1_weight_decay_layers must be 'all' or 'prunable', got {layers!r}")
+    raise ValueError(
+        f"l1_weight_decay_layers must be one of {', '.join(L1_WEIGHT_DECAY_LAYERS)}, got {layers!r}"
+    )
 
 
 def build_optimizer(
