@@ -7,8 +7,9 @@ none of the detection heads' list/dict control flow is traced. It yields one gro
 of coupled channels: a conv's filters together with its BatchNorm and the input channels of
 every consumer, and, where outputs are added (ResNet residual stages, the FPN's lateral 1x1
 convs tied by the top-down additions), all the convs of that sum. TAO's importance rules
-(:mod:`maskops.prune.importance`) decide which channels of each group go; the group is then
-cut physically.
+(:mod:`maskops.prune.importance`) decide which channels of each group go; what those
+channels still contributed (a constant: their bias or BatchNorm shift) is folded into the
+layers that read them (:mod:`maskops.prune.compensation`), and the group is cut physically.
 
 Design decision: the FPN's output channels are pruned too, and the cut is propagated into
 the heads' inputs (the RPN head conv, the box head's first Linear through RoIAlign and its
@@ -32,6 +33,7 @@ from torch import nn
 from torchvision.ops.misc import FrozenBatchNorm2d
 
 from maskops.modeling import prunable_convs
+from maskops.prune.compensation import compensate_removed_channels
 from maskops.prune.cost import count_parameters, macs, output_positions, roi_output_size
 from maskops.prune.importance import (
     EQUALIZATIONS,
@@ -138,9 +140,10 @@ class _ChannelProbe(nn.Module):
     """The model's layers wired so that a tensor forward shows every channel dependency.
 
     Not the model's computation: the RoI heads read one RoIAlign level per box, which is
-    expressed here by pooling every FPN level to the RoI size and summing, so that the heads'
-    first layers depend on all FPN outputs, and the FPN outputs on each other, exactly as in
-    the real model (the RPN head also runs on every level there).
+    expressed here by pooling every FPN level to the RoI size and averaging, so that the
+    heads' first layers depend on all FPN outputs, and the FPN outputs on each other, exactly
+    as in the real model (the RPN head also runs on every level there). Averaging (not
+    summing) keeps the scale of what the heads read, which the compensation measures.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -168,7 +171,7 @@ class _ChannelProbe(nn.Module):
         for head, size in ((self.box_head, self.box_size), (self.mask_head, self.mask_size)):
             if head is not None:
                 levels = [F.adaptive_avg_pool2d(f, size) for f in features]
-                pooled = functools.reduce(operator.add, levels)
+                pooled = functools.reduce(operator.add, levels) / len(levels)
                 outputs.append(head(pooled))
         return outputs
 
@@ -232,9 +235,10 @@ def prune_model(
     # Frozen layers' outputs carry no autograd history, which is what torch-pruning traces:
     # an input that requires grad gives every layer one.
     traced = batch.detach().clone().requires_grad_(True)
+    probe = _ChannelProbe(model)
     with torch.enable_grad():
         graph = tp.DependencyGraph().build_dependency(
-            _ChannelProbe(model),
+            probe,
             example_inputs=traced,
             # A bare tensor would be star-unpacked by torch-pruning (``model(*inputs)``).
             forward_fn=lambda module, inputs: module(inputs),
@@ -244,7 +248,7 @@ def prune_model(
 
     prunable_modules = set(prunable.values())
     decisions: list[GroupDecision] = []
-    cuts: list[tuple[nn.Module, Any, list[int]]] = []
+    cuts: list[tp.Group] = []
     for group in list(graph.get_all_groups(root_module_types=[nn.Conv2d, nn.Linear])):
         producers = [item for item in group if graph.is_out_channel_pruning_fn(item.dep.handler)]
         producer_modules = {item.dep.target.module for item in producers}
@@ -275,10 +279,12 @@ def prune_model(
         decisions.append(GroupDecision(members, size, keep, "pruned" if pruned else "kept"))
         if pruned:
             root = group[0].dep
-            cuts.append((root.target.module, root.handler, pruned))
+            cuts.append(graph.get_pruning_group(root.target.module, root.handler, pruned))
 
-    for module, handler, idxs in cuts:
-        graph.get_pruning_group(module, handler, idxs).prune()
+    model.eval()
+    compensate_removed_channels(model, cuts, graph, run=lambda: probe(batch))
+    for cut in cuts:
+        cut.prune()
 
     # torch-pruning rebuilds pruned parameters as fresh (trainable) Parameters.
     for name, param in model.named_parameters():
