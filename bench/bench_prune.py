@@ -32,7 +32,7 @@ that the quality column can be measured on a CPU in about half an hour.
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
         --retrain --train-steps 800 --retrain-steps 200 --demo-images 160  # CPU, ~30 min
     # The pruning recipe (README): sparsity-trained base, retrained as long as it trained;
-    # about 3 hours on 2 CPU cores.
+    # 3-4 hours on 2 CPU cores.
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
         --retrain --train-steps 800 --retrain-steps 800 --seeds 2 --demo-images 160 \
         --freeze-bn --l1-weight-decay 1e-3 --l1-weight-decay-layers prunable
