@@ -32,7 +32,7 @@ that the quality column can be measured on a CPU in about half an hour.
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
         --retrain --train-steps 800 --retrain-steps 200 --demo-images 160  # CPU, ~30 min
     # The pruning recipe (README): a plainly trained base, the threshold that leaves 0.6 of
-    # its MACs, retrained as long as it trained; about 25 minutes on 2 CPU cores.
+    # its MACs, retrained as long as it trained; about half an hour on 2 CPU cores.
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
         --thresholds 0.94 --retrain --train-steps 800 --retrain-steps 800 --seeds 2 \
         --demo-images 160 --freeze-bn
