@@ -3,7 +3,7 @@
 For each backbone, the unpruned model is the baseline measured in the same run; each
 pruned model reports parameters, multiply-accumulates (backbone + FPN + RPN head at
 ``--image-size``, plus the RoI heads per RoI), CPU latency (the dense part, and the whole
-eval forward on one image with exactly test_detections_per_image = 100 detections), each
+eval forward on one image with exactly test_detections_per_image detections), each
 as a ratio to the baseline. Latencies of baseline and pruned model are timed alternately.
 
 Weights. Pruning decisions depend on how filter norms spread within each layer. Random
@@ -18,7 +18,13 @@ checkpoint, or torchvision/ImageNet weights loaded through maskops.checkpoint).
 data it trains the unpruned model ``--train-steps`` steps, prunes that checkpoint at each
 threshold, retrains every pruned model and the unpruned one ``--retrain-steps`` more steps
 (regularisers off, as TAO advises for retraining) and reports mask AP of each, with the
-goal line: >= 40% fewer MACs for <= 2 points of mask AP.
+goal line: >= 40% fewer MACs for <= 2 points of mask AP. Every column is then measured on
+that trained base's weights (``--checkpoint`` does not apply).
+
+``--target-macs F`` (with ``--retrain``) adds, per arch, the row the README's recipe would
+prune at: after training the base, the smallest ``-pth`` (in steps of 0.01, by bisection)
+whose pruned model keeps at most a fraction F of the MACs. The threshold is thus chosen
+before any retraining, by the bench itself. ``--thresholds`` defaults to none with it.
 
 ``--seeds N`` retrains every row N times (seeds differ in data order and the heads'
 sampling) and reports the mean mask AP, with each seed's in the JSON.
@@ -32,10 +38,10 @@ that the quality column can be measured on a CPU in about half an hour.
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
         --retrain --train-steps 800 --retrain-steps 200 --demo-images 160  # CPU, ~30 min
     # The pruning recipe (README): a plainly trained base, the threshold that leaves 0.6 of
-    # its MACs, retrained as long as it trained; about half an hour on 2 CPU cores.
-    .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
-        --thresholds 0.94 --retrain --train-steps 800 --retrain-steps 800 --seeds 2 \
-        --demo-images 160 --freeze-bn
+    # its MACs, retrained as long as it trained; 40-50 minutes on 2 CPU cores per arch.
+    .venv/bin/python bench/bench_prune.py --archs 50 --heads small --image-size 128 128 \
+        --target-macs 0.6 --retrain --train-steps 800 --retrain-steps 800 --seeds 3 \
+        --demo-images 160 --freeze-bn --out bench/results/bench_prune_small_r50.json
     # The L1 sparsity recipe, with a reference row: the unpruned model trained as many steps
     # without the penalty (about 45 minutes).
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
@@ -65,7 +71,8 @@ from maskops.checkpoint import load_weights_into
 from maskops.modeling import build_model, prunable_convs
 from maskops.prune import prune_model
 from maskops.prune.cost import count_parameters, macs, output_positions
-from maskops.prune.run import run_prune
+from maskops.prune.report import PruneReport
+from maskops.prune.run import MODEL_FILENAME, run_prune
 from maskops.spec.models import (
     L1_WEIGHT_DECAY_LAYERS,
     DataConfig,
@@ -99,7 +106,20 @@ HEADS: dict[str, dict[str, Any]] = {
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archs", type=int, nargs="+", default=[18, 50])
-    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7])
+    parser.add_argument(
+        "--thresholds",
+        type=float,
+        nargs="+",
+        default=None,
+        help="-pth values to prune at (default 0.1 0.3 0.5 0.7, or none with --target-macs)",
+    )
+    parser.add_argument(
+        "--target-macs",
+        type=float,
+        default=None,
+        help="with --retrain: also prune each arch at the smallest -pth (0.01 steps) that leaves "
+        "at most this fraction of its trained base's MACs (0.6 for the goal's 40%% fewer)",
+    )
     parser.add_argument("--image-size", type=int, nargs=2, default=[256, 256], metavar=("H", "W"))
     parser.add_argument("--norm", default="max")
     parser.add_argument("--equalization", default="union")
@@ -151,7 +171,14 @@ def parse_args() -> argparse.Namespace:
         "--heads", choices=sorted(HEADS), default="tao", help="RoI/RPN head sizes (see above)"
     )
     parser.add_argument("--out", type=Path, default=None, help="results JSON (see above)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.retrain and args.checkpoint is not None:
+        parser.error("--retrain prunes the base it trains: drop --checkpoint")
+    if args.target_macs is not None and not args.retrain:
+        parser.error("--target-macs chooses thresholds on trained weights: it needs --retrain")
+    if args.thresholds is None:
+        args.thresholds = [] if args.target_macs is not None else [0.1, 0.3, 0.5, 0.7]
+    return args
 
 
 def spread_filter_norms(model: nn.Module, *, seed: int) -> None:
@@ -192,11 +219,11 @@ def workload(
     return figures, {"dense": dense, "full": full}
 
 
-def base_model(
-    nlayers: int, image_size: tuple[int, int], checkpoint: Path | None, heads: str
-) -> nn.Module:
+def base_model(nlayers: int, args: argparse.Namespace, checkpoint: Path | None) -> nn.Module:
+    """The unpruned model: ``checkpoint``'s weights, or the synthetic spread without one."""
     torch.manual_seed(0)
-    config = MaskRCNNConfig(nlayers=nlayers, **HEADS[heads])
+    config = MaskRCNNConfig(nlayers=nlayers, freeze_bn=args.freeze_bn, **HEADS[args.heads])
+    image_size = (args.image_size[0], args.image_size[1])
     model = build_model(config, num_classes=4, image_size=image_size)
     if checkpoint is None:
         spread_filter_norms(model, seed=nlayers)
@@ -205,19 +232,23 @@ def base_model(
     return model
 
 
-def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
+def sweep(
+    args: argparse.Namespace,
+    thresholds: dict[int, list[float]],
+    checkpoints: dict[int, Path | None],
+) -> list[dict[str, Any]]:
+    """Rows of params, MACs and latency: each arch's baseline, then each of its thresholds."""
     image_size = (args.image_size[0], args.image_size[1])
     rows = []
-    for nlayers in args.archs:
+    for nlayers, arch_thresholds in thresholds.items():
         arch = f"resnet{nlayers}"
-        base_figures, base_fns = workload(
-            base_model(nlayers, image_size, args.checkpoint, args.heads), image_size
-        )
+        checkpoint = checkpoints[nlayers]
+        base_figures, base_fns = workload(base_model(nlayers, args, checkpoint), image_size)
         base_row: dict[str, Any] = {"arch": arch, "threshold": 0.0, **base_figures}
         base_times: dict[str, list[float]] = {"dense": [], "full": []}
         rows.append(base_row)
-        for threshold in args.thresholds:
-            model = base_model(nlayers, image_size, args.checkpoint, args.heads)
+        for threshold in arch_thresholds:
+            model = base_model(nlayers, args, checkpoint)
             prune_model(
                 model,
                 example_inputs=torch.zeros(1, 3, 128, 128),
@@ -243,23 +274,30 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
-    """Adds ``mask_AP`` (and box ``AP``) to ``rows``: see the module docstring."""
-    from maskops.data.convert import convert_dataset
-    from maskops.data.demo import generate_demo_dataset
-    from maskops.engine.train import run_training
-    from maskops.evaluation.runner import run_evaluation
+class QualityBench:
+    """The ``--retrain`` column: see the module docstring.
 
-    work = Path(tempfile.mkdtemp(prefix="bench_prune_"))
-    image_size = (args.image_size[0], args.image_size[1])
-    demo = generate_demo_dataset(
-        work / "demo", num_images=args.demo_images, image_size=image_size, seed=0
-    )
-    shards = work / "shards"
-    convert_dataset(demo.train_images, demo.train_json, shards)
-    convert_dataset(demo.val_images, demo.val_json, shards)
+    Bases are trained first (:meth:`train_base`) so that ``--target-macs`` can choose each
+    arch's threshold on its trained weights before the sweep; :meth:`retrain` then adds
+    ``mask_AP`` (and box ``AP``) to that arch's rows.
+    """
 
-    def spec(nlayers: int, steps: int, **fields: Any) -> ExperimentSpec:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from maskops.data.convert import convert_dataset
+        from maskops.data.demo import generate_demo_dataset
+
+        self.args = args
+        self.work = Path(tempfile.mkdtemp(prefix="bench_prune_"))
+        self.image_size = (args.image_size[0], args.image_size[1])
+        self.demo = generate_demo_dataset(
+            self.work / "demo", num_images=args.demo_images, image_size=self.image_size, seed=0
+        )
+        self.shards = self.work / "shards"
+        convert_dataset(self.demo.train_images, self.demo.train_json, self.shards)
+        convert_dataset(self.demo.val_images, self.demo.val_json, self.shards)
+
+    def spec(self, nlayers: int, steps: int, **fields: Any) -> ExperimentSpec:
+        args = self.args
         return ExperimentSpec(
             use_amp=args.use_amp,
             total_steps=steps,
@@ -270,10 +308,10 @@ def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Non
             learning_rate_steps=[int(steps * 0.8)],
             learning_rate_decay_levels=[0.1],
             data_config=DataConfig(
-                image_size=image_size,
-                training_file_pattern=f"{shards}/train*",
-                validation_file_pattern=f"{shards}/val*",
-                val_json_file=str(demo.val_json),
+                image_size=self.image_size,
+                training_file_pattern=f"{self.shards}/train*",
+                validation_file_pattern=f"{self.shards}/val*",
+                val_json_file=str(self.demo.val_json),
                 num_classes=4,
                 n_workers=2,
             ),
@@ -283,64 +321,105 @@ def retrain_quality(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Non
             **fields,
         )
 
-    def evaluate(run_spec: ExperimentSpec, model_path: Path) -> dict[str, float]:
-        return run_evaluation(run_spec, model_path, progress=False, log=lambda _line: None)
+    def train(self, run_spec: ExperimentSpec, run_dir: Path) -> dict[str, float]:
+        """Trains ``run_spec`` into ``run_dir`` and returns the final checkpoint's metrics."""
+        from maskops.engine.train import run_training
+        from maskops.evaluation.runner import run_evaluation
 
-    for nlayers in args.archs:
-        arch = f"resnet{nlayers}"
-        base_spec = spec(
+        checkpoint = run_training(run_spec, run_dir).checkpoint
+        assert checkpoint is not None
+        return run_evaluation(run_spec, checkpoint, progress=False, log=lambda _line: None)
+
+    def train_base(self, nlayers: int) -> Path:
+        from maskops.engine.train import run_training
+
+        base_spec = self.spec(
             nlayers,
-            args.train_steps,
-            l1_weight_decay=args.l1_weight_decay,
-            l1_weight_decay_layers=args.l1_weight_decay_layers,
+            self.args.train_steps,
+            l1_weight_decay=self.args.l1_weight_decay,
+            l1_weight_decay_layers=self.args.l1_weight_decay_layers,
         )
-        trained = run_training(base_spec, work / arch / "base").checkpoint
+        trained = run_training(base_spec, self.work / f"resnet{nlayers}" / "base").checkpoint
         assert trained is not None
+        return trained
+
+    def prune(self, trained: Path, threshold: float, out_dir: Path) -> PruneReport:
+        args = self.args
+        return run_prune(
+            trained,
+            out_dir,
+            norm=args.norm,
+            equalization=args.equalization,
+            granularity=args.granularity,
+            threshold=threshold,
+            min_filters=args.min_filters,
+        )
+
+    def threshold_for_macs(self, trained: Path, target: float) -> float:
+        """The smallest threshold (in steps of 0.01) leaving at most ``target`` of the MACs.
+
+        Bisection: raising the threshold only ever removes more filters.
+        """
+        scratch = self.work / "threshold_search"
+
+        def macs_ratio(hundredths: int) -> float:
+            report = self.prune(trained, hundredths / 100, scratch)
+            print(f"  -pth {hundredths / 100:.2f}: MACs {report.macs_ratio:.3f}", flush=True)
+            return report.macs_ratio
+
+        low, high = 0, 100
+        if macs_ratio(high) > target:
+            raise SystemExit(f"{trained}: even -pth 1 leaves more than {target} of the MACs")
+        while high - low > 1:
+            middle = (low + high) // 2
+            if macs_ratio(middle) <= target:
+                high = middle
+            else:
+                low = middle
+        return high / 100
+
+    def retrain(self, nlayers: int, trained: Path, rows: list[dict[str, Any]]) -> None:
+        """Retrains every row of ``resnet{nlayers}`` from ``trained`` and adds its mask AP."""
+        args = self.args
+        arch = f"resnet{nlayers}"
         # Retraining: regularisers off, as TAO advises for pruned models.
         no_reg = {"l2_weight_decay": 0.0, "l1_weight_decay": 0.0}
-        for row in (r for r in rows if r["arch"] == arch):
+        arch_rows = [r for r in rows if r["arch"] == arch]
+        for row in arch_rows:
             threshold = row["threshold"]
-            run_dir = work / arch / f"pth{threshold}"
+            run_dir = self.work / arch / f"pth{threshold}"
             if threshold == 0.0:
-                retrain_spec = spec(nlayers, args.retrain_steps, checkpoint=str(trained), **no_reg)
-            else:
-                report = run_prune(
-                    trained,
-                    run_dir / "pruned",
-                    norm=args.norm,
-                    equalization=args.equalization,
-                    granularity=args.granularity,
-                    threshold=threshold,
-                    min_filters=args.min_filters,
+                retrain_spec = self.spec(
+                    nlayers, args.retrain_steps, checkpoint=str(trained), **no_reg
                 )
-                # What this threshold removes from the trained weights (the sweep's MACs
-                # columns are for the synthetic spread).
-                row["trained_macs_ratio"] = report.macs_after / report.macs_before
-                row["trained_params_ratio"] = report.params_ratio
-                pruned = str(run_dir / "pruned" / "model.pth")
-                retrain_spec = spec(nlayers, args.retrain_steps, pruned_model_path=pruned, **no_reg)
-            per_seed = []
-            for k in range(args.seeds):
-                seeded = retrain_spec.model_copy(update={"seed": retrain_spec.seed + k})
-                result = run_training(seeded, run_dir / f"retrain_seed{k}")
-                assert result.checkpoint is not None
-                per_seed.append(evaluate(seeded, result.checkpoint))
+            else:
+                self.prune(trained, threshold, run_dir / "pruned")
+                retrain_spec = self.spec(
+                    nlayers,
+                    args.retrain_steps,
+                    pruned_model_path=str(run_dir / "pruned" / MODEL_FILENAME),
+                    **no_reg,
+                )
+            per_seed = [
+                self.train(
+                    retrain_spec.model_copy(update={"seed": retrain_spec.seed + k}),
+                    run_dir / f"retrain_seed{k}",
+                )
+                for k in range(args.seeds)
+            ]
             for key in ("AP", "mask_AP"):
                 row[f"{key}_per_seed"] = [m[key] for m in per_seed]
                 row[key] = statistics.mean(row[f"{key}_per_seed"])
-        base_row = next(r for r in rows if r["arch"] == arch and r["threshold"] == 0)
+        base_row = next(r for r in arch_rows if r["threshold"] == 0)
         if args.l1_weight_decay > 0 and args.reference:
             # What the sparsity training itself cost: the same total steps without L1.
-            reference_spec = spec(nlayers, args.train_steps + args.retrain_steps)
-            result = run_training(reference_spec, work / arch / "reference")
-            assert result.checkpoint is not None
-            base_row["reference_mask_AP"] = evaluate(reference_spec, result.checkpoint)["mask_AP"]
-        base_ap = base_row["mask_AP"]
-        for row in (r for r in rows if r["arch"] == arch and r["threshold"] > 0):
-            row["mask_AP_drop_points"] = 100 * (base_ap - row["mask_AP"])
-            row["meets_goal"] = (
-                row["trained_macs_ratio"] <= 0.6 and row["mask_AP_drop_points"] <= 2.0
-            )
+            reference_spec = self.spec(nlayers, args.train_steps + args.retrain_steps)
+            base_row["reference_mask_AP"] = self.train(
+                reference_spec, self.work / arch / "reference"
+            )["mask_AP"]
+        for row in (r for r in arch_rows if r["threshold"] > 0):
+            row["mask_AP_drop_points"] = 100 * (base_row["mask_AP"] - row["mask_AP"])
+            row["meets_goal"] = row["macs_ratio"] <= 0.6 and row["mask_AP_drop_points"] <= 2.0
 
 
 def print_row(row: dict[str, Any]) -> None:
@@ -358,19 +437,19 @@ def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str
     header = (
         f"{'arch':<9} {'pth':>4} {'params M':>9} {'ratio':>6} {'GMACs':>7} {'ratio':>6} "
         f"{'RoI MMACs':>9} {'dense ms':>9} {'ratio':>6} {'full ms':>8} {'ratio':>6} "
-        f"{'mask AP':>8} {'trained-weights MACs':>21}"
+        f"{'mask AP':>8} {'AP change':>9}"
     )
     lines = [f"MACs and latency at {image_size[0]}x{image_size[1]}, CPU, batch 1", header]
     for row in rows:
         ap = f"{row['mask_AP']:.3f}" if "mask_AP" in row else "-"
-        trained_macs = f"{row['trained_macs_ratio']:.2f}" if "trained_macs_ratio" in row else "-"
+        drop = f"{-row['mask_AP_drop_points']:+.1f}" if "mask_AP_drop_points" in row else "-"
         lines.append(
             f"{row['arch']:<9} {row['threshold']:>4.2f} {row['params'] / 1e6:>9.2f} "
             f"{row.get('params_ratio', 1.0):>6.2f} {row['macs'] / 1e9:>7.2f} "
             f"{row.get('macs_ratio', 1.0):>6.2f} {row['roi_macs'] / 1e6:>9.1f} "
             f"{row['dense_latency_s'] * 1e3:>9.0f} {row.get('dense_latency_s_ratio', 1.0):>6.2f} "
             f"{row['full_latency_s'] * 1e3:>8.0f} {row.get('full_latency_s_ratio', 1.0):>6.2f} "
-            f"{ap:>8} {trained_macs:>21}"
+            f"{ap:>8} {drop:>9}"
         )
     for row in rows:
         if "reference_mask_AP" in row:
@@ -384,9 +463,21 @@ def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str
 def main() -> None:
     args = parse_args()
     image_size = (args.image_size[0], args.image_size[1])
-    rows = sweep(args)
-    if args.retrain:
-        retrain_quality(args, rows)
+    quality = QualityBench(args) if args.retrain else None
+    trained = {nlayers: quality.train_base(nlayers) for nlayers in args.archs} if quality else {}
+    thresholds = {nlayers: list(args.thresholds) for nlayers in args.archs}
+    if quality is not None and args.target_macs is not None:
+        for nlayers, checkpoint in trained.items():
+            print(f"resnet{nlayers}: -pth leaving <= {args.target_macs} of the MACs", flush=True)
+            chosen = quality.threshold_for_macs(checkpoint, args.target_macs)
+            if chosen not in thresholds[nlayers]:
+                thresholds[nlayers].append(chosen)
+    # With --retrain every column is measured on the trained base's weights.
+    checkpoints = {nlayers: trained.get(nlayers, args.checkpoint) for nlayers in args.archs}
+    rows = sweep(args, thresholds, checkpoints)
+    if quality is not None:
+        for nlayers, checkpoint in trained.items():
+            quality.retrain(nlayers, checkpoint, rows)
     print(format_table(rows, image_size))
     out = args.out or (
         RESULTS if args.heads == "tao" else RESULTS.with_name(f"bench_prune_{args.heads}.json")
@@ -396,7 +487,9 @@ def main() -> None:
         json.dumps(
             {
                 "image_size": list(image_size),
-                "weights": str(args.checkpoint) if args.checkpoint else "synthetic U(0,1) spread",
+                "weights": "the trained base (--retrain)"
+                if args.retrain
+                else str(args.checkpoint or "synthetic U(0,1) spread"),
                 "heads": args.heads,
                 "options": {
                     "norm": args.norm,
@@ -409,6 +502,8 @@ def main() -> None:
                     "train_steps": args.train_steps,
                     "retrain_steps": args.retrain_steps,
                     "seeds": args.seeds,
+                    "target_macs": args.target_macs,
+                    "reference": args.reference,
                     "demo_images": args.demo_images,
                     "base_l1_weight_decay": args.l1_weight_decay,
                     "base_l1_weight_decay_layers": args.l1_weight_decay_layers,
