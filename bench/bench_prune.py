@@ -228,7 +228,17 @@ def base_model(nlayers: int, args: argparse.Namespace, checkpoint: Path | None) 
     if checkpoint is None:
         spread_filter_norms(model, seed=nlayers)
     else:
-        load_weights_into(model, checkpoint)
+        report = load_weights_into(model, checkpoint)
+        # Heads of other sizes may keep their initial values (they are not pruned, and the
+        # timed forward always keeps test_detections_per_image detections); prunable convs
+        # may not, or random filters would be pruned.
+        prunable = set(prunable_convs(model))
+        misfits = [key for key, *_ in report.shape_mismatch if key.rsplit(".", 1)[0] in prunable]
+        if misfits:
+            raise SystemExit(
+                f"{checkpoint}: {len(misfits)} prunable conv kernels of other shapes, "
+                f"e.g. {misfits[:3]} (another nlayers or spec?)"
+            )
     return model
 
 
