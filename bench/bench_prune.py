@@ -365,16 +365,19 @@ class QualityBench:
             min_filters=args.min_filters,
         )
 
-    def threshold_for_macs(self, trained: Path, target: float) -> float:
+    def threshold_for_macs(self, trained: Path, target: float) -> tuple[float, dict[str, float]]:
         """The smallest threshold (in steps of 0.01) leaving at most ``target`` of the MACs.
 
-        Bisection: raising the threshold only ever removes more filters.
+        Bisection: raising the threshold only ever removes more filters. Returns the
+        threshold and the MACs ratio of every threshold tried.
         """
         scratch = self.work / "threshold_search"
+        tried: dict[str, float] = {}
 
         def macs_ratio(hundredths: int) -> float:
             report = self.prune(trained, hundredths / 100, scratch)
             print(f"  -pth {hundredths / 100:.2f}: MACs {report.macs_ratio:.3f}", flush=True)
+            tried[f"{hundredths / 100:.2f}"] = report.macs_ratio
             return report.macs_ratio
 
         low, high = 0, 100
@@ -386,7 +389,7 @@ class QualityBench:
                 high = middle
             else:
                 low = middle
-        return high / 100
+        return high / 100, tried
 
     def retrain(self, nlayers: int, trained: Path, rows: list[dict[str, Any]]) -> None:
         """Retrains every row of ``resnet{nlayers}`` from ``trained`` and adds its mask AP."""
@@ -476,10 +479,13 @@ def main() -> None:
     quality = QualityBench(args) if args.retrain else None
     trained = {nlayers: quality.train_base(nlayers) for nlayers in args.archs} if quality else {}
     thresholds = {nlayers: list(args.thresholds) for nlayers in args.archs}
+    searches: dict[str, dict[str, float]] = {}
     if quality is not None and args.target_macs is not None:
         for nlayers, checkpoint in trained.items():
             print(f"resnet{nlayers}: -pth leaving <= {args.target_macs} of the MACs", flush=True)
-            chosen = quality.threshold_for_macs(checkpoint, args.target_macs)
+            chosen, searches[f"resnet{nlayers}"] = quality.threshold_for_macs(
+                checkpoint, args.target_macs
+            )
             if chosen not in thresholds[nlayers]:
                 thresholds[nlayers].append(chosen)
     # With --retrain every column is measured on the trained base's weights.
@@ -513,6 +519,7 @@ def main() -> None:
                     "retrain_steps": args.retrain_steps,
                     "seeds": args.seeds,
                     "target_macs": args.target_macs,
+                    "threshold_search_macs": searches,
                     "reference": args.reference,
                     "demo_images": args.demo_images,
                     "base_l1_weight_decay": args.l1_weight_decay,
