@@ -178,7 +178,18 @@ def parse_args() -> argparse.Namespace:
         parser.error("--target-macs chooses thresholds on trained weights: it needs --retrain")
     if args.thresholds is None:
         args.thresholds = [] if args.target_macs is not None else [0.1, 0.3, 0.5, 0.7]
+    args.image_size = (args.image_size[0], args.image_size[1])
     return args
+
+
+def prune_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``maskops prune`` options every row uses, all but the threshold."""
+    return {
+        "norm": args.norm,
+        "equalization": args.equalization,
+        "granularity": args.granularity,
+        "min_filters": args.min_filters,
+    }
 
 
 def spread_filter_norms(model: nn.Module, *, seed: int) -> None:
@@ -223,8 +234,7 @@ def base_model(nlayers: int, args: argparse.Namespace, checkpoint: Path | None) 
     """The unpruned model: ``checkpoint``'s weights, or the synthetic spread without one."""
     torch.manual_seed(0)
     config = MaskRCNNConfig(nlayers=nlayers, freeze_bn=args.freeze_bn, **HEADS[args.heads])
-    image_size = (args.image_size[0], args.image_size[1])
-    model = build_model(config, num_classes=4, image_size=image_size)
+    model = build_model(config, num_classes=4, image_size=args.image_size)
     if checkpoint is None:
         spread_filter_norms(model, seed=nlayers)
     else:
@@ -248,7 +258,7 @@ def sweep(
     checkpoints: dict[int, Path | None],
 ) -> list[dict[str, Any]]:
     """Rows of params, MACs and latency: each arch's baseline, then each of its thresholds."""
-    image_size = (args.image_size[0], args.image_size[1])
+    image_size = args.image_size
     rows = []
     for nlayers, arch_thresholds in thresholds.items():
         arch = f"resnet{nlayers}"
@@ -262,11 +272,8 @@ def sweep(
             prune_model(
                 model,
                 example_inputs=torch.zeros(1, 3, 128, 128),
-                norm=args.norm,
-                equalization=args.equalization,
-                granularity=args.granularity,
                 threshold=threshold,
-                min_filters=args.min_filters,
+                **prune_options(args),
             )
             figures, fns = workload(model, image_size)
             row: dict[str, Any] = {"arch": arch, "threshold": threshold, **figures}
@@ -298,9 +305,8 @@ class QualityBench:
 
         self.args = args
         self.work = Path(tempfile.mkdtemp(prefix="bench_prune_"))
-        self.image_size = (args.image_size[0], args.image_size[1])
         self.demo = generate_demo_dataset(
-            self.work / "demo", num_images=args.demo_images, image_size=self.image_size, seed=0
+            self.work / "demo", num_images=args.demo_images, image_size=args.image_size, seed=0
         )
         self.shards = self.work / "shards"
         convert_dataset(self.demo.train_images, self.demo.train_json, self.shards)
@@ -318,7 +324,7 @@ class QualityBench:
             learning_rate_steps=[int(steps * 0.8)],
             learning_rate_decay_levels=[0.1],
             data_config=DataConfig(
-                image_size=self.image_size,
+                image_size=args.image_size,
                 training_file_pattern=f"{self.shards}/train*",
                 validation_file_pattern=f"{self.shards}/val*",
                 val_json_file=str(self.demo.val_json),
@@ -331,39 +337,33 @@ class QualityBench:
             **fields,
         )
 
-    def train(self, run_spec: ExperimentSpec, run_dir: Path) -> dict[str, float]:
-        """Trains ``run_spec`` into ``run_dir`` and returns the final checkpoint's metrics."""
+    @staticmethod
+    def train(run_spec: ExperimentSpec, run_dir: Path) -> Path:
+        """Trains ``run_spec`` into ``run_dir`` and returns the final checkpoint."""
         from maskops.engine.train import run_training
-        from maskops.evaluation.runner import run_evaluation
 
         checkpoint = run_training(run_spec, run_dir).checkpoint
         assert checkpoint is not None
+        return checkpoint
+
+    def train_and_evaluate(self, run_spec: ExperimentSpec, run_dir: Path) -> dict[str, float]:
+        """Trains ``run_spec`` into ``run_dir`` and returns the final checkpoint's metrics."""
+        from maskops.evaluation.runner import run_evaluation
+
+        checkpoint = self.train(run_spec, run_dir)
         return run_evaluation(run_spec, checkpoint, progress=False, log=lambda _line: None)
 
     def train_base(self, nlayers: int) -> Path:
-        from maskops.engine.train import run_training
-
         base_spec = self.spec(
             nlayers,
             self.args.train_steps,
             l1_weight_decay=self.args.l1_weight_decay,
             l1_weight_decay_layers=self.args.l1_weight_decay_layers,
         )
-        trained = run_training(base_spec, self.work / f"resnet{nlayers}" / "base").checkpoint
-        assert trained is not None
-        return trained
+        return self.train(base_spec, self.work / f"resnet{nlayers}" / "base")
 
     def prune(self, trained: Path, threshold: float, out_dir: Path) -> PruneReport:
-        args = self.args
-        return run_prune(
-            trained,
-            out_dir,
-            norm=args.norm,
-            equalization=args.equalization,
-            granularity=args.granularity,
-            threshold=threshold,
-            min_filters=args.min_filters,
-        )
+        return run_prune(trained, out_dir, threshold=threshold, **prune_options(self.args))
 
     def threshold_for_macs(self, trained: Path, target: float) -> tuple[float, dict[str, float]]:
         """The smallest threshold (in steps of 0.01) leaving at most ``target`` of the MACs.
@@ -414,7 +414,7 @@ class QualityBench:
                     **no_reg,
                 )
             per_seed = [
-                self.train(
+                self.train_and_evaluate(
                     retrain_spec.model_copy(update={"seed": retrain_spec.seed + k}),
                     run_dir / f"retrain_seed{k}",
                 )
@@ -427,7 +427,7 @@ class QualityBench:
         if args.l1_weight_decay > 0 and args.reference:
             # What the sparsity training itself cost: the same total steps without L1.
             reference_spec = self.spec(nlayers, args.train_steps + args.retrain_steps)
-            base_row["reference_mask_AP"] = self.train(
+            base_row["reference_mask_AP"] = self.train_and_evaluate(
                 reference_spec, self.work / arch / "reference"
             )["mask_AP"]
         for row in (r for r in arch_rows if r["threshold"] > 0):
@@ -475,7 +475,6 @@ def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str
 
 def main() -> None:
     args = parse_args()
-    image_size = (args.image_size[0], args.image_size[1])
     quality = QualityBench(args) if args.retrain else None
     trained = {nlayers: quality.train_base(nlayers) for nlayers in args.archs} if quality else {}
     thresholds = {nlayers: list(args.thresholds) for nlayers in args.archs}
@@ -494,7 +493,7 @@ def main() -> None:
     if quality is not None:
         for nlayers, checkpoint in trained.items():
             quality.retrain(nlayers, checkpoint, rows)
-    print(format_table(rows, image_size))
+    print(format_table(rows, args.image_size))
     out = args.out or (
         RESULTS if args.heads == "tao" else RESULTS.with_name(f"bench_prune_{args.heads}.json")
     )
@@ -502,17 +501,12 @@ def main() -> None:
     out.write_text(
         json.dumps(
             {
-                "image_size": list(image_size),
+                "image_size": list(args.image_size),
                 "weights": "the trained base (--retrain)"
                 if args.retrain
                 else str(args.checkpoint or "synthetic U(0,1) spread"),
                 "heads": args.heads,
-                "options": {
-                    "norm": args.norm,
-                    "equalization": args.equalization,
-                    "granularity": args.granularity,
-                    "min_filters": args.min_filters,
-                },
+                "options": prune_options(args),
                 "torch_threads": torch.get_num_threads(),
                 "retraining": {
                     "train_steps": args.train_steps,
