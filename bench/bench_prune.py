@@ -22,9 +22,14 @@ goal line: >= 40% fewer MACs for <= 2 points of mask AP. Every column is then me
 that trained base's weights (``--checkpoint`` does not apply).
 
 ``--target-macs F`` (with ``--retrain``) adds, per arch, the row the README's recipe would
-prune at: after training the base, the smallest ``-pth`` (in steps of 0.01, by bisection)
-whose pruned model keeps at most a fraction F of the MACs. The threshold is thus chosen
-before any retraining, by the bench itself. ``--thresholds`` defaults to none with it.
+prune at: after training the base, the smallest ``-pth`` (in steps of
+``--threshold-resolution``, by bisection) whose pruned model keeps at most a fraction F of
+the MACs. The threshold is thus chosen before any retraining, by the bench itself.
+``--thresholds`` defaults to none with it.
+
+``--norm`` and ``--equalization`` take several values: every combination (a criterion)
+gets its own rows, pruned from the same base and compared with the same unpruned row, so
+that criteria are compared at equal MACs with ``--target-macs``.
 
 ``--seeds N`` retrains every row N times (seeds differ in data order and the heads'
 sampling) and reports the mean mask AP, with each seed's in the JSON.
@@ -40,8 +45,14 @@ that the quality column can be measured on a CPU in about half an hour.
     # The pruning recipe (README): a plainly trained base, the threshold that leaves 0.6 of
     # its MACs, retrained as long as it trained; 40-50 minutes on 2 CPU cores per arch.
     .venv/bin/python bench/bench_prune.py --archs 50 --heads small --image-size 128 128 \
-        --target-macs 0.6 --retrain --train-steps 800 --retrain-steps 800 --seeds 3 \
-        --demo-images 160 --freeze-bn --out bench/results/bench_prune_small_r50.json
+        --target-macs 0.6 --threshold-resolution 0.01 --retrain --train-steps 800 \
+        --retrain-steps 800 --seeds 3 --demo-images 160 --freeze-bn \
+        --out bench/results/bench_prune_small_r50.json
+    # Two -eq criteria at equal MACs, on a resnet50 base trained twice as long (~100 min).
+    .venv/bin/python bench/bench_prune.py --archs 50 --heads small --image-size 128 128 \
+        --target-macs 0.6 --equalization union arithmetic_mean --retrain --train-steps 1600 \
+        --retrain-steps 800 --seeds 3 --demo-images 160 --freeze-bn \
+        --out bench/results/bench_prune_small_r50_base1600.json
     # The L1 sparsity recipe, with a reference row: the unpruned model trained as many steps
     # without the penalty (about 45 minutes).
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
@@ -56,12 +67,13 @@ Figures go to ``bench/results/bench_prune.json`` (``bench_prune_small.json`` wit
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from timing import paired_median_seconds
@@ -71,8 +83,9 @@ from maskops.checkpoint import load_weights_into
 from maskops.modeling import build_model, prunable_convs
 from maskops.prune import prune_model
 from maskops.prune.cost import count_parameters, macs, output_positions
+from maskops.prune.importance import EQUALIZATIONS, NORMS
 from maskops.prune.report import PruneReport
-from maskops.prune.run import MODEL_FILENAME, run_prune
+from maskops.prune.run import MODEL_FILENAME, run_prune, trace_input
 from maskops.spec.models import (
     L1_WEIGHT_DECAY_LAYERS,
     DataConfig,
@@ -117,12 +130,19 @@ def parse_args() -> argparse.Namespace:
         "--target-macs",
         type=float,
         default=None,
-        help="with --retrain: also prune each arch at the smallest -pth (0.01 steps) that leaves "
-        "at most this fraction of its trained base's MACs (0.6 for the goal's 40%% fewer)",
+        help="with --retrain: also prune each arch at the smallest -pth that leaves at most "
+        "this fraction of its trained base's MACs (0.6 for the goal's 40%% fewer)",
+    )
+    parser.add_argument(
+        "--threshold-resolution",
+        type=float,
+        default=0.001,
+        help="step of the --target-macs search (-n L2 scores are about 1/sqrt(channels), so "
+        "its thresholds are a few hundredths)",
     )
     parser.add_argument("--image-size", type=int, nargs=2, default=[256, 256], metavar=("H", "W"))
-    parser.add_argument("--norm", default="max")
-    parser.add_argument("--equalization", default="union")
+    parser.add_argument("--norm", nargs="+", choices=NORMS, default=["max"])
+    parser.add_argument("--equalization", nargs="+", choices=EQUALIZATIONS, default=["union"])
     parser.add_argument("--granularity", type=int, default=8)
     parser.add_argument("--min-filters", type=int, default=16)
     parser.add_argument(
@@ -182,11 +202,32 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def prune_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``maskops prune`` options every row uses, all but the threshold."""
+class Criterion(NamedTuple):
+    """How filters are scored: ``-n`` and ``-eq``."""
+
+    norm: str
+    equalization: str
+
+    def __str__(self) -> str:
+        return f"{self.norm}/{self.equalization}"
+
+
+class Setting(NamedTuple):
+    """One pruned row: a criterion and its ``-pth``."""
+
+    criterion: Criterion
+    threshold: float
+
+
+def criteria(args: argparse.Namespace) -> list[Criterion]:
+    return [Criterion(n, eq) for n, eq in itertools.product(args.norm, args.equalization)]
+
+
+def prune_options(args: argparse.Namespace, criterion: Criterion) -> dict[str, Any]:
+    """The ``maskops prune`` options of a row, all but the threshold."""
     return {
-        "norm": args.norm,
-        "equalization": args.equalization,
+        "norm": criterion.norm,
+        "equalization": criterion.equalization,
         "granularity": args.granularity,
         "min_filters": args.min_filters,
     }
@@ -230,11 +271,14 @@ def workload(
     return figures, {"dense": dense, "full": full}
 
 
+def model_config(nlayers: int, args: argparse.Namespace) -> MaskRCNNConfig:
+    return MaskRCNNConfig(nlayers=nlayers, freeze_bn=args.freeze_bn, **HEADS[args.heads])
+
+
 def base_model(nlayers: int, args: argparse.Namespace, checkpoint: Path | None) -> nn.Module:
     """The unpruned model: ``checkpoint``'s weights, or the synthetic spread without one."""
     torch.manual_seed(0)
-    config = MaskRCNNConfig(nlayers=nlayers, freeze_bn=args.freeze_bn, **HEADS[args.heads])
-    model = build_model(config, num_classes=4, image_size=args.image_size)
+    model = build_model(model_config(nlayers, args), num_classes=4, image_size=args.image_size)
     if checkpoint is None:
         spread_filter_norms(model, seed=nlayers)
     else:
@@ -254,29 +298,35 @@ def base_model(nlayers: int, args: argparse.Namespace, checkpoint: Path | None) 
 
 def sweep(
     args: argparse.Namespace,
-    thresholds: dict[int, list[float]],
+    settings: dict[int, list[Setting]],
     checkpoints: dict[int, Path | None],
 ) -> list[dict[str, Any]]:
-    """Rows of params, MACs and latency: each arch's baseline, then each of its thresholds."""
+    """Rows of params, MACs and latency: each arch's baseline, then each of its settings."""
     image_size = args.image_size
     rows = []
-    for nlayers, arch_thresholds in thresholds.items():
+    for nlayers, arch_settings in settings.items():
         arch = f"resnet{nlayers}"
         checkpoint = checkpoints[nlayers]
         base_figures, base_fns = workload(base_model(nlayers, args, checkpoint), image_size)
         base_row: dict[str, Any] = {"arch": arch, "threshold": 0.0, **base_figures}
         base_times: dict[str, list[float]] = {"dense": [], "full": []}
         rows.append(base_row)
-        for threshold in arch_thresholds:
+        for criterion, threshold in arch_settings:
             model = base_model(nlayers, args, checkpoint)
             prune_model(
                 model,
-                example_inputs=torch.zeros(1, 3, 128, 128),
+                example_inputs=trace_input(model_config(nlayers, args)),
                 threshold=threshold,
-                **prune_options(args),
+                **prune_options(args, criterion),
             )
             figures, fns = workload(model, image_size)
-            row: dict[str, Any] = {"arch": arch, "threshold": threshold, **figures}
+            row: dict[str, Any] = {
+                "arch": arch,
+                "norm": criterion.norm,
+                "equalization": criterion.equalization,
+                "threshold": threshold,
+                **figures,
+            }
             for key, value in figures.items():
                 row[f"{key}_ratio"] = value / base_figures[key]
             for part in ("dense", "full"):
@@ -311,6 +361,7 @@ class QualityBench:
         self.shards = self.work / "shards"
         convert_dataset(self.demo.train_images, self.demo.train_json, self.shards)
         convert_dataset(self.demo.val_images, self.demo.val_json, self.shards)
+        self.base_metrics: dict[str, dict[str, float]] = {}
 
     def spec(self, nlayers: int, steps: int, **fields: Any) -> ExperimentSpec:
         args = self.args
@@ -331,56 +382,67 @@ class QualityBench:
                 num_classes=4,
                 n_workers=2,
             ),
-            maskrcnn_config=MaskRCNNConfig(
-                nlayers=nlayers, freeze_bn=args.freeze_bn, **HEADS[args.heads]
-            ),
+            maskrcnn_config=model_config(nlayers, args),
             **fields,
         )
 
     @staticmethod
-    def train(run_spec: ExperimentSpec, run_dir: Path) -> Path:
-        """Trains ``run_spec`` into ``run_dir`` and returns the final checkpoint."""
+    def train_and_evaluate(
+        run_spec: ExperimentSpec, run_dir: Path
+    ) -> tuple[Path, dict[str, float]]:
+        """Trains ``run_spec`` into ``run_dir``: the final checkpoint and its metrics."""
         from maskops.engine.train import run_training
+        from maskops.evaluation.runner import run_evaluation
 
         checkpoint = run_training(run_spec, run_dir).checkpoint
         assert checkpoint is not None
-        return checkpoint
-
-    def train_and_evaluate(self, run_spec: ExperimentSpec, run_dir: Path) -> dict[str, float]:
-        """Trains ``run_spec`` into ``run_dir`` and returns the final checkpoint's metrics."""
-        from maskops.evaluation.runner import run_evaluation
-
-        checkpoint = self.train(run_spec, run_dir)
-        return run_evaluation(run_spec, checkpoint, progress=False, log=lambda _line: None)
+        metrics = run_evaluation(run_spec, checkpoint, progress=False, log=lambda _line: None)
+        return checkpoint, metrics
 
     def train_base(self, nlayers: int) -> Path:
+        """Trains the base of ``resnet{nlayers}``; its AP and mask AP go to ``base_metrics``."""
         base_spec = self.spec(
             nlayers,
             self.args.train_steps,
             l1_weight_decay=self.args.l1_weight_decay,
             l1_weight_decay_layers=self.args.l1_weight_decay_layers,
         )
-        return self.train(base_spec, self.work / f"resnet{nlayers}" / "base")
+        checkpoint, metrics = self.train_and_evaluate(
+            base_spec, self.work / f"resnet{nlayers}" / "base"
+        )
+        self.base_metrics[f"resnet{nlayers}"] = {k: metrics[k] for k in ("AP", "mask_AP")}
+        print(f"resnet{nlayers} base: mask AP {metrics['mask_AP']:.3f}", flush=True)
+        return checkpoint
 
-    def prune(self, trained: Path, threshold: float, out_dir: Path) -> PruneReport:
-        return run_prune(trained, out_dir, threshold=threshold, **prune_options(self.args))
+    def prune(self, trained: Path, setting: Setting, out_dir: Path) -> PruneReport:
+        return run_prune(
+            trained,
+            out_dir,
+            threshold=setting.threshold,
+            **prune_options(self.args, setting.criterion),
+        )
 
-    def threshold_for_macs(self, trained: Path, target: float) -> tuple[float, dict[str, float]]:
-        """The smallest threshold (in steps of 0.01) leaving at most ``target`` of the MACs.
+    def threshold_for_macs(
+        self, trained: Path, criterion: Criterion, target: float
+    ) -> tuple[float, dict[str, float]]:
+        """The smallest threshold (in resolution steps) leaving at most ``target`` of the MACs.
 
         Bisection: raising the threshold only ever removes more filters. Returns the
         threshold and the MACs ratio of every threshold tried.
         """
         scratch = self.work / "threshold_search"
+        steps = round(1 / self.args.threshold_resolution)
+        decimals = max(0, len(str(steps)) - 1)
         tried: dict[str, float] = {}
 
-        def macs_ratio(hundredths: int) -> float:
-            report = self.prune(trained, hundredths / 100, scratch)
-            print(f"  -pth {hundredths / 100:.2f}: MACs {report.macs_ratio:.3f}", flush=True)
-            tried[f"{hundredths / 100:.2f}"] = report.macs_ratio
+        def macs_ratio(step: int) -> float:
+            threshold = round(step / steps, decimals)
+            report = self.prune(trained, Setting(criterion, threshold), scratch)
+            print(f"  -pth {threshold:.{decimals}f}: MACs {report.macs_ratio:.3f}", flush=True)
+            tried[f"{threshold:.{decimals}f}"] = report.macs_ratio
             return report.macs_ratio
 
-        low, high = 0, 100
+        low, high = 0, steps
         if macs_ratio(high) > target:
             raise SystemExit(f"{trained}: even -pth 1 leaves more than {target} of the MACs")
         while high - low > 1:
@@ -389,7 +451,7 @@ class QualityBench:
                 high = middle
             else:
                 low = middle
-        return high / 100, tried
+        return round(high / steps, decimals), tried
 
     def retrain(self, nlayers: int, trained: Path, rows: list[dict[str, Any]]) -> None:
         """Retrains every row of ``resnet{nlayers}`` from ``trained`` and adds its mask AP."""
@@ -400,13 +462,16 @@ class QualityBench:
         arch_rows = [r for r in rows if r["arch"] == arch]
         for row in arch_rows:
             threshold = row["threshold"]
-            run_dir = self.work / arch / f"pth{threshold}"
             if threshold == 0.0:
+                run_dir = self.work / arch / "unpruned"
                 retrain_spec = self.spec(
                     nlayers, args.retrain_steps, checkpoint=str(trained), **no_reg
                 )
             else:
-                self.prune(trained, threshold, run_dir / "pruned")
+                criterion = Criterion(row["norm"], row["equalization"])
+                run_dir = self.work / arch / f"{criterion.norm}_{criterion.equalization}"
+                run_dir = run_dir / f"pth{threshold}"
+                self.prune(trained, Setting(criterion, threshold), run_dir / "pruned")
                 retrain_spec = self.spec(
                     nlayers,
                     args.retrain_steps,
@@ -417,7 +482,7 @@ class QualityBench:
                 self.train_and_evaluate(
                     retrain_spec.model_copy(update={"seed": retrain_spec.seed + k}),
                     run_dir / f"retrain_seed{k}",
-                )
+                )[1]
                 for k in range(args.seeds)
             ]
             for key in ("AP", "mask_AP"):
@@ -429,7 +494,7 @@ class QualityBench:
             reference_spec = self.spec(nlayers, args.train_steps + args.retrain_steps)
             base_row["reference_mask_AP"] = self.train_and_evaluate(
                 reference_spec, self.work / arch / "reference"
-            )["mask_AP"]
+            )[1]["mask_AP"]
         for row in (r for r in arch_rows if r["threshold"] > 0):
             row["mask_AP_drop_points"] = 100 * (base_row["mask_AP"] - row["mask_AP"])
             row["meets_goal"] = row["macs_ratio"] <= 0.6 and row["mask_AP_drop_points"] <= 2.0
@@ -443,13 +508,18 @@ def print_row(row: dict[str, Any]) -> None:
         if "params_ratio" in row
         else "  (baseline)"
     )
-    print(f"{row['arch']} pth={row['threshold']}:{ratios}", flush=True)
+    print(f"{row['arch']} {row_criterion(row)} pth={row['threshold']}:{ratios}", flush=True)
+
+
+def row_criterion(row: dict[str, Any]) -> str:
+    return str(Criterion(row["norm"], row["equalization"])) if "norm" in row else "-"
 
 
 def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str:
     header = (
-        f"{'arch':<9} {'pth':>4} {'params M':>9} {'ratio':>6} {'GMACs':>7} {'ratio':>6} "
-        f"{'RoI MMACs':>9} {'dense ms':>9} {'ratio':>6} {'full ms':>8} {'ratio':>6} "
+        f"{'arch':<9} {'-n/-eq':<20} {'pth':>6} {'params M':>9} {'ratio':>6} "
+        f"{'GMACs':>7} {'ratio':>6} {'RoI MMACs':>9} {'dense ms':>9} {'ratio':>6} "
+        f"{'full ms':>8} {'ratio':>6} "
         f"{'mask AP':>8} {'AP change':>9}"
     )
     lines = [f"MACs and latency at {image_size[0]}x{image_size[1]}, CPU, batch 1", header]
@@ -457,7 +527,8 @@ def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str
         ap = f"{row['mask_AP']:.3f}" if "mask_AP" in row else "-"
         drop = f"{-row['mask_AP_drop_points']:+.1f}" if "mask_AP_drop_points" in row else "-"
         lines.append(
-            f"{row['arch']:<9} {row['threshold']:>4.2f} {row['params'] / 1e6:>9.2f} "
+            f"{row['arch']:<9} {row_criterion(row):<20} {row['threshold']:>6.3f} "
+            f"{row['params'] / 1e6:>9.2f} "
             f"{row.get('params_ratio', 1.0):>6.2f} {row['macs'] / 1e9:>7.2f} "
             f"{row.get('macs_ratio', 1.0):>6.2f} {row['roi_macs'] / 1e6:>9.1f} "
             f"{row['dense_latency_s'] * 1e3:>9.0f} {row.get('dense_latency_s_ratio', 1.0):>6.2f} "
@@ -477,19 +548,25 @@ def main() -> None:
     args = parse_args()
     quality = QualityBench(args) if args.retrain else None
     trained = {nlayers: quality.train_base(nlayers) for nlayers in args.archs} if quality else {}
-    thresholds = {nlayers: list(args.thresholds) for nlayers in args.archs}
+    settings = {
+        nlayers: [Setting(c, t) for c in criteria(args) for t in args.thresholds]
+        for nlayers in args.archs
+    }
     searches: dict[str, dict[str, float]] = {}
     if quality is not None and args.target_macs is not None:
-        for nlayers, checkpoint in trained.items():
-            print(f"resnet{nlayers}: -pth leaving <= {args.target_macs} of the MACs", flush=True)
-            chosen, searches[f"resnet{nlayers}"] = quality.threshold_for_macs(
-                checkpoint, args.target_macs
+        for (nlayers, checkpoint), criterion in itertools.product(trained.items(), criteria(args)):
+            print(
+                f"resnet{nlayers} {criterion}: -pth leaving <= {args.target_macs} of the MACs",
+                flush=True,
             )
-            if chosen not in thresholds[nlayers]:
-                thresholds[nlayers].append(chosen)
+            chosen, searches[f"resnet{nlayers} {criterion}"] = quality.threshold_for_macs(
+                checkpoint, criterion, args.target_macs
+            )
+            if Setting(criterion, chosen) not in settings[nlayers]:
+                settings[nlayers].append(Setting(criterion, chosen))
     # With --retrain every column is measured on the trained base's weights.
     checkpoints = {nlayers: trained.get(nlayers, args.checkpoint) for nlayers in args.archs}
-    rows = sweep(args, thresholds, checkpoints)
+    rows = sweep(args, settings, checkpoints)
     if quality is not None:
         for nlayers, checkpoint in trained.items():
             quality.retrain(nlayers, checkpoint, rows)
@@ -506,14 +583,20 @@ def main() -> None:
                 if args.retrain
                 else str(args.checkpoint or "synthetic U(0,1) spread"),
                 "heads": args.heads,
-                "options": prune_options(args),
+                "options": {
+                    "criteria": [str(c) for c in criteria(args)],
+                    "granularity": args.granularity,
+                    "min_filters": args.min_filters,
+                },
                 "torch_threads": torch.get_num_threads(),
                 "retraining": {
                     "train_steps": args.train_steps,
                     "retrain_steps": args.retrain_steps,
                     "seeds": args.seeds,
                     "target_macs": args.target_macs,
+                    "threshold_resolution": args.threshold_resolution,
                     "threshold_search_macs": searches,
+                    "base_metrics": quality.base_metrics if quality else {},
                     "reference": args.reference,
                     "demo_images": args.demo_images,
                     "base_l1_weight_decay": args.l1_weight_decay,

@@ -13,12 +13,20 @@ from maskops.checkpoint import CheckpointError, load_model, save_checkpoint
 from maskops.prune.importance import Equalization, Norm
 from maskops.prune.pruner import PruneError, prune_model
 from maskops.prune.report import PruneReport
+from maskops.spec.models import MaskRCNNConfig
 
 MODEL_FILENAME = "model.pth"
 REPORT_FILENAME = "prune_report.json"
 
 TRACE_SIZE = 128
 """Side of the square zero image used to trace the backbone (sizes do not affect tracing)."""
+
+
+def trace_input(config: MaskRCNNConfig) -> torch.Tensor:
+    """The zero image batch ``[1, 3, S, S]`` that a model of ``config`` is traced with."""
+    # The backbone needs at least one pixel at its coarsest level.
+    side = max(TRACE_SIZE, 2**config.max_level)
+    return torch.zeros(1, 3, side, side)
 
 
 def run_prune(
@@ -54,11 +62,9 @@ def run_prune(
         loaded = load_model(source, map_location="cpu")
     except CheckpointError as exc:
         raise PruneError(str(exc)) from exc
-    # The backbone needs at least one pixel at its coarsest level.
-    trace_side = max(TRACE_SIZE, 2**loaded.spec.maskrcnn_config.max_level)
     report = prune_model(
         loaded.model,
-        example_inputs=torch.zeros(1, 3, trace_side, trace_side),
+        example_inputs=trace_input(loaded.spec.maskrcnn_config),
         norm=norm,
         equalization=equalization,
         granularity=granularity,
