@@ -146,6 +146,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--granularity", type=int, default=8)
     parser.add_argument("--min-filters", type=int, default=16)
     parser.add_argument(
+        "--excluded-layers",
+        nargs="+",
+        default=[],
+        metavar="LAYER",
+        help="never pruned (-el: module names or prefixes, e.g. rpn.head.conv)",
+    )
+    parser.add_argument(
         "--repeats", type=int, default=3, help="timed runs of each model, interleaved (median)"
     )
     parser.add_argument("--checkpoint", type=Path, default=None, help="real weights to prune")
@@ -230,6 +237,7 @@ def prune_options(args: argparse.Namespace, criterion: Criterion) -> dict[str, A
         "equalization": criterion.equalization,
         "granularity": args.granularity,
         "min_filters": args.min_filters,
+        "excluded_layers": args.excluded_layers,
     }
 
 
@@ -587,6 +595,7 @@ def main() -> None:
                     "criteria": [str(c) for c in criteria(args)],
                     "granularity": args.granularity,
                     "min_filters": args.min_filters,
+                    "excluded_layers": args.excluded_layers,
                 },
                 "torch_threads": torch.get_num_threads(),
                 "retraining": {
