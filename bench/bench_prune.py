@@ -72,6 +72,7 @@ import json
 import statistics
 import tempfile
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -439,8 +440,9 @@ class QualityBench:
         threshold and the MACs ratio of every threshold tried.
         """
         scratch = self.work / "threshold_search"
-        steps = round(1 / self.args.threshold_resolution)
-        decimals = max(0, len(str(steps)) - 1)
+        resolution = self.args.threshold_resolution
+        steps = round(1 / resolution)
+        decimals = max(0, -int(Decimal(str(resolution)).as_tuple().exponent))
         tried: dict[str, float] = {}
 
         def macs_ratio(step: int) -> float:
