@@ -14,7 +14,8 @@ from maskops.cli.main import main
 from maskops.data.demo import DemoDataset
 from maskops.data.manifest import load_label_map
 from maskops.prune import PruneError, prune_model
-from maskops.prune.run import REPORT_FILENAME, run_prune
+from maskops.prune.run import REPORT_FILENAME, run_prune, trace_input
+from maskops.spec.models import MaskRCNNConfig
 from tests.unit.prune.small import IMAGE_SIZE, make_model, make_spec
 
 
@@ -175,3 +176,9 @@ def test_pruned_model_exports_to_onnx_that_matches_pytorch(
 
     # The graph carries the physically smaller convolutions, not masked full-size ones.
     assert conv_weight_elements(pruned.onnx_path) < 0.8 * conv_weight_elements(unpruned.onnx_path)
+
+
+@pytest.mark.parametrize(("max_level", "side"), [(5, 128), (7, 128), (8, 256)])
+def test_trace_input_covers_the_coarsest_level(max_level: int, side: int) -> None:
+    config = MaskRCNNConfig(nlayers=10, max_level=max_level)
+    assert trace_input(config).shape == (1, 3, side, side)
