@@ -32,7 +32,14 @@ gets its own rows, pruned from the same base and compared with the same unpruned
 that criteria are compared at equal MACs with ``--target-macs``.
 
 ``--seeds N`` retrains every row N times (seeds differ in data order and the heads'
-sampling) and reports the mean mask AP, with each seed's in the JSON.
+sampling) and reports the mean mask AP, with each seed's in the JSON. Seed k of every row
+runs before seed k+1 of any, each printed as it ends, so a run stopped early leaves paired
+seeds in its log. ``--first-seed K`` numbers them from K, to add seeds to an earlier run's
+measurement of the same base (``--base-checkpoint``).
+
+``--base-checkpoint PATH`` (one arch) starts from the base an earlier run trained, found
+in the work dir that run printed first (``/tmp/bench_prune_*/resnetN/base``), so that
+retraining recipes can be compared on one base without training it again.
 
 ``--heads small`` swaps TAO's heads (512 RoIs per image through the 4-conv mask head,
 which make a CPU step take seconds) for the small ones of the tests' trained fixture, so
@@ -159,6 +166,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--checkpoint", type=Path, default=None, help="real weights to prune")
     parser.add_argument("--retrain", action="store_true", help="also mask AP after retraining")
     parser.add_argument("--train-steps", type=int, default=300)
+    parser.add_argument(
+        "--base-checkpoint",
+        type=Path,
+        default=None,
+        help="with --retrain and one arch: the base an earlier run of this bench trained "
+        "(its work dir's resnetN/base/model.step-S.pth, same --heads, --image-size, "
+        "--demo-images, --freeze-bn) instead of training one; it is evaluated again and "
+        "--train-steps should say how long it trained (it is only recorded)",
+    )
     parser.add_argument("--retrain-steps", type=int, default=100)
     parser.add_argument(
         "--seeds",
@@ -166,6 +182,13 @@ def parse_args() -> argparse.Namespace:
         default=1,
         help="retrain every row with this many seeds and report the mean mask AP (a small "
         "validation set moves a couple of points between seeds)",
+    )
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="retrain with seeds first..first+N-1: with --base-checkpoint, adds seeds to an "
+        "earlier run's measurement of the same base",
     )
     parser.add_argument("--demo-images", type=int, default=200)
     parser.add_argument(
@@ -202,6 +225,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.retrain and args.checkpoint is not None:
         parser.error("--retrain prunes the base it trains: drop --checkpoint")
+    if args.base_checkpoint is not None and not (args.retrain and len(args.archs) == 1):
+        parser.error("--base-checkpoint replaces the one base --retrain trains: one --archs")
     if args.target_macs is not None and not args.retrain:
         parser.error("--target-macs chooses thresholds on trained weights: it needs --retrain")
     if args.thresholds is None:
@@ -364,6 +389,7 @@ class QualityBench:
 
         self.args = args
         self.work = Path(tempfile.mkdtemp(prefix="bench_prune_"))
+        print(f"work dir {self.work} (bases, pruned models, retraining runs)", flush=True)
         self.demo = generate_demo_dataset(
             self.work / "demo", num_images=args.demo_images, image_size=args.image_size, seed=0
         )
@@ -409,16 +435,25 @@ class QualityBench:
         return checkpoint, metrics
 
     def train_base(self, nlayers: int) -> Path:
-        """Trains the base of ``resnet{nlayers}``; its AP and mask AP go to ``base_metrics``."""
+        """Trains the base of ``resnet{nlayers}``; its AP and mask AP go to ``base_metrics``.
+
+        With ``--base-checkpoint`` that checkpoint is the base: evaluated, not trained.
+        """
+        from maskops.evaluation.runner import run_evaluation
+
         base_spec = self.spec(
             nlayers,
             self.args.train_steps,
             l1_weight_decay=self.args.l1_weight_decay,
             l1_weight_decay_layers=self.args.l1_weight_decay_layers,
         )
-        checkpoint, metrics = self.train_and_evaluate(
-            base_spec, self.work / f"resnet{nlayers}" / "base"
-        )
+        if self.args.base_checkpoint is not None:
+            checkpoint = self.args.base_checkpoint
+            metrics = run_evaluation(base_spec, checkpoint, progress=False, log=lambda _line: None)
+        else:
+            checkpoint, metrics = self.train_and_evaluate(
+                base_spec, self.work / f"resnet{nlayers}" / "base"
+            )
         self.base_metrics[f"resnet{nlayers}"] = {k: metrics[k] for k in ("AP", "mask_AP")}
         print(f"resnet{nlayers} base: mask AP {metrics['mask_AP']:.3f}", flush=True)
         return checkpoint
@@ -470,6 +505,7 @@ class QualityBench:
         # Retraining: regularisers off, as TAO advises for pruned models.
         no_reg = {"l2_weight_decay": 0.0, "l1_weight_decay": 0.0}
         arch_rows = [r for r in rows if r["arch"] == arch]
+        runs: list[tuple[Path, ExperimentSpec]] = []
         for row in arch_rows:
             threshold = row["threshold"]
             if threshold == 0.0:
@@ -488,15 +524,27 @@ class QualityBench:
                     pruned_model_path=str(run_dir / "pruned" / MODEL_FILENAME),
                     **no_reg,
                 )
-            per_seed = [
-                self.train_and_evaluate(
+            runs.append((run_dir, retrain_spec))
+        per_seed: list[list[dict[str, float]]] = [[] for _ in arch_rows]
+        # Seeds outermost: a run cut short (each retraining is minutes to hours) has still
+        # retrained every row with the same seeds, and its log pairs them.
+        for k in range(args.first_seed, args.first_seed + args.seeds):
+            for row, (run_dir, retrain_spec), measured in zip(
+                arch_rows, runs, per_seed, strict=True
+            ):
+                _, metrics = self.train_and_evaluate(
                     retrain_spec.model_copy(update={"seed": retrain_spec.seed + k}),
                     run_dir / f"retrain_seed{k}",
-                )[1]
-                for k in range(args.seeds)
-            ]
+                )
+                print(
+                    f"{arch} {row_criterion(row)} pth={row['threshold']} seed {k}: "
+                    f"mask AP {metrics['mask_AP']:.3f}  AP {metrics['AP']:.3f}",
+                    flush=True,
+                )
+                measured.append(metrics)
+        for row, measured in zip(arch_rows, per_seed, strict=True):
             for key in ("AP", "mask_AP"):
-                row[f"{key}_per_seed"] = [m[key] for m in per_seed]
+                row[f"{key}_per_seed"] = [m[key] for m in measured]
                 row[key] = statistics.mean(row[f"{key}_per_seed"])
         base_row = next(r for r in arch_rows if r["threshold"] == 0)
         if args.l1_weight_decay > 0 and args.reference:
@@ -602,8 +650,10 @@ def main() -> None:
                 "torch_threads": torch.get_num_threads(),
                 "retraining": {
                     "train_steps": args.train_steps,
+                    "base_checkpoint": str(args.base_checkpoint) if args.base_checkpoint else None,
                     "retrain_steps": args.retrain_steps,
                     "seeds": args.seeds,
+                    "first_seed": args.first_seed,
                     "target_macs": args.target_macs,
                     "threshold_resolution": args.threshold_resolution,
                     "threshold_search_macs": searches,
