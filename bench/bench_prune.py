@@ -60,6 +60,12 @@ that the quality column can be measured on a CPU in about half an hour.
         --target-macs 0.6 --equalization union arithmetic_mean --retrain --train-steps 1600 \
         --retrain-steps 800 --seeds 3 --demo-images 160 --freeze-bn \
         --out bench/results/bench_prune_small_r50_base1600.json
+    # Another retraining recipe on a base an earlier run trained (its work dir is printed
+    # first): here 1200 retraining steps, ~30 min per seed of both rows on 2 cores.
+    .venv/bin/python bench/bench_prune.py --archs 50 --heads small --image-size 128 128 \
+        --target-macs 0.6 --retrain --train-steps 1600 --retrain-steps 1200 --seeds 2 \
+        --base-checkpoint /tmp/bench_prune_XXXX/resnet50/base/model.step-1600.pth \
+        --demo-images 160 --freeze-bn --out bench/results/bench_prune_small_r50_retrain1200.json
     # The L1 sparsity recipe, with a reference row: the unpruned model trained as many steps
     # without the penalty (about 45 minutes).
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
