@@ -428,25 +428,28 @@ class QualityBench:
         )
 
     @staticmethod
+    def evaluate(run_spec: ExperimentSpec, checkpoint: Path) -> dict[str, float]:
+        """``checkpoint``'s COCO metrics on ``run_spec``'s validation data, quietly."""
+        from maskops.evaluation.runner import run_evaluation
+
+        return run_evaluation(run_spec, checkpoint, progress=False, log=lambda _line: None)
+
+    @classmethod
     def train_and_evaluate(
-        run_spec: ExperimentSpec, run_dir: Path
+        cls, run_spec: ExperimentSpec, run_dir: Path
     ) -> tuple[Path, dict[str, float]]:
         """Trains ``run_spec`` into ``run_dir``: the final checkpoint and its metrics."""
         from maskops.engine.train import run_training
-        from maskops.evaluation.runner import run_evaluation
 
         checkpoint = run_training(run_spec, run_dir).checkpoint
         assert checkpoint is not None
-        metrics = run_evaluation(run_spec, checkpoint, progress=False, log=lambda _line: None)
-        return checkpoint, metrics
+        return checkpoint, cls.evaluate(run_spec, checkpoint)
 
     def train_base(self, nlayers: int) -> Path:
         """Trains the base of ``resnet{nlayers}``; its AP and mask AP go to ``base_metrics``.
 
         With ``--base-checkpoint`` that checkpoint is the base: evaluated, not trained.
         """
-        from maskops.evaluation.runner import run_evaluation
-
         base_spec = self.spec(
             nlayers,
             self.args.train_steps,
@@ -455,7 +458,7 @@ class QualityBench:
         )
         if self.args.base_checkpoint is not None:
             checkpoint = self.args.base_checkpoint
-            metrics = run_evaluation(base_spec, checkpoint, progress=False, log=lambda _line: None)
+            metrics = self.evaluate(base_spec, checkpoint)
         else:
             checkpoint, metrics = self.train_and_evaluate(
                 base_spec, self.work / f"resnet{nlayers}" / "base"
