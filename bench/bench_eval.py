@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pycocotools.mask as mask_util
 import torch
+from machine import describe_machine
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torchvision.models.detection.roi_heads import paste_masks_in_image
@@ -245,7 +246,7 @@ def main() -> None:
         "image_hw": [HEIGHT, WIDTH],
         "reference_torch_threads": args.reference_threads or default_threads,
         "load_average_1min": round(os.getloadavg()[0], 2),
-        "cpu_count": os.cpu_count(),
+        "machine": describe_machine(),
         "reference_seconds": round(ref_seconds, 3),
         "maskops_seconds": round(our_seconds, 3),
         "speedup": round(ref_seconds / our_seconds, 2),

@@ -90,6 +90,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 import torch
+from machine import describe_machine
 from timing import paired_median_seconds
 from torch import nn
 
@@ -613,6 +614,8 @@ def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str
 
 def main() -> None:
     args = parse_args()
+    machine = describe_machine()
+    print(f"machine {json.dumps(machine)}", flush=True)
     quality = QualityBench(args) if args.retrain else None
     trained = {nlayers: quality.train_base(nlayers) for nlayers in args.archs} if quality else {}
     settings = {
@@ -656,7 +659,7 @@ def main() -> None:
                     "min_filters": args.min_filters,
                     "excluded_layers": args.excluded_layers,
                 },
-                "torch_threads": torch.get_num_threads(),
+                "machine": machine,
                 "retraining": {
                     "train_steps": args.train_steps,
                     "base_checkpoint": str(args.base_checkpoint) if args.base_checkpoint else None,

@@ -36,6 +36,7 @@ import onnx
 import pycocotools.mask as mask_util
 import torch
 from api_process import start_api
+from machine import describe_machine
 from PIL import Image
 from timing import paired_median_seconds
 from torchvision.models.detection.roi_heads import paste_masks_in_image
@@ -272,7 +273,7 @@ def main() -> None:
         configs = [(18, (256, 320))]
     results: dict[str, Any] = {
         "device": "cpu",
-        "threads": torch.get_num_threads(),
+        "machine": describe_machine(),
         "network": [],
         "postprocess": [],
     }

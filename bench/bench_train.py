@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from machine import describe_machine
 from PIL import Image
 from pycocotools.coco import COCO
 from torch.utils.data import DataLoader, Dataset
@@ -257,6 +258,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "config": {k: v for k, v in vars(args).items() if k not in ("variant", "root")},
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "machine": describe_machine(),
         "runs": {},
     }
     with tempfile.TemporaryDirectory(prefix="bench_train_data_") as tmp:
