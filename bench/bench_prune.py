@@ -39,7 +39,11 @@ measurement of the same base (``--base-checkpoint``).
 
 ``--base-checkpoint PATH`` (one arch) starts from the base an earlier run trained, found
 in the work dir that run printed first (``/tmp/bench_prune_*/resnetN/base``), so that
-retraining recipes can be compared on one base without training it again.
+retraining recipes can be compared on one base without training it again. With it,
+``--unpruned-from RESULTS.json`` takes the unpruned row's per-seed mask AP from an earlier
+run on that base instead of retraining it (it checks that the base evaluates the same and
+that the recipe and seeds match), so that another criterion or ``--excluded-layers`` costs
+only its own retraining.
 
 ``--heads small`` swaps TAO's heads (512 RoIs per image through the 4-conv mask head,
 which make a CPU step take seconds) for the small ones of the tests' trained fixture, so
@@ -66,6 +70,12 @@ that the quality column can be measured on a CPU in about half an hour.
         --target-macs 0.6 --retrain --train-steps 1600 --retrain-steps 1200 --seeds 2 \
         --base-checkpoint /tmp/bench_prune_XXXX/resnet50/base/model.step-1600.pth \
         --demo-images 160 --freeze-bn --out bench/results/bench_prune_small_r50_retrain1200.json
+    # Another criterion on that base, against the unpruned row measured there (~15 min a seed).
+    .venv/bin/python bench/bench_prune.py --archs 50 --heads small --image-size 128 128 \
+        --target-macs 0.6 --excluded-layers rpn.head.conv --retrain --train-steps 1600 \
+        --retrain-steps 1200 --seeds 2 --demo-images 160 --freeze-bn \
+        --base-checkpoint /tmp/bench_prune_XXXX/resnet50/base/model.step-1600.pth \
+        --unpruned-from bench/results/bench_prune_small_r50_retrain1200.json --out OUT.json
     # The L1 sparsity recipe, with a reference row: the unpruned model trained as many steps
     # without the penalty (about 45 minutes).
     .venv/bin/python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 \
@@ -184,6 +194,14 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--retrain-steps", type=int, default=100)
     parser.add_argument(
+        "--unpruned-from",
+        type=Path,
+        default=None,
+        help="with --base-checkpoint: take the unpruned row's retrained mask AP per seed from "
+        "an earlier run's results JSON on the same base (checked: same base metrics, "
+        "retraining and data settings, and seeds) instead of retraining it again",
+    )
+    parser.add_argument(
         "--seeds",
         type=int,
         default=1,
@@ -234,6 +252,8 @@ def parse_args() -> argparse.Namespace:
         parser.error("--retrain prunes the base it trains: drop --checkpoint")
     if args.base_checkpoint is not None and not (args.retrain and len(args.archs) == 1):
         parser.error("--base-checkpoint replaces the one base --retrain trains: one --archs")
+    if args.unpruned_from is not None and args.base_checkpoint is None:
+        parser.error("--unpruned-from reuses a row measured on one base: give --base-checkpoint")
     if args.target_macs is not None and not args.retrain:
         parser.error("--target-macs chooses thresholds on trained weights: it needs --retrain")
     if args.thresholds is None:
@@ -404,6 +424,9 @@ class QualityBench:
         convert_dataset(self.demo.train_images, self.demo.train_json, self.shards)
         convert_dataset(self.demo.val_images, self.demo.val_json, self.shards)
         self.base_metrics: dict[str, dict[str, float]] = {}
+        self.unpruned_from = (
+            json.loads(args.unpruned_from.read_text()) if args.unpruned_from else None
+        )
 
     def spec(self, nlayers: int, steps: int, **fields: Any) -> ExperimentSpec:
         args = self.args
@@ -536,19 +559,24 @@ class QualityBench:
                 )
             runs.append((run_dir, retrain_spec))
         per_seed: list[list[dict[str, float]]] = [[] for _ in arch_rows]
+        reused = self.reused_unpruned_metrics(arch)
         # Seeds outermost: a run cut short (each retraining is minutes to hours) has still
         # retrained every row with the same seeds, and its log pairs them.
         for k in range(args.first_seed, args.first_seed + args.seeds):
             for row, (run_dir, retrain_spec), measured in zip(
                 arch_rows, runs, per_seed, strict=True
             ):
-                _, metrics = self.train_and_evaluate(
-                    retrain_spec.model_copy(update={"seed": retrain_spec.seed + k}),
-                    run_dir / f"retrain_seed{k}",
-                )
+                if reused is not None and row["threshold"] == 0.0:
+                    metrics, source = reused[k], f" (from {args.unpruned_from})"
+                else:
+                    _, metrics = self.train_and_evaluate(
+                        retrain_spec.model_copy(update={"seed": retrain_spec.seed + k}),
+                        run_dir / f"retrain_seed{k}",
+                    )
+                    source = ""
                 print(
                     f"{arch} {row_criterion(row)} pth={row['threshold']} seed {k}: "
-                    f"mask AP {metrics['mask_AP']:.3f}  AP {metrics['AP']:.3f}",
+                    f"mask AP {metrics['mask_AP']:.3f}  AP {metrics['AP']:.3f}{source}",
                     flush=True,
                 )
                 measured.append(metrics)
@@ -566,6 +594,45 @@ class QualityBench:
         for row in (r for r in arch_rows if r["threshold"] > 0):
             row["mask_AP_drop_points"] = 100 * (base_row["mask_AP"] - row["mask_AP"])
             row["meets_goal"] = row["macs_ratio"] <= 0.6 and row["mask_AP_drop_points"] <= 2.0
+
+    def reused_unpruned_metrics(self, arch: str) -> dict[int, dict[str, float]] | None:
+        """``--unpruned-from``: the earlier run's unpruned metrics of ``arch`` by seed.
+
+        Refuses (exits) unless that run retrained the same base (its re-evaluated metrics
+        are equal: evaluation is deterministic) with the same recipe and data, and covers
+        every seed this run retrains.
+        """
+        earlier, args = self.unpruned_from, self.args
+        if earlier is None:
+            return None
+        source, retraining = args.unpruned_from, earlier.get("retraining") or {}
+        same = {
+            "base metrics": (
+                retraining.get("base_metrics", {}).get(arch),
+                self.base_metrics[arch],
+            ),
+            "--retrain-steps": (retraining.get("retrain_steps"), args.retrain_steps),
+            "--demo-images": (retraining.get("demo_images"), args.demo_images),
+            "--freeze-bn": (retraining.get("freeze_bn"), args.freeze_bn),
+            "--use-amp": (retraining.get("use_amp"), args.use_amp),
+            "--heads": (earlier.get("heads"), args.heads),
+            "--image-size": (earlier.get("image_size"), list(args.image_size)),
+        }
+        for what, (theirs, ours) in same.items():
+            if theirs != ours:
+                raise SystemExit(f"--unpruned-from {source}: {what} {theirs} there, {ours} here")
+        row = next(r for r in earlier["rows"] if r["arch"] == arch and r["threshold"] == 0)
+        first = retraining["first_seed"]
+        by_seed = {
+            first + i: {"AP": ap, "mask_AP": mask_ap}
+            for i, (ap, mask_ap) in enumerate(
+                zip(row["AP_per_seed"], row["mask_AP_per_seed"], strict=True)
+            )
+        }
+        wanted = range(args.first_seed, args.first_seed + args.seeds)
+        if missing := [k for k in wanted if k not in by_seed]:
+            raise SystemExit(f"--unpruned-from {source}: no seed {missing} there")
+        return by_seed
 
 
 def print_row(row: dict[str, Any]) -> None:
@@ -663,6 +730,7 @@ def main() -> None:
                 "retraining": {
                     "train_steps": args.train_steps,
                     "base_checkpoint": str(args.base_checkpoint) if args.base_checkpoint else None,
+                    "unpruned_from": str(args.unpruned_from) if args.unpruned_from else None,
                     "retrain_steps": args.retrain_steps,
                     "seeds": args.seeds,
                     "first_seed": args.first_seed,
