@@ -424,8 +424,12 @@ class QualityBench:
         convert_dataset(self.demo.train_images, self.demo.train_json, self.shards)
         convert_dataset(self.demo.val_images, self.demo.val_json, self.shards)
         self.base_metrics: dict[str, dict[str, float]] = {}
+        # Checked now, before minutes of base evaluation and threshold search; the base
+        # metrics are compared when the base has been evaluated.
         self.unpruned_from = (
-            json.loads(args.unpruned_from.read_text()) if args.unpruned_from else None
+            earlier_unpruned_metrics(args, json.loads(args.unpruned_from.read_text()))
+            if args.unpruned_from
+            else None
         )
 
     def spec(self, nlayers: int, steps: int, **fields: Any) -> ExperimentSpec:
@@ -598,41 +602,63 @@ class QualityBench:
     def reused_unpruned_metrics(self, arch: str) -> dict[int, dict[str, float]] | None:
         """``--unpruned-from``: the earlier run's unpruned metrics of ``arch`` by seed.
 
-        Refuses (exits) unless that run retrained the same base (its re-evaluated metrics
-        are equal: evaluation is deterministic) with the same recipe and data, and covers
-        every seed this run retrains.
+        Refuses (exits) unless that run retrained the same base: its re-evaluated metrics
+        are equal (evaluation is deterministic).
         """
-        earlier, args = self.unpruned_from, self.args
-        if earlier is None:
+        if self.unpruned_from is None:
             return None
-        source, retraining = args.unpruned_from, earlier.get("retraining") or {}
-        same = {
-            "base metrics": (
-                retraining.get("base_metrics", {}).get(arch),
-                self.base_metrics[arch],
-            ),
-            "--retrain-steps": (retraining.get("retrain_steps"), args.retrain_steps),
-            "--demo-images": (retraining.get("demo_images"), args.demo_images),
-            "--freeze-bn": (retraining.get("freeze_bn"), args.freeze_bn),
-            "--use-amp": (retraining.get("use_amp"), args.use_amp),
-            "--heads": (earlier.get("heads"), args.heads),
-            "--image-size": (earlier.get("image_size"), list(args.image_size)),
-        }
-        for what, (theirs, ours) in same.items():
-            if theirs != ours:
-                raise SystemExit(f"--unpruned-from {source}: {what} {theirs} there, {ours} here")
-        row = next(r for r in earlier["rows"] if r["arch"] == arch and r["threshold"] == 0)
-        first = retraining["first_seed"]
+        theirs, ours = self.unpruned_from.base_metrics.get(arch), self.base_metrics[arch]
+        if theirs != ours:
+            raise SystemExit(
+                f"--unpruned-from {self.args.unpruned_from}: base metrics {theirs} there, "
+                f"{ours} here"
+            )
+        return self.unpruned_from.by_arch[arch]
+
+
+class EarlierUnpruned(NamedTuple):
+    """What ``--unpruned-from`` reuses: per arch, the base metrics and unpruned AP by seed."""
+
+    base_metrics: dict[str, dict[str, float]]
+    by_arch: dict[str, dict[int, dict[str, float]]]
+
+
+def earlier_unpruned_metrics(args: argparse.Namespace, earlier: dict[str, Any]) -> EarlierUnpruned:
+    """The unpruned rows of an earlier run's results, by arch and seed.
+
+    Refuses (exits) unless that run used the same recipe and data and covers every seed
+    this run retrains.
+    """
+    source, retraining = args.unpruned_from, earlier.get("retraining") or {}
+    same = {
+        "--retrain-steps": (retraining.get("retrain_steps"), args.retrain_steps),
+        "--demo-images": (retraining.get("demo_images"), args.demo_images),
+        "--freeze-bn": (retraining.get("freeze_bn"), args.freeze_bn),
+        "--use-amp": (retraining.get("use_amp"), args.use_amp),
+        "--heads": (earlier.get("heads"), args.heads),
+        "--image-size": (earlier.get("image_size"), list(args.image_size)),
+    }
+    for what, (theirs, ours) in same.items():
+        if theirs != ours:
+            raise SystemExit(f"--unpruned-from {source}: {what} {theirs} there, {ours} here")
+    first = retraining["first_seed"]
+    wanted = range(args.first_seed, args.first_seed + args.seeds)
+    by_arch: dict[str, dict[int, dict[str, float]]] = {}
+    for nlayers in args.archs:
+        arch = f"resnet{nlayers}"
+        row = next((r for r in earlier["rows"] if r["arch"] == arch and r["threshold"] == 0), None)
+        if row is None or "mask_AP_per_seed" not in row:
+            raise SystemExit(f"--unpruned-from {source}: no retrained unpruned {arch} there")
         by_seed = {
             first + i: {"AP": ap, "mask_AP": mask_ap}
             for i, (ap, mask_ap) in enumerate(
                 zip(row["AP_per_seed"], row["mask_AP_per_seed"], strict=True)
             )
         }
-        wanted = range(args.first_seed, args.first_seed + args.seeds)
         if missing := [k for k in wanted if k not in by_seed]:
-            raise SystemExit(f"--unpruned-from {source}: no seed {missing} there")
-        return by_seed
+            raise SystemExit(f"--unpruned-from {source}: no seed {missing} of {arch} there")
+        by_arch[arch] = by_seed
+    return EarlierUnpruned(retraining.get("base_metrics", {}), by_arch)
 
 
 def print_row(row: dict[str, Any]) -> None:
