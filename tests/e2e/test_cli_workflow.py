@@ -4,8 +4,9 @@ One CI-sized scenario on generated data: demo-data -> dataset_convert (train, va
 check -> train (checkpoints, status.json, TensorBoard events) -> train again (resumes; a
 longer total_steps continues from the checkpoint step) -> evaluate (24 COCO metrics) ->
 inference (annotated images, COCO results that pycocotools' loadRes accepts) -> prune ->
-train from pruned_model_path -> export ONNX fp32 (validated against PyTorch) -> evaluate the
-ONNX model -> publish to a Triton model repository; plus one-line errors for bad input.
+train from pruned_model_path -> inference with the retrained pruned model -> export ONNX fp32
+(validated against PyTorch) -> evaluate the ONNX model -> publish to a Triton model
+repository; plus one-line errors for bad input.
 
 The spec is tests/fixtures/specs/demo_resnet18.txt made CI-sized by editing its text
 (resnet10, 128 px, a handful of steps) and saved next to the generated data with relative
@@ -360,8 +361,17 @@ def test_train_missing_pruned_model_is_one_line_error(work: Path) -> None:
     assert not list((work / "run_missing").glob("*.pth"))
 
 
-def test_inference_writes_annotated_images_and_coco_results(work: Path, checkpoint: Path) -> None:
-    images = work / "inference_input"
+@pytest.mark.parametrize("model", ["trained", "pruned"])
+def test_inference_writes_annotated_images_and_coco_results(
+    work: Path, model: str, request: pytest.FixtureRequest
+) -> None:
+    """The trained checkpoint, and the pruned model retrained from ``pruned_model_path``."""
+    if model == "trained":
+        spec, weights = "spec.txt", request.getfixturevalue("checkpoint")
+    else:
+        spec = "spec_pruned.txt"
+        weights = request.getfixturevalue("pruned_run") / f"model.step-{PRUNED_STEPS}.pth"
+    images = work / f"inference_input_{model}"
     shutil.copytree(work / "demo" / "images" / "val", images)
     # An unreadable file is reported and skipped, not fatal. (Named like the others: image
     # ids are the file stems only when every stem is an integer.)
@@ -370,22 +380,22 @@ def test_inference_writes_annotated_images_and_coco_results(work: Path, checkpoi
         work,
         "inference",
         "-e",
-        "spec.txt",
+        spec,
         "-m",
-        checkpoint,
+        weights,
         "-i",
         images,
         "-o",
-        "annotated",
+        f"annotated_{model}",
         "-l",
-        "labels",
+        f"labels_{model}",
         "-t",
         "0.0",
         "--include_mask",
     )
     assert "skipped 1" in run.stdout and "999999.jpg" in run.stdout + run.stderr
     sources = sorted(p for p in images.glob("*.jpg") if p.name != "999999.jpg")
-    annotated = sorted((work / "annotated").iterdir())
+    annotated = sorted((work / f"annotated_{model}").iterdir())
     assert [p.stem for p in annotated] == [p.stem for p in sources]
     changed = 0
     for source, drawn in zip(sources, annotated, strict=True):
@@ -398,7 +408,7 @@ def test_inference_writes_annotated_images_and_coco_results(work: Path, checkpoi
     results = [
         det
         for source in sources
-        for det in json.loads((work / "labels" / f"{source.stem}.json").read_text())
+        for det in json.loads((work / f"labels_{model}" / f"{source.stem}.json").read_text())
     ]
     assert results, "no detections at threshold 0"
     assert changed > 0, "no annotated image differs from its source"
