@@ -79,7 +79,8 @@ that the quality column can be measured on a CPU in about half an hour.
         --base-checkpoint /tmp/bench_prune_XXXX/resnet50/base/model.step-1600.pth \
         --unpruned-from bench/results/bench_prune_small_r50_retrain1200.json --out OUT.json
     # The resnet50 recipe that meets the goal (README): a converged base (3200 steps, ~35 min
-    # on 2 cores), the stem and first stage kept whole by -nf 64 (~80 min in all).
+    # on 2 cores), -nf 64 keeping the stem and the first stage's 64-filter convs whole and
+    # -el keeping the RPN head's conv (~80 min in all).
     .venv/bin/python bench/bench_prune.py --archs 50 --heads small --image-size 128 128 \
         --target-macs 0.6 --excluded-layers rpn.head.conv --min-filters 64 --retrain \
         --train-steps 3200 --retrain-steps 1200 --seeds 2 --demo-images 160 --freeze-bn \
