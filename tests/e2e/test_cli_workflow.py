@@ -225,14 +225,19 @@ def pruned_run(work: Path, pruned: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def exported(work: Path, pruned_run: Path) -> Path:
+def pruned_checkpoint(pruned_run: Path) -> Path:
+    return pruned_run / f"model.step-{PRUNED_STEPS}.pth"
+
+
+@pytest.fixture(scope="module")
+def exported(work: Path, pruned_checkpoint: Path) -> Path:
     """The retrained pruned model exported to ONNX fp32 (the export validates parity)."""
     onnx_path = work / "export" / "model.onnx"
     run = maskops(
         work,
         "export",
         "-m",
-        pruned_run / f"model.step-{PRUNED_STEPS}.pth",
+        pruned_checkpoint,
         "-e",
         "spec_pruned.txt",
         "-o",
@@ -370,7 +375,7 @@ def test_inference_writes_annotated_images_and_coco_results(
         spec, weights = "spec.txt", request.getfixturevalue("checkpoint")
     else:
         spec = "spec_pruned.txt"
-        weights = request.getfixturevalue("pruned_run") / f"model.step-{PRUNED_STEPS}.pth"
+        weights = request.getfixturevalue("pruned_checkpoint")
     images = work / f"inference_input_{model}"
     shutil.copytree(work / "demo" / "images" / "val", images)
     # An unreadable file is reported and skipped, not fatal. (Named like the others: image
@@ -429,16 +434,14 @@ def test_prune_writes_smaller_model_and_report(pruned: Path) -> None:
     assert any(layer["out_after"] < layer["out_before"] for layer in report["layers"])
 
 
-def test_train_from_pruned_model(pruned: Path, pruned_run: Path) -> None:
+def test_train_from_pruned_model(pruned: Path, pruned_run: Path, pruned_checkpoint: Path) -> None:
     import torch
 
     report = json.loads((pruned / "prune_report.json").read_text())
     state = status(pruned_run)
     assert (state["state"], state["step"]) == ("succeeded", PRUNED_STEPS)
     assert_finite_metrics(state["metrics"])
-    saved = torch.load(
-        pruned_run / f"model.step-{PRUNED_STEPS}.pth", map_location="cpu", weights_only=True
-    )
+    saved = torch.load(pruned_checkpoint, map_location="cpu", weights_only=True)
     params = sum(t.numel() for name, t in saved["model"].items() if not is_buffer(name))
     assert params == report["params_after"]
 
