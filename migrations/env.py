@@ -1,4 +1,4 @@
-"""Alembic environment: migrates the database that maskops_api.settings points at.
+"""Alembic environment: migrates the database that maskops_core.settings points at.
 
 Programmatic callers (tests, ``maskops serve``) pass an open connection in
 ``config.attributes["connection"]``; the command line builds one from the settings.
@@ -11,9 +11,9 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection, text
 
-from maskops_api.db.models import Base
-from maskops_api.db.session import make_engine
-from maskops_api.settings import Settings
+from maskops_core.db.models import Base
+from maskops_core.db.session import make_engine
+from maskops_core.settings import Settings
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from maskops_api.db.models import ApiToken, TokenScope, utcnow
-from maskops_api.db.session import make_engine, make_session_factory
 from maskops_api.services.tokens import create_token
-from maskops_api.settings import Settings
+from maskops_core.db.models import ApiToken, TokenScope, utcnow
+from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.settings import Settings
 
 
 class TokenCommandError(Exception):

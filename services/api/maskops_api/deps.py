@@ -10,13 +10,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.db.models import TokenScope
 from maskops_api.dispatch import Dispatcher
 from maskops_api.errors import Forbidden, Unauthorized
 from maskops_api.job_cache import JobCache
 from maskops_api.schemas import MAX_ID
 from maskops_api.services.tokens import allows, find_token
-from maskops_api.settings import Settings
+from maskops_core.db.models import TokenScope
+from maskops_core.settings import Settings
 
 
 # The plain attribute reads below are ``async`` so that FastAPI calls them inline instead

@@ -10,9 +10,11 @@ from celery import Celery
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.db.models import Job, JobStatus, utcnow
-from maskops_api.db.session import transaction
-from maskops_api.settings import Settings
+from maskops_core.actions import JobAction
+from maskops_core.broker import make_celery
+from maskops_core.db.models import Job, JobStatus, utcnow
+from maskops_core.db.session import transaction
+from maskops_core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -22,20 +24,17 @@ class Dispatcher(Protocol):
 
 
 class CeleryDispatcher:
-    """Publishes ``maskops.<action>(job_id)`` on the job's queue."""
+    """Publishes the action's task (by name: the API never imports the worker) on the
+    job's queue."""
 
     def __init__(self, settings: Settings) -> None:
-        from maskops_worker.celery_app import make_celery
-
         self.app: Celery = make_celery(settings)
         self.app.conf.broker_connection_timeout = 3
         self.app.conf.broker_connection_max_retries = 1
 
     def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None:
-        from maskops_worker.celery_app import task_name
-
         self.app.send_task(
-            task_name(action), args=[job_id], queue=queue, task_id=task_id, retry=False
+            JobAction(action).task_name, args=[job_id], queue=queue, task_id=task_id, retry=False
         )
 
     def close(self) -> None:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from maskops_api.db.migrate import upgrade_head
-from maskops_api.db.models import utcnow
-from maskops_api.db.session import make_engine, make_session_factory
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.reconciler import reconcile
-from maskops_api.settings import Settings
+from maskops_core.db.migrate import upgrade_head
+from maskops_core.db.models import utcnow
+from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.settings import Settings
 
 DEMO_IMAGES = 48
 DEMO_IMAGE_SIZE = (256, 256)
@@ -157,10 +157,10 @@ def ensure_demo_dataset(settings: Settings) -> Path:
 def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     import uvicorn
 
-    from maskops_api.db.models import TokenScope
     from maskops_api.demo import register_demo_dataset, run_demo
     from maskops_api.main import create_app
     from maskops_api.services.tokens import create_token
+    from maskops_core.db.models import TokenScope
 
     settings = embedded_settings(config)
     logs = config.state_dir.resolve() / "logs"

@@ -32,8 +32,8 @@ from sqlalchemy import Engine, make_url, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 
-from maskops_api.db.models import Job
 from maskops_api.services.jobs import eta_depends_on_time, get_job, job_json
+from maskops_core.db.models import Job
 
 log = logging.getLogger(__name__)
 

@@ -7,15 +7,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from maskops_api.db.session import make_engine, make_session_factory
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
+from maskops_api.docs_ui import install_docs_ui
 from maskops_api.errors import install_handlers
 from maskops_api.job_cache import JobCache
 from maskops_api.observability import install_metrics
 from maskops_api.reconciler import ReconcilerThread
 from maskops_api.routers import datasets, experiments, health, infer, jobs, models
-from maskops_api.settings import Settings, get_settings
 from maskops_api.status_shortcut import JobStatusShortcut
+from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.settings import Settings, get_settings
 
 DESCRIPTION = """\
 The maskops control plane: register datasets, create experiments from TAO specs (JSON or
@@ -65,6 +66,7 @@ def create_app(
     app.state.dispatcher = dispatch
     app.state.job_cache = job_cache
     install_handlers(app)
+    install_docs_ui(app)
     # Added before the metrics middleware, so that it sits inside it and is timed too.
     app.add_middleware(JobStatusShortcut, cache=job_cache, settings=settings)
     install_metrics(app, factory, settings, job_cache)

@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from maskops_api.db.models import Job
 from maskops_api.job_cache import JobCache
-from maskops_api.settings import Settings
+from maskops_core.db.models import Job
+from maskops_core.settings import Settings
 
 
 class StateCollector(Collector):

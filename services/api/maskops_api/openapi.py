@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from maskops_api.main import create_app
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 
 DEFAULT_OUT = Path(__file__).resolve().parents[3] / "openapi" / "openapi.json"
 

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from maskops_api.db.models import JobAction, JobStatus
+from maskops_core.actions import JobAction
+from maskops_core.db.models import JobStatus
 
 T = TypeVar("T")
 
@@ -266,11 +267,6 @@ class ModelOut(_Out):
     created_at: datetime
 
 
-class PublishedModelOut(ModelOut):
-    served: bool = Field(description="Triton loaded the new version.")
-    note: str = ""
-
-
 class CocoResult(BaseModel):
     image_id: int = Field(description="Position of the image in the request (0-based).")
     category_id: int
@@ -280,6 +276,10 @@ class CocoResult(BaseModel):
     segmentation: dict[str, Any] | None = Field(
         default=None, description='COCO RLE {"size": [h, w], "counts": str}.'
     )
+
+
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+"""A published model's name (the Triton ensemble users call)."""
 
 
 class PublishRequest(_Body):

@@ -12,9 +12,9 @@ import os
 
 import uvicorn
 
-from maskops_api.db.migrate import upgrade_head
 from maskops_api.main import create_app
-from maskops_api.settings import get_settings
+from maskops_core.db.migrate import upgrade_head
+from maskops_core.settings import get_settings
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from maskops_api.job_cache import JobCache
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 
 JOB_ROUTE = "/jobs/{job_id}"
 # Canonical ids only (no sign, no leading zero): anything else is the route's to judge.

@@ -14,15 +14,16 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.db.models import (
+from maskops_core.db.models import (
     Dataset,
     ExperimentVersion,
     Job,
     JobMetric,
     JobStatus,
+    PublishedModel,
     utcnow,
 )
-from maskops_api.db.session import rowcount, transaction
+from maskops_core.db.session import rowcount, transaction
 
 
 @dataclass(frozen=True)
@@ -199,4 +200,14 @@ def record_dataset(
             update(Dataset)
             .where(Dataset.id == dataset_id)
             .values(shards_dir=shards_dir, counts=counts, label_map=label_map, warnings=warnings)
+        )
+
+
+def record_published_model(
+    factory: sessionmaker[Session], *, name: str, version: int, export_job_id: int
+) -> None:
+    """List version ``version`` of ``name`` (an export job's graph) as published."""
+    with transaction(factory) as session:
+        session.add(
+            PublishedModel(name=name, version=version, job_id=export_job_id, published=True)
         )

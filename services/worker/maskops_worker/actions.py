@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from maskops.spec.models import ExperimentSpec
-from maskops_worker import state
-from maskops_worker.runner import Action, JobCancelled, JobContext, JobInputError
+from maskops_core import jobs as state
+from maskops_worker.contract import Action, JobCancelled, JobContext, JobInputError
 
 MAX_LISTED_WARNINGS = 100
 """Findings listed on the dataset per split; the full list stays in the warnings file."""
@@ -36,8 +36,8 @@ def dataset_convert(ctx: JobContext) -> dict[str, Any]:
         if ctx.cancel_requested:
             raise JobCancelled()
         result = convert_dataset(
-            ctx.data_path(paths["image_dir"]),
-            ctx.data_path(paths["annotation_file"]),
+            ctx.input_path(paths["image_dir"], f"the {split} images"),
+            ctx.input_path(paths["annotation_file"], f"the {split} annotations"),
             out_dir,
             tag=split,
             num_shards=job.dataset_num_shards,
@@ -96,14 +96,15 @@ def _append(ctx: JobContext, text: str) -> None:
 def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> ExperimentSpec:
     """The experiment's spec with its data paths filled from the job's converted dataset.
 
-    Paths the spec sets itself win; relative ones resolve against the data root.
+    Paths the spec sets itself win; every relative path field (data, ``checkpoint``,
+    ``pruned_model_path``) resolves against the data root, as REST clients write them.
     """
     job = ctx.job
     if job.spec is None:
         raise JobInputError(f"job {job.id} ({job.action}) needs an experiment_id")
-    spec = ExperimentSpec.model_validate(job.spec)
-    data = spec.data_config
     root = ctx.settings.data_root
+    spec = ExperimentSpec.model_validate(job.spec).resolve_paths(root)
+    data = spec.data_config
     if job.dataset_shards_dir:
         shards = root / job.dataset_shards_dir
         if not data.training_file_pattern:
@@ -112,10 +113,6 @@ def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> Experim
             data.validation_file_pattern = str(shards / "val-*")
     if not data.val_json_file and job.dataset_splits and "val" in job.dataset_splits:
         data.val_json_file = str(root / job.dataset_splits["val"]["annotation_file"])
-    for name in ("training_file_pattern", "validation_file_pattern", "val_json_file"):
-        value = getattr(data, name)
-        if value and not Path(value).is_absolute():
-            setattr(data, name, str(root / value))
     if need and not getattr(data, need):
         raise JobInputError(f"the experiment has no {need} and its dataset provides none")
     return spec
@@ -164,11 +161,12 @@ def parent_model(ctx: JobContext) -> Path:
     """The model file a follow-up job (evaluate, prune, export, inference) works on."""
     job = ctx.job
     if "model_path" in job.options:
-        return ctx.data_path(str(job.options["model_path"]))
+        return ctx.input_path(str(job.options["model_path"]), "model_path")
     result = job.parent_result or {}
     for key in ("checkpoint", "model", "onnx"):
         if result.get(key):
-            return ctx.data_path(str(result[key]))
+            what = f"the {key} of job {job.parent_job_id} ({job.parent_action})"
+            return ctx.input_path(str(result[key]), what)
     raise JobInputError(
         f"job {job.id} ({job.action}) needs parent_job_id of a succeeded train/prune job"
     )
@@ -308,6 +306,51 @@ def _inside_data_root(ctx: JobContext, relative: str) -> Path:
     return path
 
 
+def publish(ctx: JobContext) -> dict[str, Any]:
+    """Write the parent export into the Triton model repository and roll it out.
+
+    The new version is listed only once Triton serves it (or no Triton is configured): when
+    Triton cannot load it, the version is taken out of the repository again, the version
+    before it keeps serving, and the job fails saying why.
+    """
+    from maskops.serving import PublishError
+    from maskops.serving import publish as publish_export
+    from maskops.serving.client import TritonError, roll_out
+    from maskops.serving.repository import withdraw
+
+    job, settings = ctx.job, ctx.settings
+    name = str(job.options.get("name", ""))
+    if job.parent_job_id is None or job.parent_action != "export":
+        raise JobInputError("publish needs parent_job_id of a succeeded export job")
+    onnx = ctx.input_path(
+        str((job.parent_result or {}).get("onnx", "")),
+        f"the ONNX of export job {job.parent_job_id}",
+    )
+    try:
+        version = publish_export(
+            onnx, settings.model_repository, name, net_backend=settings.triton_net_backend
+        )
+    except PublishError as exc:
+        raise JobInputError(f"publish {name!r}: {exc}") from None
+    _append(ctx, f"wrote {name} version {version} into the model repository")
+    served, note = False, "no Triton configured; the version is in the repository"
+    if settings.triton_url:
+        try:
+            roll_out(settings.triton_url, name)
+        except TritonError as exc:
+            withdraw(settings.model_repository, name, version)
+            raise JobInputError(
+                f"Triton did not load {name} version {version} (taken out of the repository; "
+                f"the version before it keeps serving): {exc}"
+            ) from None
+        served, note = True, ""
+    state.record_published_model(
+        ctx.factory, name=name, version=version, export_job_id=job.parent_job_id
+    )
+    ctx.report(1, 1)
+    return {"name": name, "version": version, "served": served, "note": note}
+
+
 ACTIONS: dict[str, Action] = {
     "dataset_convert": dataset_convert,
     "train": train,
@@ -315,4 +358,6 @@ ACTIONS: dict[str, Action] = {
     "prune": prune,
     "inference": inference,
     "export": export,
+    "publish": publish,
 }
+"""The function of every catalogue action (``maskops_core.actions.JobAction``)."""

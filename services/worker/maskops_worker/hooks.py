@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from maskops.engine.trainer import HookBase
-from maskops_worker.runner import JobContext
+from maskops_worker.contract import JobContext
 
 
 class ControlPlaneHook(HookBase):

@@ -13,81 +13,18 @@ import socket
 import threading
 import traceback
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.db.models import JobStatus
-from maskops_api.db.session import make_engine, make_session_factory
-from maskops_api.settings import Settings, get_settings
-from maskops_worker import state
+from maskops_core import jobs as state
+from maskops_core.db.models import JobStatus
+from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.settings import Settings, get_settings
+from maskops_worker.contract import Action, JobCancelled, JobContext, JobInputError
 
 log = logging.getLogger(__name__)
-
-
-class JobCancelled(Exception):
-    """Raised by an action that stopped for a cancel request; ``result`` is what it kept."""
-
-    def __init__(self, result: dict[str, Any] | None = None) -> None:
-        super().__init__("cancelled")
-        self.result = result or {}
-
-
-class LeaseLost(Exception):
-    """The job was taken over by another worker (our heartbeat had gone stale)."""
-
-
-class JobInputError(Exception):
-    """The job cannot run with what it was given; the message is shown to the user."""
-
-
-@dataclass
-class JobContext:
-    """What an action gets: its job, a working directory, and ways to report back."""
-
-    job: state.JobSnapshot
-    settings: Settings
-    work_dir: Path
-    log_file: Path
-    factory: sessionmaker[Session]
-    owner: str
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    """Set when the job should stop at the next step (cancel requested, or lease lost)."""
-    lease_lost: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self.stop_event.is_set()
-
-    def report(
-        self, step: int, total: int | None = None, metrics: dict[str, float] | None = None
-    ) -> None:
-        """Record progress; never raises for a database hiccup (the heartbeat carries on)."""
-        try:
-            kept = state.report_progress(
-                self.factory,
-                self.job.id,
-                owner=self.owner,
-                step=step,
-                total=total,
-                metrics=metrics,
-            )
-        except SQLAlchemyError as exc:
-            log.warning("job %s: progress report failed: %s", self.job.id, exc)
-            return
-        if not kept:
-            self.lease_lost.set()
-            self.stop_event.set()
-
-    def data_path(self, relative: str) -> Path:
-        return self.settings.data_root / relative
-
-
-Action = Callable[[JobContext], dict[str, Any]]
 
 
 def _owner() -> str:
@@ -137,6 +74,7 @@ def run_job(
     another worker holds it or it is no longer queued, or ``"lease_lost"``."""
     settings = settings or get_settings()
     if actions is None:
+        # Imported here so that importing the runner (tests, the tasks module) stays light.
         from maskops_worker.actions import ACTIONS
 
         actions = ACTIONS

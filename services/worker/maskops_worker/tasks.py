@@ -13,8 +13,12 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.exc import OperationalError as DatabaseOperationalError
 
-from maskops_worker.celery_app import CPU_ACTIONS, GPU_ACTIONS, app, task_name
+from maskops_core.actions import JobAction
+from maskops_core.settings import get_settings
+from maskops_worker.celery_app import app
 from maskops_worker.runner import run_job
+
+_settings = get_settings()
 
 RETRYABLE: tuple[type[BaseException], ...] = (
     BrokerOperationalError,
@@ -23,14 +27,15 @@ RETRYABLE: tuple[type[BaseException], ...] = (
 )
 
 
-def _register(action: str) -> Any:
+def _register(action: JobAction) -> Any:
     def task(job_id: int) -> str:
         return run_job(job_id)
 
-    task.__name__ = action
-    task.__qualname__ = action
+    task.__name__ = action.value
+    task.__qualname__ = action.value
     return app.task(
-        name=task_name(action),
+        name=action.task_name,
+        queue=action.queue(_settings),
         acks_late=True,
         reject_on_worker_lost=True,
         autoretry_for=RETRYABLE,
@@ -40,4 +45,4 @@ def _register(action: str) -> Any:
     )(task)
 
 
-TASKS = {action: _register(action) for action in sorted(GPU_ACTIONS | CPU_ACTIONS)}
+TASKS = {action.value: _register(action) for action in JobAction}

@@ -23,10 +23,10 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from maskops_api.db.migrate import upgrade_head
-from maskops_api.db.models import Base
+from maskops_core.db.migrate import upgrade_head
+from maskops_core.db.models import Base
 from maskops_api.main import create_app
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 
 pytestmark = pytest.mark.integration
 

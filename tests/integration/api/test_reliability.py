@@ -11,12 +11,12 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from maskops_api.db.models import utcnow
-from maskops_api.db.session import make_engine, make_session_factory
+from maskops_core.db.models import utcnow
+from maskops_core.db.session import make_engine, make_session_factory
 from maskops_api.dispatch import CeleryDispatcher
 from maskops_api.main import create_app
 from maskops_api.reconciler import reconcile
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, wait_for
 from tests.integration.api.test_workflow import create_experiment, register_demo
 
@@ -148,7 +148,7 @@ def test_migrations_match_the_models_on_postgres(clean_db: Settings) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from maskops_api.db.models import Base
+    from maskops_core.db.models import Base
 
     engine = make_engine(clean_db)
     with engine.connect() as conn:

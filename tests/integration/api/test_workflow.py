@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from maskops_api.main import create_app
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, wait_for
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.db.models import Dataset, Job
+from maskops_core.db.models import Dataset, Job
 from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher
 
 

@@ -8,9 +8,9 @@ import time
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from maskops_api.db.models import Job
+from maskops_core.db.models import Job
 from maskops_api.main import create_app
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 from tests.unit.api.conftest import DATASET_BODY, RecordingDispatcher
 
 

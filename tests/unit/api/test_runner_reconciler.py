@@ -10,10 +10,11 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.db.models import Job, JobMetric, JobStatus, utcnow
+from maskops_core.db.models import Job, JobMetric, JobStatus, utcnow
 from maskops_api.reconciler import reconcile
-from maskops_api.settings import Settings
-from maskops_worker.runner import JobContext, run_job
+from maskops_core.settings import Settings
+from maskops_worker.contract import JobContext
+from maskops_worker.runner import run_job
 from tests.unit.api.conftest import RecordingDispatcher
 
 

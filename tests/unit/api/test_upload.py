@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from maskops_api.main import create_app
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 from tests.unit.api.conftest import RecordingDispatcher
 
 COCO = json.dumps({"images": [], "annotations": [], "categories": []}).encode()

@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    # The engine CLI must not import the web stack unless this command runs.
+    # The database stack is imported only when this command runs (parsers are built for
+    # every maskops command).
     from maskops_api.cli_tokens import TokenCommandError, run_token_command
 
     try:

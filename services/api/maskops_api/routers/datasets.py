@@ -9,7 +9,6 @@ from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 
-from maskops_api.db.models import Dataset
 from maskops_api.deps import (
     DatasetId,
     DispatcherDep,
@@ -25,6 +24,7 @@ from maskops_api.errors import ERROR_RESPONSES
 from maskops_api.routers import uploads
 from maskops_api.schemas import DatasetCreate, DatasetOut, Page
 from maskops_api.services import datasets as service
+from maskops_core.db.models import Dataset
 
 router = APIRouter(
     prefix="/datasets",

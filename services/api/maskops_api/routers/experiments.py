@@ -9,7 +9,6 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import func, select
 
 from maskops.spec.models import ExperimentSpec
-from maskops_api.db.models import Experiment
 from maskops_api.deps import (
     ExperimentId,
     IdempotencyKeyDep,
@@ -21,6 +20,7 @@ from maskops_api.errors import ERROR_RESPONSES
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate, Page
 from maskops_api.services import experiments as service
 from maskops_api.specs import spec_to_text
+from maskops_core.db.models import Experiment
 
 router = APIRouter(
     prefix="/experiments",

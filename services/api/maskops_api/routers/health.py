@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from maskops_api.deps import FactoryDep, SettingsDep
 from maskops_api.schemas import Health
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 
 router = APIRouter(tags=["health"])
 

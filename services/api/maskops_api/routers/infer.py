@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from maskops_api.deps import ReadAccess, SettingsDep
 from maskops_api.errors import ERROR_RESPONSES, ApiError, Invalid, NotFound, TooLarge
-from maskops_api.schemas import CocoResult
+from maskops_api.schemas import MODEL_NAME_PATTERN, CocoResult
 
 router = APIRouter(tags=["infer"], responses=ERROR_RESPONSES)
 
@@ -31,7 +31,7 @@ class BadGateway(ApiError):
 async def infer(
     settings: SettingsDep,
     images: Annotated[list[UploadFile], File(description="JPEG or PNG images")],
-    model: Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")],
+    model: Annotated[str, Query(pattern=MODEL_NAME_PATTERN)],
     version: Annotated[str, Query(pattern=r"^[0-9]{0,9}$")] = "",
     score_threshold: Annotated[float, Query(ge=0.0, le=1.0)] = 0.0,
 ) -> list[CocoResult]:

@@ -12,7 +12,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 from sqlalchemy import func, select
 
-from maskops_api.db.models import TERMINAL_STATUSES, Job, JobAction, JobMetric, JobStatus
 from maskops_api.deps import (
     DispatcherDep,
     FactoryDep,
@@ -28,6 +27,8 @@ from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES, NotFound
 from maskops_api.schemas import Artifact, JobCreate, JobOut, MetricPoint, Page
 from maskops_api.services import jobs as service
+from maskops_core.actions import JobAction
+from maskops_core.db.models import TERMINAL_STATUSES, Job, JobMetric, JobStatus
 
 router = APIRouter(
     prefix="/jobs",

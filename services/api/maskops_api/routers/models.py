@@ -7,17 +7,25 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from sqlalchemy import select
 
-from maskops_api.db.models import PublishedModel
-from maskops_api.deps import ReadAccess, SessionDep, SettingsDep, WriteAccess
+from maskops_api.deps import (
+    DispatcherDep,
+    FactoryDep,
+    IdempotencyKeyDep,
+    ReadAccess,
+    SessionDep,
+    SettingsDep,
+    WriteAccess,
+)
+from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES, NotFound
-from maskops_api.schemas import ModelOut, PublishedModelOut, PublishRequest
+from maskops_api.schemas import MODEL_NAME_PATTERN, JobOut, ModelOut, PublishRequest
 from maskops_api.services import models as service
+from maskops_api.services.jobs import job_out
+from maskops_core.db.models import PublishedModel
 
 router = APIRouter(prefix="/models", tags=["models"], responses=ERROR_RESPONSES)
 
-ModelName = Annotated[
-    str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Triton model name")
-]
+ModelName = Annotated[str, Path(pattern=MODEL_NAME_PATTERN, description="Triton model name")]
 
 
 @router.get("", response_model=list[ModelOut], dependencies=[ReadAccess])
@@ -39,17 +47,24 @@ def get_model(name: ModelName, session: SessionDep) -> list[ModelOut]:
     return [ModelOut.model_validate(r) for r in rows]
 
 
-@router.post(
-    "/{name}/publish",
-    status_code=201,
-    response_model=PublishedModelOut,
-    dependencies=[WriteAccess],
-)
+@router.post("/{name}/publish", status_code=202, response_model=JobOut, dependencies=[WriteAccess])
 def publish(
-    name: ModelName, body: PublishRequest, session: SessionDep, settings: SettingsDep
-) -> PublishedModelOut:
-    """Add a succeeded export job's ONNX as the next version of ``name`` and serve it."""
-    return service.publish_model(session, settings, name, body.job_id)
+    name: ModelName,
+    body: PublishRequest,
+    session: SessionDep,
+    settings: SettingsDep,
+    factory: FactoryDep,
+    dispatcher: DispatcherDep,
+    idempotency_key: IdempotencyKeyDep = None,
+) -> JobOut:
+    """Queue a publish job: a succeeded export job's graph becomes the next version of
+    ``name`` and Triton serves it. 202 with the job; the version shows here once served."""
+    job, created = service.publish_model(
+        session, settings, name, body.job_id, idempotency_key=idempotency_key
+    )
+    if created:
+        dispatch_job(factory, dispatcher, job)
+    return job_out(job)
 
 
 @router.post("/{name}/unpublish", response_model=list[ModelOut], dependencies=[WriteAccess])

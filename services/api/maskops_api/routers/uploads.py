@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from maskops_api.errors import Invalid, TooLarge
 from maskops_api.schemas import DatasetCreate
 from maskops_api.services.uploads import UnsafeArchive, extract_archive
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 
 
 async def receive(archive: UploadFile, settings: Settings) -> Path:

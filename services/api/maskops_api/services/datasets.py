@@ -6,12 +6,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from maskops_api.db.models import Dataset, Job, JobAction, JobStatus
 from maskops_api.errors import Invalid, NotFound
 from maskops_api.schemas import DatasetCreate, DatasetOut, DatasetSplit
 from maskops_api.services import idempotency
-from maskops_api.services.jobs import queue_for
-from maskops_api.settings import Settings
+from maskops_core.actions import JobAction
+from maskops_core.db.models import Dataset, Job, JobStatus
+from maskops_core.settings import Settings
 
 ENDPOINT = "POST /datasets"
 
@@ -74,7 +74,7 @@ def register_dataset(
         status=JobStatus.queued,
         dataset_id=dataset.id,
         options={},
-        queue=queue_for(JobAction.dataset_convert, settings),
+        queue=JobAction.dataset_convert.queue(settings),
     )
     session.add(job)
     session.flush()

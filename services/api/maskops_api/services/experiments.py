@@ -6,11 +6,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from maskops.spec.models import ExperimentSpec
-from maskops_api.db.models import Dataset, Experiment, ExperimentVersion, utcnow
 from maskops_api.errors import NotFound
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate
 from maskops_api.services import idempotency
 from maskops_api.specs import spec_from_json, spec_from_text
+from maskops_core.db.models import Dataset, Experiment, ExperimentVersion, utcnow
 
 
 def _parse(spec: dict[str, object] | None, spec_text: str | None) -> ExperimentSpec:

@@ -15,8 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from maskops_api.db.models import IdempotencyKey
 from maskops_api.errors import Conflict
+from maskops_core.db.models import IdempotencyKey
 
 
 def request_hash(body: Any) -> str:

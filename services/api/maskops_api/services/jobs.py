@@ -2,40 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.db.models import (
+from maskops_api.errors import Conflict, Invalid, NotFound
+from maskops_api.schemas import MODEL_NAME_PATTERN, JobCreate, JobOut, Progress
+from maskops_api.services import idempotency
+from maskops_core.actions import JobAction
+from maskops_core.db.models import (
     TERMINAL_STATUSES,
     Dataset,
     Experiment,
     ExperimentVersion,
     Job,
-    JobAction,
     JobStatus,
     utcnow,
 )
-from maskops_api.db.session import rowcount
-from maskops_api.errors import Conflict, Invalid, NotFound
-from maskops_api.schemas import JobCreate, JobOut, Progress
-from maskops_api.services import idempotency
-from maskops_api.settings import Settings
-
-MODEL_PARENTS: dict[str, frozenset[str]] = {
-    JobAction.evaluate: frozenset({JobAction.train, JobAction.prune}),
-    JobAction.inference: frozenset({JobAction.train, JobAction.prune}),
-    JobAction.export: frozenset({JobAction.train, JobAction.prune}),
-    JobAction.prune: frozenset({JobAction.train, JobAction.prune}),
-}
-"""Which jobs' outputs a follow-up job may take its model from."""
+from maskops_core.db.session import rowcount
+from maskops_core.settings import Settings
 
 ENDPOINT = "POST /jobs"
-
-
-def queue_for(action: str, settings: Settings) -> str:
-    return settings.cpu_queue if action == JobAction.dataset_convert else settings.gpu_queue
 
 
 def create_job(
@@ -61,50 +50,14 @@ def create_job(
 
 
 def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job:
-    action = body.action
-    experiment = version = None
-    parent = None
-    if body.parent_job_id is not None:
-        parent = session.get(Job, body.parent_job_id)
-        if parent is None:
-            raise NotFound(f"parent job {body.parent_job_id} not found")
-    if action in MODEL_PARENTS:
-        if parent is None:
-            raise Invalid(f"{action} needs parent_job_id (the train or prune job to use)")
-        if parent.action not in MODEL_PARENTS[action]:
-            raise Invalid(f"{action} cannot use a {parent.action} job's output (job {parent.id})")
-        if parent.status != JobStatus.succeeded and not (
-            action == JobAction.evaluate and parent.status == JobStatus.cancelled
-        ):
-            raise Conflict(f"parent job {parent.id} is {parent.status}, not succeeded")
-    experiment_id = body.experiment_id
-    if experiment_id is None and parent is not None:
-        experiment_id = parent.experiment_id
-    if experiment_id is not None:
-        experiment = session.get(Experiment, experiment_id)
-        if experiment is None:
-            raise NotFound(f"experiment {experiment_id} not found")
-        wanted = body.experiment_version or experiment.latest_version
-        if body.experiment_version is None and body.experiment_id is None and parent is not None:
-            wanted = parent.experiment_version or wanted
-        version = find_version(session, experiment.id, wanted)
-        if version is None:
-            raise NotFound(f"experiment {experiment.id} has no version {wanted}")
-    elif action in (JobAction.train, JobAction.evaluate, JobAction.inference, JobAction.export):
-        raise Invalid(f"{action} needs experiment_id")
+    action = JobAction(body.action)
+    parent = _parent(session, action, body.parent_job_id)
+    experiment, version = _experiment_version(session, action, body, parent)
     dataset_id = body.dataset_id
     if dataset_id is None and experiment is not None:
         dataset_id = experiment.dataset_id
-    if dataset_id is not None:
-        dataset = session.get(Dataset, dataset_id)
-        if dataset is None:
-            raise NotFound(f"dataset {dataset_id} not found")
-        if action == JobAction.train and dataset.shards_dir is None:
-            raise Conflict(
-                f"dataset {dataset.id} is not converted yet (job {dataset.convert_job_id})"
-            )
-    elif action == JobAction.dataset_convert:
-        raise Invalid("dataset_convert needs dataset_id")
+    _check_dataset(session, action, dataset_id)
+    _check_options(action, body.options)
     return Job(
         action=action,
         status=JobStatus.queued,
@@ -113,8 +66,73 @@ def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job
         dataset_id=dataset_id,
         parent_job_id=parent.id if parent else None,
         options=body.options,
-        queue=queue_for(action, settings),
+        queue=action.queue(settings),
     )
+
+
+def _parent(session: Session, action: JobAction, parent_job_id: int | None) -> Job | None:
+    """The job whose output ``action`` takes, checked against the catalogue's parents."""
+    parent = None
+    if parent_job_id is not None:
+        parent = session.get(Job, parent_job_id)
+        if parent is None:
+            raise NotFound(f"parent job {parent_job_id} not found")
+    allowed = action.spec.parents
+    if not allowed:
+        return parent
+    if parent is None:
+        raise Invalid(f"{action} needs parent_job_id (a {' or '.join(sorted(allowed))} job)")
+    if parent.action not in allowed:
+        raise Invalid(f"{action} cannot use a {parent.action} job's output (job {parent.id})")
+    if parent.status != JobStatus.succeeded and not (
+        action == JobAction.evaluate and parent.status == JobStatus.cancelled
+    ):
+        raise Conflict(f"parent job {parent.id} is {parent.status}, not succeeded")
+    return parent
+
+
+def _experiment_version(
+    session: Session, action: JobAction, body: JobCreate, parent: Job | None
+) -> tuple[Experiment | None, ExperimentVersion | None]:
+    """The experiment version the job runs: the body's, else its parent's."""
+    experiment_id = body.experiment_id
+    if experiment_id is None and parent is not None:
+        experiment_id = parent.experiment_id
+    if experiment_id is None:
+        if action.spec.needs_experiment:
+            raise Invalid(f"{action} needs experiment_id")
+        return None, None
+    experiment = session.get(Experiment, experiment_id)
+    if experiment is None:
+        raise NotFound(f"experiment {experiment_id} not found")
+    wanted = body.experiment_version or experiment.latest_version
+    if body.experiment_version is None and body.experiment_id is None and parent is not None:
+        wanted = parent.experiment_version or wanted
+    version = find_version(session, experiment.id, wanted)
+    if version is None:
+        raise NotFound(f"experiment {experiment.id} has no version {wanted}")
+    return experiment, version
+
+
+def _check_dataset(session: Session, action: JobAction, dataset_id: int | None) -> None:
+    if dataset_id is None:
+        if action.spec.needs_dataset:
+            raise Invalid(f"{action} needs dataset_id")
+        return
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        raise NotFound(f"dataset {dataset_id} not found")
+    if action.spec.needs_converted_dataset and dataset.shards_dir is None:
+        raise Conflict(f"dataset {dataset.id} is not converted yet (job {dataset.convert_job_id})")
+
+
+def _check_options(action: JobAction, options: dict[str, object]) -> None:
+    if action == JobAction.publish:
+        name = options.get("name")
+        if set(options) != {"name"} or not isinstance(name, str):
+            raise Invalid('publish takes exactly options {"name": <model name>}')
+        if not re.fullmatch(MODEL_NAME_PATTERN, name):
+            raise Invalid(f"model name {name!r} must match {MODEL_NAME_PATTERN}")
 
 
 def find_version(session: Session, experiment_id: int, version: int) -> ExperimentVersion | None:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from maskops_api.db.models import ApiToken, TokenScope, utcnow
+from maskops_core.db.models import ApiToken, TokenScope, utcnow
 
 SCOPE_RANK = {TokenScope.read: 0, TokenScope.write: 1, TokenScope.admin: 2}
 PREFIX = "mko_"

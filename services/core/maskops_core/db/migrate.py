@@ -9,8 +9,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
 
-from maskops_api.db.session import make_engine
-from maskops_api.settings import Settings
+from maskops_core.db.session import make_engine
+from maskops_core.settings import Settings
 
 
 def migrations_dir() -> Path:

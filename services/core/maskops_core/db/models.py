@@ -55,15 +55,6 @@ class JobStatus(enum.StrEnum):
 TERMINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
 
 
-class JobAction(enum.StrEnum):
-    dataset_convert = "dataset_convert"
-    train = "train"
-    evaluate = "evaluate"
-    prune = "prune"
-    inference = "inference"
-    export = "export"
-
-
 class TokenScope(enum.StrEnum):
     read = "read"
     write = "write"

@@ -9,7 +9,7 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, Engine, Result, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.settings import Settings
+from maskops_core.settings import Settings
 
 
 def make_engine(settings: Settings) -> Engine:

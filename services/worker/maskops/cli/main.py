@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from maskops.cli.common import EXIT_FAILURE, CLIError, warn_if_key_given
 
@@ -25,9 +26,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "prune",
     "export",
     "publish",
-    "serve",
-    "token",
 )
+
+PLUGIN_GROUP = "maskops.commands"
+"""Entry points adding subcommands from other installed packages (the control plane's
+``serve`` and ``token``): each names a module with the same ``register(subparsers)``."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"maskops.cli.{name}").register(subparsers)
+    for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        entry.load().register(subparsers)
     return parser
 
 

@@ -1,0 +1,97 @@
+"""The action catalogue: every kind of job, with what the control plane needs to know of it.
+
+Each :class:`JobAction` member is one entry: its queue, the actions whose output it may
+take as its parent, what it needs (an experiment, a dataset), the Celery task name that
+runs it and the resources it uses. The API validates and routes jobs from here, the worker
+registers one task per entry and routes by the same queue: adding an action is one entry
+here plus its function in the worker.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Literal, Self
+
+from maskops_core.settings import Settings
+
+QueueKind = Literal["gpu", "cpu"]
+"""``gpu``: one job per GPU worker (training owns its device); ``cpu``: the rest."""
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """What the control plane knows of one action."""
+
+    queue: QueueKind
+    parents: frozenset[str] = frozenset()
+    """Actions whose succeeded output this one may take (empty: it takes no parent)."""
+    needs_experiment: bool = False
+    needs_dataset: bool = False
+    needs_converted_dataset: bool = False
+    resources: frozenset[str] = frozenset()
+    """What a worker must have: ``gpu`` (a device, CPU fallback), ``model_repository``
+    (the Triton model repository mounted)."""
+
+
+_MODEL_MAKERS = frozenset({"train", "prune"})
+_GPU = frozenset({"gpu"})
+
+
+class JobAction(enum.StrEnum):
+    """What a job does."""
+
+    # Each member carries its ActionSpec (queue, parents, needs, resources).
+    spec: ActionSpec
+
+    def __new__(cls, value: str, spec: ActionSpec) -> Self:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.spec = spec
+        return member
+
+    dataset_convert = "dataset_convert", ActionSpec(queue="cpu", needs_dataset=True)
+    train = (
+        "train",
+        ActionSpec(
+            queue="gpu", needs_experiment=True, needs_converted_dataset=True, resources=_GPU
+        ),
+    )
+    evaluate = (
+        "evaluate",
+        ActionSpec(queue="gpu", parents=_MODEL_MAKERS, needs_experiment=True, resources=_GPU),
+    )
+    prune = "prune", ActionSpec(queue="gpu", parents=_MODEL_MAKERS, resources=_GPU)
+    inference = (
+        "inference",
+        ActionSpec(queue="gpu", parents=_MODEL_MAKERS, needs_experiment=True, resources=_GPU),
+    )
+    export = (
+        "export",
+        ActionSpec(queue="gpu", parents=_MODEL_MAKERS, needs_experiment=True, resources=_GPU),
+    )
+    publish = (
+        "publish",
+        ActionSpec(
+            queue="cpu", parents=frozenset({"export"}), resources=frozenset({"model_repository"})
+        ),
+    )
+
+    @property
+    def task_name(self) -> str:
+        """The Celery task that runs this action (the API sends by this name only)."""
+        return f"maskops.{self.value}"
+
+    def queue(self, settings: Settings) -> str:
+        """The broker queue this action's jobs go to."""
+        return settings.gpu_queue if self.spec.queue == "gpu" else settings.cpu_queue
+
+
+def queue_for(action: str, settings: Settings) -> str:
+    """The queue of ``action`` (a :class:`JobAction` value; ValueError for anything else)."""
+    return JobAction(action).queue(settings)
+
+
+def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
+    """Celery's ``task_routes`` for every action: producers and consumers route alike."""
+    return {action.task_name: {"queue": action.queue(settings)} for action in JobAction}

@@ -1,0 +1,95 @@
+"""The contract between the runner and the actions: what an action gets
+(:class:`JobContext`), its signature (:data:`Action`) and the errors it may raise.
+
+The runner, the actions and the training hook all import this module and not each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from maskops_core import jobs as state
+from maskops_core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class JobCancelled(Exception):
+    """Raised by an action that stopped for a cancel request; ``result`` is what it kept."""
+
+    def __init__(self, result: dict[str, Any] | None = None) -> None:
+        super().__init__("cancelled")
+        self.result = result or {}
+
+
+class JobInputError(Exception):
+    """The job cannot run with what it was given; the message is shown to the user."""
+
+
+@dataclass
+class JobContext:
+    """What an action gets: its job, a working directory, and ways to report back."""
+
+    job: state.JobSnapshot
+    settings: Settings
+    work_dir: Path
+    log_file: Path
+    factory: sessionmaker[Session]
+    owner: str
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    """Set when the job should stop at the next step (cancel requested, or lease lost)."""
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.stop_event.is_set()
+
+    def report(
+        self, step: int, total: int | None = None, metrics: dict[str, float] | None = None
+    ) -> None:
+        """Record progress; never raises for a database hiccup (the heartbeat carries on)."""
+        try:
+            kept = state.report_progress(
+                self.factory,
+                self.job.id,
+                owner=self.owner,
+                step=step,
+                total=total,
+                metrics=metrics,
+            )
+        except SQLAlchemyError as exc:
+            log.warning("job %s: progress report failed: %s", self.job.id, exc)
+            return
+        if not kept:
+            self.lease_lost.set()
+            self.stop_event.set()
+
+    def data_path(self, relative: str) -> Path:
+        return self.settings.data_root / relative
+
+    def input_path(self, relative: str, what: str) -> Path:
+        """``relative`` under the data root, which must exist here.
+
+        A missing input is usually a data root that is not shared: the file was written by
+        the API or a worker on another host. The error says so, naming the path as stored.
+        """
+        path = self.data_path(relative)
+        if not relative or not path.exists():
+            raise JobInputError(
+                f"{what} {relative!r} is not in the data root on worker {socket.gethostname()}:"
+                " it was written on another host, or deleted. The API and every worker must"
+                " mount the same data root (MASKOPS_DATA_ROOT) on shared storage."
+            )
+        return path
+
+
+Action = Callable[[JobContext], dict[str, Any]]
