@@ -31,6 +31,8 @@ TOTAL_LOSS = "Total loss"
 L2_LOSS = "L2 loss"
 LEARNING_RATE = "learning rate"
 SAMPLES_PER_SEC = "samples/sec"
+GRADIENT_NORM = "gradient norm"
+"""The global gradient norm before clipping; logged when global_gradient_clip_ratio is set."""
 
 EvalFn = Callable[[nn.Module, int], dict[str, float]]
 """``(model in eval or train mode as the function sets it, step) -> metrics``."""
@@ -97,6 +99,8 @@ class TrainingMetricsHook(HookBase):
         metrics[L2_LOSS] = l2
         metrics[TOTAL_LOSS] = sum(metrics.values())
         metrics[LEARNING_RATE] = trainer.lr
+        if trainer.last_grad_norm is not None:
+            metrics[GRADIENT_NORM] = float(trainer.last_grad_norm)
         now = time.perf_counter()
         elapsed = now - self._last_time
         samples = trainer.samples_seen - self._last_samples
@@ -106,7 +110,8 @@ class TrainingMetricsHook(HookBase):
 
 
 class CheckpointHook(HookBase):
-    """Saves every ``period`` steps, at the end, and when stopped; never after a failure."""
+    """Saves every ``period`` steps (0 = only at the end), at the end, and when stopped;
+    never after a failure."""
 
     def __init__(self, period: int, save: Callable[[int], Path]) -> None:
         self.period = period
@@ -284,13 +289,15 @@ class StatusHook(HookBase):
     """Maintains ``status.json`` for the worker: state, step, total, ETA, latest metrics.
 
     States: ``running``, ``succeeded``, ``stopped`` (early stop), ``cancelled``,
-    ``failed`` (with ``error``). Rewritten atomically, at most every ``min_interval_s``
-    while running and always at the start and end.
+    ``failed`` (with ``error``). Rewritten atomically, always at the start and end; while
+    running every ``every_steps`` steps (TAO's report_frequency) or, when that is 0, at
+    most every ``min_interval_s``.
     """
 
-    def __init__(self, path: Path, *, min_interval_s: float = 1.0) -> None:
+    def __init__(self, path: Path, *, min_interval_s: float = 1.0, every_steps: int = 0) -> None:
         self.path = path
         self.min_interval_s = min_interval_s
+        self.every_steps = every_steps
         self._last_write = 0.0
         self._start_step = 0
         self._start_time = 0.0
@@ -321,7 +328,11 @@ class StatusHook(HookBase):
         self._write("running")
 
     def after_step(self) -> None:
-        if time.perf_counter() - self._last_write >= self.min_interval_s:
+        if self.every_steps > 0:
+            due = self.trainer.iter % self.every_steps == 0
+        else:
+            due = time.perf_counter() - self._last_write >= self.min_interval_s
+        if due:
             self._write("running")
 
     def after_train(self) -> None:

@@ -59,6 +59,7 @@ from maskops.engine.optim import (
 )
 from maskops.engine.schedule import LRSchedule
 from maskops.engine.state import seed_everything
+from maskops.engine.trackers import check_trackers, tracker_writers
 from maskops.engine.trainer import AmpSettings, Batch, HookBase, Trainer
 from maskops.engine.validation import validation_loss
 from maskops.spec.models import ExperimentSpec
@@ -71,7 +72,8 @@ EVENTS_DIR = "events"
 SUMMARY_IMAGES = 4
 """Validation images drawn into TensorBoard with ``visualize_images_summary``."""
 LOG_PERIOD = 10
-"""Steps between metric logs (and the device synchronisation they cost)."""
+"""Steps between metric logs (and the device synchronisation they cost) when the spec's
+logging_frequency is 0."""
 
 
 @dataclass(frozen=True)
@@ -362,6 +364,7 @@ def _train_rank_inner(
         l1_weight_decay=l1,
         world_size=world_size,
         rank=info.rank,
+        clip_grad_norm=spec.global_gradient_clip_ratio,
     )
     trainer.last_checkpoint = resume_from
     hooks: list[HookBase] = []
@@ -371,12 +374,15 @@ def _train_rank_inner(
             LogWriter(total_steps),
             JsonlWriter(results_dir / METRICS_FILE),
             tensorboard,
+            *tracker_writers(spec),
         ]
         hooks = [
             TrainingMetricsHook(
                 log_every, l2_params=regularized_parameters(model), l2_weight_decay=l2
             ),
-            CheckpointHook(spec.num_steps_per_eval, checkpointer.save),
+            CheckpointHook(
+                spec.save_checkpoints_steps or spec.num_steps_per_eval, checkpointer.save
+            ),
             EvalHook(
                 spec.num_steps_per_eval, eval_fn or default_eval_fn(spec, info, amp, label_map)
             ),
@@ -393,7 +399,7 @@ def _train_rank_inner(
             )
         hooks += [
             WriterHook(events),
-            StatusHook(results_dir / STATUS_FILE),
+            StatusHook(results_dir / STATUS_FILE, every_steps=spec.report_frequency),
             ProgressHook(),
             *extra_hooks,
         ]
@@ -422,7 +428,7 @@ def run_training(
     log_file: Path | None = None,
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
-    log_every: int = LOG_PERIOD,
+    log_every: int | None = None,
     channels_last: bool = False,
 ) -> TrainResult:
     """Train (or resume training) the spec's model into ``results_dir``.
@@ -431,7 +437,8 @@ def run_training(
     torchrun the environment's rank and world size win. ``extra_hooks`` run on rank 0 only
     in this process (a :class:`~maskops.engine.hooks.CancelHook`, a progress reporter);
     they need not be picklable. ``eval_fn`` replaces the periodic evaluation (COCO
-    metrics when available, else validation loss). ``log_every``: steps between metric logs.
+    metrics when available, else validation loss). ``log_every``: steps between metric logs
+    (None = the spec's logging_frequency, or every 10 steps when that is 0).
     ``channels_last``: NHWC weights and activations (see bench/bench_train.py for whether it
     pays on a given machine).
 
@@ -441,12 +448,15 @@ def run_training(
     """
     if gpus < 1:
         raise TrainingError(f"--gpus must be >= 1, got {gpus}")
+    if log_every is None:
+        log_every = spec.logging_frequency or LOG_PERIOD
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     world_size = gpus if torchrun_env() is None else torchrun_env()[1]  # type: ignore[index]
     if world_size > 1 and not torch.cuda.is_available():
         logger.info("no CUDA device: %d processes train on the CPU with the gloo backend", gpus)
     try:
+        check_trackers(spec)
         result = launch(
             _train_rank,
             world_size=gpus,

@@ -136,11 +136,16 @@ class Trainer:
     l1_weight_decay: float = 0.0
     world_size: int = 1
     rank: int = 0
+    clip_grad_norm: float = 0.0
+    """TAO's global_gradient_clip_ratio: the most the global L2 norm of all gradients may be
+    at an update (after accumulation and DDP averaging, before momentum); 0 = no clipping."""
 
     iter: int = field(init=False)
     lr: float = field(init=False, default=0.0)
     last_losses: dict[str, torch.Tensor] = field(init=False, default_factory=dict)
     """The last step's losses (TAO names, detached, averaged over micro-batches)."""
+    last_grad_norm: torch.Tensor | None = field(init=False, default=None)
+    """The last step's global gradient norm before clipping (0-dim); only when clipping."""
     latest_metrics: dict[str, float] = field(init=False, default_factory=dict)
     """Every metric published so far, latest value each (training and validation)."""
     samples_seen: int = field(init=False, default=0)
@@ -253,6 +258,8 @@ class Trainer:
                 detached = value.detach() / accumulate
                 sums[key] = sums[key] + detached if key in sums else detached
             self.samples_seen += len(images) * self.world_size
+        if self.clip_grad_norm > 0:
+            self._clip_gradients()
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -261,3 +268,16 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.last_losses = sums
         self.iter += 1
+
+    def _clip_gradients(self) -> None:
+        if self.scaler is not None:
+            # Clip the true gradients, not the loss-scaled ones; step() will not unscale twice.
+            self.scaler.unscale_(self.optimizer)
+        params = [
+            p
+            for group in self.optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None
+        ]
+        # Kept as a tensor: converting it to a float would synchronise with the device.
+        self.last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm).detach()

@@ -1,6 +1,8 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -107,8 +109,56 @@ class MaskRCNNConfig(_message.Message):
     mrcnn_weight_loss_mask: float
     def __init__(self, arch: _Optional[str] = ..., nlayers: _Optional[int] = ..., freeze_bn: bool = ..., freeze_blocks: _Optional[str] = ..., gt_mask_size: _Optional[int] = ..., rpn_positive_overlap: _Optional[float] = ..., rpn_negative_overlap: _Optional[float] = ..., rpn_batch_size_per_im: _Optional[int] = ..., rpn_fg_fraction: _Optional[float] = ..., rpn_min_size: _Optional[float] = ..., batch_size_per_im: _Optional[int] = ..., fg_fraction: _Optional[float] = ..., fg_thresh: _Optional[float] = ..., bg_thresh_hi: _Optional[float] = ..., bg_thresh_lo: _Optional[float] = ..., fast_rcnn_mlp_head_dim: _Optional[int] = ..., bbox_reg_weights: _Optional[str] = ..., include_mask: bool = ..., mrcnn_resolution: _Optional[int] = ..., train_rpn_pre_nms_topn: _Optional[int] = ..., train_rpn_post_nms_topn: _Optional[int] = ..., train_rpn_nms_threshold: _Optional[float] = ..., test_detections_per_image: _Optional[int] = ..., test_nms: _Optional[float] = ..., test_rpn_pre_nms_topn: _Optional[int] = ..., test_rpn_post_nms_topn: _Optional[int] = ..., test_rpn_nms_thresh: _Optional[float] = ..., min_level: _Optional[int] = ..., max_level: _Optional[int] = ..., num_scales: _Optional[int] = ..., aspect_ratios: _Optional[str] = ..., anchor_scale: _Optional[float] = ..., rpn_box_loss_weight: _Optional[float] = ..., fast_rcnn_box_loss_weight: _Optional[float] = ..., mrcnn_weight_loss_mask: _Optional[float] = ...) -> None: ...
 
+class WandBConfig(_message.Message):
+    __slots__ = ("enabled", "key", "project", "entity", "reinit", "name", "tags", "wandb_dir", "notes", "mode")
+    class MODE(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ONLINE: _ClassVar[WandBConfig.MODE]
+        OFFLINE: _ClassVar[WandBConfig.MODE]
+        DISABLED: _ClassVar[WandBConfig.MODE]
+    ONLINE: WandBConfig.MODE
+    OFFLINE: WandBConfig.MODE
+    DISABLED: WandBConfig.MODE
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    REINIT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    WANDB_DIR_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    key: str
+    project: str
+    entity: str
+    reinit: bool
+    name: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    wandb_dir: str
+    notes: str
+    mode: WandBConfig.MODE
+    def __init__(self, enabled: bool = ..., key: _Optional[str] = ..., project: _Optional[str] = ..., entity: _Optional[str] = ..., reinit: bool = ..., name: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., wandb_dir: _Optional[str] = ..., notes: _Optional[str] = ..., mode: _Optional[_Union[WandBConfig.MODE, str]] = ...) -> None: ...
+
+class ClearMLConfig(_message.Message):
+    __slots__ = ("project", "task", "tags", "reuse_last_task_id", "continue_last_task", "deferred_init")
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    REUSE_LAST_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_LAST_TASK_FIELD_NUMBER: _ClassVar[int]
+    DEFERRED_INIT_FIELD_NUMBER: _ClassVar[int]
+    project: str
+    task: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    reuse_last_task_id: bool
+    continue_last_task: bool
+    deferred_init: bool
+    def __init__(self, project: _Optional[str] = ..., task: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., reuse_last_task_id: bool = ..., continue_last_task: bool = ..., deferred_init: bool = ...) -> None: ...
+
 class Experiment(_message.Message):
-    __slots__ = ("seed", "use_amp", "warmup_steps", "warmup_learning_rate", "init_learning_rate", "learning_rate_steps", "learning_rate_decay_levels", "total_steps", "num_epochs", "num_examples_per_epoch", "train_batch_size", "eval_batch_size", "num_steps_per_eval", "momentum", "l1_weight_decay", "l2_weight_decay", "checkpoint", "skip_checkpoint_variables", "pruned_model_path", "visualize_images_summary", "data_config", "maskrcnn_config", "keep_checkpoints", "accumulate_grad_steps", "target_box_ap", "target_mask_ap", "l1_weight_decay_layers")
+    __slots__ = ("seed", "use_amp", "warmup_steps", "warmup_learning_rate", "init_learning_rate", "learning_rate_steps", "learning_rate_decay_levels", "total_steps", "num_epochs", "num_examples_per_epoch", "train_batch_size", "eval_batch_size", "num_steps_per_eval", "momentum", "l1_weight_decay", "l2_weight_decay", "checkpoint", "skip_checkpoint_variables", "pruned_model_path", "visualize_images_summary", "save_checkpoints_steps", "global_gradient_clip_ratio", "report_frequency", "logging_frequency", "data_config", "maskrcnn_config", "wandb_config", "clearml_config", "keep_checkpoints", "accumulate_grad_steps", "target_box_ap", "target_mask_ap", "l1_weight_decay_layers")
     SEED_FIELD_NUMBER: _ClassVar[int]
     USE_AMP_FIELD_NUMBER: _ClassVar[int]
     WARMUP_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -129,8 +179,14 @@ class Experiment(_message.Message):
     SKIP_CHECKPOINT_VARIABLES_FIELD_NUMBER: _ClassVar[int]
     PRUNED_MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
     VISUALIZE_IMAGES_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SAVE_CHECKPOINTS_STEPS_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_GRADIENT_CLIP_RATIO_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    LOGGING_FREQUENCY_FIELD_NUMBER: _ClassVar[int]
     DATA_CONFIG_FIELD_NUMBER: _ClassVar[int]
     MASKRCNN_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    WANDB_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    CLEARML_CONFIG_FIELD_NUMBER: _ClassVar[int]
     KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     ACCUMULATE_GRAD_STEPS_FIELD_NUMBER: _ClassVar[int]
     TARGET_BOX_AP_FIELD_NUMBER: _ClassVar[int]
@@ -156,11 +212,17 @@ class Experiment(_message.Message):
     skip_checkpoint_variables: str
     pruned_model_path: str
     visualize_images_summary: bool
+    save_checkpoints_steps: int
+    global_gradient_clip_ratio: float
+    report_frequency: int
+    logging_frequency: int
     data_config: DataConfig
     maskrcnn_config: MaskRCNNConfig
+    wandb_config: WandBConfig
+    clearml_config: ClearMLConfig
     keep_checkpoints: int
     accumulate_grad_steps: int
     target_box_ap: float
     target_mask_ap: float
     l1_weight_decay_layers: str
-    def __init__(self, seed: _Optional[int] = ..., use_amp: bool = ..., warmup_steps: _Optional[int] = ..., warmup_learning_rate: _Optional[float] = ..., init_learning_rate: _Optional[float] = ..., learning_rate_steps: _Optional[str] = ..., learning_rate_decay_levels: _Optional[str] = ..., total_steps: _Optional[int] = ..., num_epochs: _Optional[int] = ..., num_examples_per_epoch: _Optional[int] = ..., train_batch_size: _Optional[int] = ..., eval_batch_size: _Optional[int] = ..., num_steps_per_eval: _Optional[int] = ..., momentum: _Optional[float] = ..., l1_weight_decay: _Optional[float] = ..., l2_weight_decay: _Optional[float] = ..., checkpoint: _Optional[str] = ..., skip_checkpoint_variables: _Optional[str] = ..., pruned_model_path: _Optional[str] = ..., visualize_images_summary: bool = ..., data_config: _Optional[_Union[DataConfig, _Mapping]] = ..., maskrcnn_config: _Optional[_Union[MaskRCNNConfig, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., accumulate_grad_steps: _Optional[int] = ..., target_box_ap: _Optional[float] = ..., target_mask_ap: _Optional[float] = ..., l1_weight_decay_layers: _Optional[str] = ...) -> None: ...
+    def __init__(self, seed: _Optional[int] = ..., use_amp: bool = ..., warmup_steps: _Optional[int] = ..., warmup_learning_rate: _Optional[float] = ..., init_learning_rate: _Optional[float] = ..., learning_rate_steps: _Optional[str] = ..., learning_rate_decay_levels: _Optional[str] = ..., total_steps: _Optional[int] = ..., num_epochs: _Optional[int] = ..., num_examples_per_epoch: _Optional[int] = ..., train_batch_size: _Optional[int] = ..., eval_batch_size: _Optional[int] = ..., num_steps_per_eval: _Optional[int] = ..., momentum: _Optional[float] = ..., l1_weight_decay: _Optional[float] = ..., l2_weight_decay: _Optional[float] = ..., checkpoint: _Optional[str] = ..., skip_checkpoint_variables: _Optional[str] = ..., pruned_model_path: _Optional[str] = ..., visualize_images_summary: bool = ..., save_checkpoints_steps: _Optional[int] = ..., global_gradient_clip_ratio: _Optional[float] = ..., report_frequency: _Optional[int] = ..., logging_frequency: _Optional[int] = ..., data_config: _Optional[_Union[DataConfig, _Mapping]] = ..., maskrcnn_config: _Optional[_Union[MaskRCNNConfig, _Mapping]] = ..., wandb_config: _Optional[_Union[WandBConfig, _Mapping]] = ..., clearml_config: _Optional[_Union[ClearMLConfig, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., accumulate_grad_steps: _Optional[int] = ..., target_box_ap: _Optional[float] = ..., target_mask_ap: _Optional[float] = ..., l1_weight_decay_layers: _Optional[str] = ...) -> None: ...

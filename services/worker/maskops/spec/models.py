@@ -6,7 +6,7 @@ lives here so that text and JSON specs are validated alike. String-valued lists 
 form ("(832, 1344)", "[(1.0, 1.0), (1.4, 0.7)]") are typed values here; the JSON form accepts
 either the typed value or TAO's string.
 
-Defaults are TAO's published sample spec and field table (see ARCHITECTURE.md). Fields
+Defaults are TAO's published sample spec and field table. Fields
 marked "maskops extension" do not exist in TAO; a TAO spec never needs them.
 
 ``total_steps`` and ``num_epochs`` are both kept as written (so text -> model -> text is
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -289,6 +289,39 @@ class MaskRCNNConfig(_SpecModel):
         return self
 
 
+class WandBConfig(_SpecModel):
+    """TAO's ``wandb_config``: log the run to Weights & Biases (needs ``maskops[wandb]``)."""
+
+    enabled: bool = False
+    key: str = ""
+    """API key; "" = the one ``wandb login`` stored (or WANDB_API_KEY)."""
+    project: str = ""
+    entity: str = ""
+    reinit: bool = False
+    name: str = ""
+    tags: list[str] = Field(default_factory=list)
+    wandb_dir: str = ""
+    notes: str = ""
+    mode: Literal["ONLINE", "OFFLINE", "DISABLED"] = "ONLINE"
+
+    @property
+    def active(self) -> bool:
+        """Whether training logs to W&B: enabled and not in DISABLED mode."""
+        return self.enabled and self.mode != "DISABLED"
+
+
+class ClearMLConfig(_SpecModel):
+    """TAO's ``clearml_config``: log the run to ClearML (needs ``maskops[clearml]``). TAO's
+    message has no on/off switch: writing the block turns ClearML on."""
+
+    project: str = ""
+    task: str = ""
+    tags: list[str] = Field(default_factory=list)
+    reuse_last_task_id: bool = False
+    continue_last_task: bool = False
+    deferred_init: bool = False
+
+
 class ExperimentSpec(_SpecModel):
     seed: int = 123
     use_amp: bool = False
@@ -315,6 +348,19 @@ class ExperimentSpec(_SpecModel):
     """Regex over parameter names not to load from ``checkpoint``."""
     pruned_model_path: str = ""
     visualize_images_summary: bool = False
+    save_checkpoints_steps: int = 0
+    """Steps between checkpoints; 0 = every num_steps_per_eval steps. Always at the end."""
+    global_gradient_clip_ratio: float = 0.0
+    """Clip the global L2 norm of the gradients to this value before each update; 0 = off."""
+    logging_frequency: int = 0
+    """Steps between training-metric logs (log, metrics.jsonl, TensorBoard); 0 = 10."""
+    report_frequency: int = 0
+    """Steps between status reports (``status.json``, the job's progress); 0 = at most one
+    a second."""
+    wandb_config: WandBConfig | None = None
+    """None = the spec has no ``wandb_config`` block."""
+    clearml_config: ClearMLConfig | None = None
+    """None = the spec has no ``clearml_config`` block (ClearML off)."""
 
     # maskops extensions (absent from TAO specs).
     keep_checkpoints: int = 5
@@ -334,6 +380,15 @@ class ExperimentSpec(_SpecModel):
     maskrcnn_config: MaskRCNNConfig = Field(default_factory=MaskRCNNConfig)
 
     PATH_FIELDS: ClassVar[tuple[str, ...]] = ("checkpoint", "pruned_model_path")
+    OPTIONAL_TAO_FIELDS: ClassVar[tuple[str, ...]] = (
+        "save_checkpoints_steps",
+        "global_gradient_clip_ratio",
+        "logging_frequency",
+        "report_frequency",
+        "wandb_config",
+        "clearml_config",
+    )
+    """TAO fields that its sample specs leave out; the text form writes them only when set."""
     EXTENSION_FIELDS: ClassVar[tuple[str, ...]] = (
         "keep_checkpoints",
         "accumulate_grad_steps",
@@ -362,6 +417,10 @@ class ExperimentSpec(_SpecModel):
         "num_steps_per_eval",
         "l1_weight_decay",
         "l2_weight_decay",
+        "save_checkpoints_steps",
+        "global_gradient_clip_ratio",
+        "logging_frequency",
+        "report_frequency",
     )(_check_non_negative)
     _unit_interval = field_validator("target_box_ap", "target_mask_ap")(_check_unit_interval)
 

@@ -33,6 +33,8 @@ _BLOCK_OF_TYPE: dict[str, FieldPath] = {
     experiment_pb2.Experiment.DESCRIPTOR.full_name: (),
     experiment_pb2.DataConfig.DESCRIPTOR.full_name: ("data_config",),
     experiment_pb2.MaskRCNNConfig.DESCRIPTOR.full_name: ("maskrcnn_config",),
+    experiment_pb2.WandBConfig.DESCRIPTOR.full_name: ("wandb_config",),
+    experiment_pb2.ClearMLConfig.DESCRIPTOR.full_name: ("clearml_config",),
 }
 
 HEADER = "# maskops experiment spec (TAO mask_rcnn format)\n"
@@ -60,13 +62,14 @@ def spec_to_text(spec: ExperimentSpec) -> str:
     """The spec as TAO-style text; ``parse_spec_text(spec_to_text(s)) == s``.
 
     Every TAO field is written (TAO itself would read unset fields as 0, not as maskops'
-    defaults); maskops extension fields only when they differ from their defaults, so that
-    the text stays readable by TAO whenever no extension is used.
+    defaults) except those its sample specs leave out, which are written when set; maskops
+    extension fields only when they differ from their defaults, so that the text stays
+    readable by TAO whenever no extension is used.
     """
     message = experiment_pb2.Experiment()
     data = spec.model_dump()
     defaults = ExperimentSpec().model_dump()
-    for name in ExperimentSpec.EXTENSION_FIELDS:
+    for name in (*ExperimentSpec.OPTIONAL_TAO_FIELDS, *ExperimentSpec.EXTENSION_FIELDS):
         if data[name] == defaults[name]:
             del data[name]
     _fill(message, data)
@@ -78,18 +81,42 @@ def spec_to_text(spec: ExperimentSpec) -> str:
 
 
 def _message_to_data(message: Message) -> dict[str, Any]:
-    """The fields the text sets (every field tracks presence), nested blocks as dicts."""
+    """The fields the text sets (every scalar tracks presence), nested blocks as dicts,
+    repeated fields as lists, enum values by name."""
     data: dict[str, Any] = {}
     for field, value in message.ListFields():
-        is_message = field.type == FieldDescriptor.TYPE_MESSAGE
-        data[field.name] = _message_to_data(value) if is_message else value
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            data[field.name] = _message_to_data(value)
+        elif field.enum_type is not None:
+            data[field.name] = field.enum_type.values_by_number[value].name
+        elif _is_repeated(field):
+            data[field.name] = list(value)
+        else:
+            data[field.name] = value
     return data
 
 
+def _is_repeated(field: Any) -> bool:
+    # protobuf >= 5 has is_repeated; older releases only the label.
+    if hasattr(field, "is_repeated"):
+        return bool(field.is_repeated)
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
+
+
 def _fill(message: Message, data: Mapping[str, Any]) -> None:
+    fields = message.DESCRIPTOR.fields_by_name
     for name, value in data.items():
+        field = fields[name]
+        if value is None:
+            continue  # an absent optional block
         if isinstance(value, Mapping):
+            # Set the block even when all its fields are defaults: its presence means "on".
+            getattr(message, name).SetInParent()
             _fill(getattr(message, name), value)
+        elif field.enum_type is not None:
+            setattr(message, name, field.enum_type.values_by_name[value].number)
+        elif _is_repeated(field):
+            getattr(message, name).extend(value)
         else:
             setattr(message, name, _text_value(value))
 

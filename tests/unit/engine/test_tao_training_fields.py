@@ -1,0 +1,194 @@
+"""TAO 5.3 training fields: save_checkpoints_steps, global_gradient_clip_ratio,
+logging_frequency, report_frequency, wandb_config and clearml_config."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from maskops.engine import HookBase, TrainingError, run_training
+from maskops.engine.checkpointing import list_checkpoints
+from maskops.engine.hooks import GRADIENT_NORM
+from maskops.engine.trainer import AmpSettings, Batch, Trainer
+from maskops.spec import SpecError, parse_spec_text, spec_to_text
+from maskops.spec.models import ExperimentSpec
+
+SpecFactory = Callable[..., ExperimentSpec]
+
+
+class _StatusSteps(HookBase):
+    """Records the step ``status.json`` shows after each step (it runs after StatusHook)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seen: list[int] = []
+
+    def after_step(self) -> None:
+        self.seen.append(json.loads(self.path.read_text())["step"])
+
+
+def test_checkpoint_logging_and_report_intervals(spec_factory: SpecFactory, tmp_path: Path) -> None:
+    spec = spec_factory(
+        total_steps=4,
+        num_steps_per_eval=0,
+        save_checkpoints_steps=2,
+        logging_frequency=1,
+        report_frequency=3,
+        global_gradient_clip_ratio=0.5,
+    )
+    status = _StatusSteps(tmp_path / "status.json")
+    run_training(spec, tmp_path, eval_fn=lambda model, step: {}, extra_hooks=[status])
+
+    # Checkpoints every 2 steps although num_steps_per_eval (0) asks for none before the end.
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [2, 4]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "Total loss" in r] == [1, 2, 3, 4]
+    # Clipping on: the pre-clip norm is logged, and a fresh model's norm exceeds 0.5.
+    assert all(r[GRADIENT_NORM] > 0.5 for r in records if "Total loss" in r)
+    # status.json is rewritten at step 3 only (start: 0; end: 4 after the loop).
+    assert status.seen == [0, 0, 3, 3]
+    assert json.loads((tmp_path / "status.json").read_text())["step"] == 4
+
+
+def test_default_intervals_are_unchanged(spec_factory: SpecFactory, tmp_path: Path) -> None:
+    # 0 = unset: checkpoints follow num_steps_per_eval, logs every 10 steps (and the last).
+    spec = spec_factory(total_steps=4, num_steps_per_eval=3)
+    run_training(spec, tmp_path, eval_fn=lambda model, step: {})
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [3, 4]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "Total loss" in r] == [4]
+    assert not any(GRADIENT_NORM in r for r in records)
+
+
+class _Quadratic(nn.Module):
+    """``loss = 0.5 * |w - target|^2``: the gradient is ``w - target``, known exactly."""
+
+    def __init__(self, start: torch.Tensor, target: torch.Tensor) -> None:
+        super().__init__()
+        self.w = nn.Parameter(start.clone())
+        self.target = target
+
+    def forward(self, images: Any, targets: Any) -> dict[str, torch.Tensor]:
+        return {"loss": 0.5 * ((self.w - self.target) ** 2).sum()}
+
+
+def _one_step(clip: float) -> tuple[torch.Tensor, float | None]:
+    """The update one SGD step (lr 0.1) makes from w=0 towards target (3, 4): grad norm 5."""
+    model = _Quadratic(torch.zeros(2), torch.tensor([3.0, 4.0]))
+    batches: itertools.repeat[Batch] = itertools.repeat(([torch.zeros(1)], [{}]))
+    trainer = Trainer(
+        model=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        data=batches,
+        schedule=lambda step: 0.1,
+        max_steps=1,
+        device=torch.device("cpu"),
+        amp=AmpSettings(enabled=False, device_type="cpu"),
+        clip_grad_norm=clip,
+    )
+    trainer.train()
+    norm = None if trainer.last_grad_norm is None else float(trainer.last_grad_norm)
+    return model.w.detach(), norm
+
+
+def test_global_gradient_clip_ratio_bounds_the_update_norm() -> None:
+    unclipped, norm = _one_step(0.0)
+    assert norm is None
+    assert torch.allclose(unclipped, torch.tensor([0.3, 0.4]))  # lr * grad
+    clipped, norm = _one_step(1.0)
+    assert norm == pytest.approx(5.0)
+    # Same direction, global norm 1 instead of 5.
+    assert torch.allclose(clipped, torch.tensor([0.06, 0.08]))
+    loose, _ = _one_step(10.0)  # a bound above the norm changes nothing
+    assert torch.allclose(loose, unclipped)
+
+
+TAO_FIELDS = """\
+save_checkpoints_steps: 500
+global_gradient_clip_ratio: 5.0
+logging_frequency: 50
+report_frequency: 25
+wandb_config {
+  enabled: true
+  project: "mrcnn"
+  tags: "a"
+  tags: "b"
+  mode: OFFLINE
+}
+clearml_config {
+  project: "p"
+  task: "t"
+  tags: "x"
+  deferred_init: true
+}
+"""
+
+
+def test_tao_fields_parse_and_round_trip() -> None:
+    spec = parse_spec_text(TAO_FIELDS)
+    assert (spec.save_checkpoints_steps, spec.global_gradient_clip_ratio) == (500, 5.0)
+    assert (spec.logging_frequency, spec.report_frequency) == (50, 25)
+    assert spec.wandb_config is not None and spec.wandb_config.tags == ["a", "b"]
+    assert spec.wandb_config.mode == "OFFLINE" and spec.wandb_config.active
+    assert spec.clearml_config is not None and spec.clearml_config.deferred_init
+    assert parse_spec_text(spec_to_text(spec)) == spec
+    # Unset, they are absent from the text (TAO's samples leave them out), not written as 0.
+    text = spec_to_text(ExperimentSpec())
+    assert "save_checkpoints_steps" not in text and "wandb_config" not in text
+    # An empty clearml_config block still means "on": it survives the round trip.
+    empty = parse_spec_text("clearml_config {\n}\n")
+    assert parse_spec_text(spec_to_text(empty)).clearml_config is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "words"),
+    [
+        ("seed: 1\nsave_checkpoints_steps: -5\n", 2, "save_checkpoints_steps", ">= 0"),
+        ("global_gradient_clip_ratio: -1.0\n", 1, "global_gradient_clip_ratio", ">= 0"),
+        ("logging_frequency: -1\n", 1, "logging_frequency", ">= 0"),
+        ("report_frequency: 2.5\n", 1, "report_frequency", "integer"),
+        ("wandb_config {\n  mode: LOUD\n}\n", 2, "wandb_config.mode", "LOUD"),
+        ("wandb_config {\n  enable: true\n}\n", 2, "wandb_config.enable", "'enabled'"),
+        ("clearml_config {\n  tags: 3\n}\n", 2, "clearml_config.tags", "string"),
+    ],
+)
+def test_bad_values_name_field_and_line(text: str, line: int, field: str, words: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(text, source="spec.txt")
+    assert (info.value.line, info.value.field) == (line, field)
+    assert words in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("block", "module", "extra"),
+    [
+        ({"wandb_config": {"enabled": True}}, "wandb", "maskops[wandb]"),
+        ({"clearml_config": {"project": "p"}}, "clearml", "maskops[clearml]"),
+    ],
+)
+def test_tracker_without_its_library_fails_at_start(
+    spec_factory: SpecFactory, tmp_path: Path, block: dict[str, Any], module: str, extra: str
+) -> None:
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed")
+    with pytest.raises(TrainingError, match=re.escape(f"pip install {extra}")) as info:
+        run_training(spec_factory(**block), tmp_path)
+    assert "\n" not in str(info.value)
+    assert not list_checkpoints(tmp_path)  # failed before training
+
+
+def test_disabled_trackers_need_no_library(spec_factory: SpecFactory, tmp_path: Path) -> None:
+    spec = spec_factory(
+        total_steps=1, wandb_config={"enabled": True, "mode": "DISABLED", "key": "unused"}
+    )
+    result = run_training(spec, tmp_path, eval_fn=lambda model, step: {})
+    assert result.step == 1
