@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from maskops_api.body_limit import BodyLimit
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.docs_ui import install_docs_ui
 from maskops_api.errors import install_handlers
@@ -68,6 +69,7 @@ def create_app(
     install_handlers(app)
     install_docs_ui(app)
     # Added before the metrics middleware, so that it sits inside it and is timed too.
+    app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(JobStatusShortcut, cache=job_cache, settings=settings)
     install_metrics(app, factory, settings, job_cache)
     for module in (health, datasets, experiments, jobs, models, infer):

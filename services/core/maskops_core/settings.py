@@ -50,7 +50,13 @@ class Settings(BaseSettings):
     """A job whose worker was lost this many times fails instead of being requeued (a job
     that always crashes its worker, or always exceeds the hard time limit)."""
     max_upload_bytes: int = 2 * 1024**3
+    """The largest request body of ``POST /datasets/upload`` (refused as it arrives)."""
     max_extracted_bytes: int = 8 * 1024**3
+    max_archive_ratio: int = Field(default=200, ge=1)
+    """An upload may expand to at most this many times its own size (every archive format;
+    counted while extracting)."""
+    max_json_body_bytes: int = Field(default=1024**2, ge=1024)
+    """The largest request body of every other route (JSON bodies; refused as it arrives)."""
     task_soft_time_limit_s: int = 7 * 24 * 3600
     task_time_limit_s: int = 7 * 24 * 3600 + 600
 

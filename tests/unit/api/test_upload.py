@@ -8,11 +8,13 @@ import json
 import tarfile
 import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from maskops_api.main import create_app
+from maskops_api.services.uploads import MAX_RATIO, TooLargeArchive, extract_archive
 from maskops_core.settings import Settings
 from tests.unit.api.conftest import RecordingDispatcher
 
@@ -31,9 +33,11 @@ def _zip(members: dict[str, bytes], *, symlink: str | None = None) -> bytes:
     return buffer.getvalue()
 
 
-def _tar(members: dict[str, bytes], *, symlink: str | None = None) -> bytes:
+def _tar(
+    members: dict[str, bytes], *, symlink: str | None = None, compression: str = "gz"
+) -> bytes:
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+    with tarfile.open(fileobj=buffer, mode=f"w:{compression}") as archive:  # type: ignore[call-overload]
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -87,9 +91,8 @@ def test_upload_registers_the_extracted_dataset(
         (_zip({**LAYOUT, "/abs.txt": b"!"}), "leaves the archive"),
         (_zip(LAYOUT, symlink="images/train/link"), "links are not allowed"),
         (_tar(LAYOUT, symlink="images/link"), "only files and folders"),
-        (_zip({**LAYOUT, "bomb.bin": b"\0" * 400_000}), "compression ratio"),
-        (_tar({**LAYOUT, "big.bin": bytes(range(256)) * 2400}), "size limit"),
         (b"definitely not an archive", "not a zip or tar"),
+        (_tar({**LAYOUT, "r.bin": bytes(range(256)) * 40})[:-300], "corrupt archive"),
     ],
 )
 def test_unsafe_or_bad_archives_are_422_and_cleaned_up(
@@ -102,9 +105,80 @@ def test_unsafe_or_bad_archives_are_422_and_cleaned_up(
     assert not (settings.data_root / "evil.txt").exists()
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_zip({**LAYOUT, "bomb.bin": b"\0" * 400_000}), "compression ratio"),
+        (_tar({**LAYOUT, "big.bin": bytes(range(256)) * 2400}), "size limit"),
+    ],
+)
+def test_archives_expanding_too_far_are_413_and_cleaned_up(
+    small_client: TestClient, settings: Settings, data: bytes, message: str
+) -> None:
+    code, body = _upload(small_client, data)
+    assert code == 413 and message in body["detail"], body
+    assert list((settings.data_root / "uploads").iterdir()) == []
+
+
+@pytest.fixture
+def roomy_client(settings: Settings) -> Iterator[TestClient]:
+    """Room for 64 MiB extracted: only the compression ratio can stop a small bomb."""
+    limited = settings.model_copy(
+        update={"max_upload_bytes": 200_000, "max_extracted_bytes": 64 * 1024**2}
+    )
+    with TestClient(create_app(limited, dispatcher=RecordingDispatcher())) as client:
+        yield client
+
+
+ZEROS = b"\0" * (8 * 1024**2)
+
+
+@pytest.mark.parametrize("compression", ["gz", "bz2", "xz"])
+def test_compressed_tar_bombs_stop_at_the_ratio_and_leave_nothing(
+    roomy_client: TestClient, settings: Settings, compression: str
+) -> None:
+    bomb = _tar({**LAYOUT, "zeros.bin": ZEROS}, compression=compression)
+    assert len(bomb) * MAX_RATIO < len(ZEROS) // 2  # a bomb by the ratio, not by the size
+    code, body = _upload(roomy_client, bomb, name=f"d.tar.{compression}")
+    assert code == 413 and "compression ratio above 200:1" in body["detail"], body
+    assert list((settings.data_root / "uploads").iterdir()) == []
+
+
+def test_extraction_stops_writing_at_the_budget(tmp_path: Path) -> None:
+    archive = tmp_path / "bomb.tar.bz2"
+    archive.write_bytes(_tar({"a.bin": ZEROS, "b.bin": ZEROS}, compression="bz2"))
+    dest = tmp_path / "out"
+    # Stopped inside the first member (not after writing both), and nothing is left.
+    with pytest.raises(TooLargeArchive, match=r"'a\.bin'.*size limit of 3145728"):
+        extract_archive(archive, dest, max_bytes=3 * 1024**2, max_ratio=10**9)
+    assert not dest.exists()
+
+
 def test_oversized_upload_is_413(small_client: TestClient) -> None:
     code, body = _upload(small_client, b"z" * 300_000)
     assert code == 413 and "larger than" in body["detail"]
+
+
+def test_oversized_json_body_is_413_before_parsing(client: TestClient) -> None:
+    big = b'{"name": "' + b"x" * (1024**2 + 10) + b'"}'
+    response = client.post(
+        "/experiments", content=big, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 413, response.text
+    assert "larger than 1048576 bytes" in response.json()["detail"]
+
+
+def test_chunked_body_over_the_limit_is_413(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"name": "'
+        for _ in range(20):
+            yield b"x" * 100_000
+        yield b'"}'
+
+    response = client.post(
+        "/experiments", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 413, response.text
 
 
 def test_missing_train_files_in_archive_is_422(small_client: TestClient) -> None:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from maskops_api.errors import Invalid, TooLarge
 from maskops_api.schemas import DatasetCreate
-from maskops_api.services.uploads import UnsafeArchive, extract_archive
+from maskops_api.services.uploads import TooLargeArchive, UnsafeArchive, extract_archive
 from maskops_core.settings import Settings
 
 
@@ -35,7 +35,10 @@ async def receive(archive: UploadFile, settings: Settings) -> Path:
                 Path(spool.name),
                 folder,
                 max_bytes=settings.max_extracted_bytes,
+                max_ratio=settings.max_archive_ratio,
             )
+        except TooLargeArchive as exc:
+            raise TooLarge(f"archive {archive.filename!r}: {exc}") from None
         except UnsafeArchive as exc:
             raise Invalid(f"archive {archive.filename!r}: {exc}") from None
     return folder

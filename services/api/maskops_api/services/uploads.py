@@ -1,9 +1,13 @@
 """Safe extraction of an uploaded dataset archive (zip or tar, optionally compressed).
 
 Rejected: members with absolute paths or ``..``, links of any kind, devices, more than
-``MAX_MEMBERS`` members, more than ``max_bytes`` extracted in total (counted while writing,
-not trusted from headers), and zip members compressed more than ``MAX_RATIO`` to one (zip
-bombs). Extraction goes to a fresh folder that is removed again on any rejection.
+``MAX_MEMBERS`` members, and archive bombs of every format. The bytes written are counted
+as they are written (never trusted from headers) against one budget: ``max_bytes`` in
+total, and at most ``max_ratio`` times the archive's own size (a few KB of bzip2 can
+expand to gigabytes of zeros), with ``RATIO_FLOOR`` as the least any archive may expand
+to. Zip members whose headers already declare a ratio above ``max_ratio`` are refused
+before reading them. Extraction goes to a fresh folder that is removed again on any
+rejection, so nothing of a refused archive stays on disk.
 """
 
 from __future__ import annotations
@@ -12,16 +16,44 @@ import shutil
 import stat
 import tarfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
 MAX_MEMBERS = 200_000
 MAX_RATIO = 200
+RATIO_FLOOR = 1024 * 1024
+"""Small archives may always expand to this much (a tiny zip of one COCO JSON compresses
+better than ``MAX_RATIO`` without being a bomb)."""
 CHUNK = 1024 * 1024
 
 
 class UnsafeArchive(ValueError):
     """The archive cannot be extracted safely; the message names the member."""
+
+
+class TooLargeArchive(UnsafeArchive):
+    """The archive expands beyond the size or compression-ratio limit (answered 413)."""
+
+
+@dataclass
+class _Budget:
+    """Bytes still allowed to be written, and which limit runs out first."""
+
+    left: int
+    reason: str
+
+    @classmethod
+    def of(cls, archive_size: int, *, max_bytes: int, max_ratio: int) -> _Budget:
+        by_ratio = max(archive_size * max_ratio, RATIO_FLOOR)
+        if by_ratio < max_bytes:
+            return cls(by_ratio, f"compression ratio above {max_ratio}:1")
+        return cls(max_bytes, f"beyond the size limit of {max_bytes} bytes")
+
+    def spend(self, size: int, name: str) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise TooLargeArchive(f"member {name!r}: archive expands {self.reason}")
 
 
 def _safe_name(name: str) -> PurePosixPath:
@@ -36,17 +68,16 @@ def _safe_name(name: str) -> PurePosixPath:
     return path
 
 
-def _copy(source: IO[bytes], target: Path, budget: list[int], name: str) -> None:
+def _copy(source: IO[bytes], target: Path, budget: _Budget, name: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("wb") as out:
         while chunk := source.read(CHUNK):
-            budget[0] -= len(chunk)
-            if budget[0] < 0:
-                raise UnsafeArchive(f"member {name!r}: archive expands beyond the size limit")
+            # Counted before writing: the limit is never overshot on disk.
+            budget.spend(len(chunk), name)
             out.write(chunk)
 
 
-def _extract_zip(archive: zipfile.ZipFile, dest: Path, budget: list[int]) -> None:
+def _extract_zip(archive: zipfile.ZipFile, dest: Path, budget: _Budget, max_ratio: int) -> None:
     members = archive.infolist()
     if len(members) > MAX_MEMBERS:
         raise UnsafeArchive(f"archive has {len(members)} members (limit {MAX_MEMBERS})")
@@ -58,13 +89,13 @@ def _extract_zip(archive: zipfile.ZipFile, dest: Path, budget: list[int]) -> Non
         if info.is_dir():
             (dest / path).mkdir(parents=True, exist_ok=True)
             continue
-        if info.compress_size and info.file_size / info.compress_size > MAX_RATIO:
-            raise UnsafeArchive(f"member {info.filename!r}: compression ratio too high")
+        if info.compress_size and info.file_size / info.compress_size > max_ratio:
+            raise TooLargeArchive(f"member {info.filename!r}: compression ratio too high")
         with archive.open(info) as source:
             _copy(source, dest / path, budget, info.filename)
 
 
-def _extract_tar(archive: tarfile.TarFile, dest: Path, budget: list[int]) -> None:
+def _extract_tar(archive: tarfile.TarFile, dest: Path, budget: _Budget) -> None:
     count = 0
     for member in archive:
         count += 1
@@ -83,22 +114,30 @@ def _extract_tar(archive: tarfile.TarFile, dest: Path, budget: list[int]) -> Non
             _copy(source, dest / path, budget, member.name)
 
 
-def extract_archive(archive_path: Path, dest: Path, *, max_bytes: int) -> None:
+def extract_archive(
+    archive_path: Path, dest: Path, *, max_bytes: int, max_ratio: int = MAX_RATIO
+) -> None:
     """Extract a zip/tar(.gz/.bz2/.xz) into ``dest`` (created; must not exist)."""
+    budget = _Budget.of(archive_path.stat().st_size, max_bytes=max_bytes, max_ratio=max_ratio)
     dest.mkdir(parents=True)
-    budget = [max_bytes]
     try:
         if zipfile.is_zipfile(archive_path):
             with zipfile.ZipFile(archive_path) as archive:
-                _extract_zip(archive, dest, budget)
+                _extract_zip(archive, dest, budget, max_ratio)
         elif tarfile.is_tarfile(archive_path):
             with tarfile.open(archive_path, mode="r:*") as archive:
                 _extract_tar(archive, dest, budget)
         else:
             raise UnsafeArchive("the upload is not a zip or tar archive")
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError) as exc:
         shutil.rmtree(dest, ignore_errors=True)
-        raise UnsafeArchive(f"corrupt archive: {exc}") from None
-    except UnsafeArchive:
+        if isinstance(exc, UnsafeArchive):
+            raise
+        # lzma/zlib errors are ValueError/OSError subclasses; an OSError's text may name a
+        # server path, its strerror does not.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UnsafeArchive(f"corrupt archive: {reason}") from None
+    except BaseException:
+        # Whatever stopped the extraction, nothing of a refused archive stays on disk.
         shutil.rmtree(dest, ignore_errors=True)
         raise
