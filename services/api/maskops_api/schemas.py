@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Generic, Literal, TypeVar
@@ -14,6 +15,8 @@ from maskops_core.db.models import JobStatus
 T = TypeVar("T")
 
 MAX_ID = 2**31 - 1
+MAX_OPTIONS_BYTES = 64 * 1024
+"""A job's options, serialized as JSON."""
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 """Database ids (Postgres ``integer``)."""
 
@@ -209,7 +212,19 @@ class JobCreate(_Body):
         le=MAX_ID,
         description="The job whose model this one uses (evaluate/prune/export).",
     )
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"The action's options; at most {MAX_OPTIONS_BYTES} bytes as JSON.",
+    )
+
+    @field_validator("options")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Stored with the job and returned in every listing: bounded like a column.
+        size = len(json.dumps(value, separators=(",", ":")).encode())
+        if size > MAX_OPTIONS_BYTES:
+            raise ValueError(f"at most {MAX_OPTIONS_BYTES} bytes as JSON ({size} given)")
+        return value
 
 
 class Progress(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
@@ -37,6 +38,9 @@ router = APIRouter(
 )
 
 LOG_FILE = "job.log"
+MAX_LOG_OFFSET = 2**40
+"""The largest ``offset`` accepted (1 TiB, beyond any job's log); an offset past the end
+of the log reads nothing rather than seeking beyond what the filesystem allows."""
 
 
 @router.post("", status_code=202, response_model=JobOut, dependencies=[WriteAccess])
@@ -135,7 +139,7 @@ def job_logs(
     session: SessionDep,
     settings: SettingsDep,
     factory: FactoryDep,
-    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_LOG_OFFSET)] = 0,
     follow: bool = False,
 ) -> Response:
     """The job's log from byte ``offset``; ``follow=true`` streams until the job ends."""
@@ -166,7 +170,9 @@ def _read_from(path: Path, offset: int) -> str:
     if not path.is_file():
         return ""
     with path.open("rb") as f:
-        f.seek(offset)
+        # Bounded by the file's size: some filesystems refuse to seek far past the end
+        # (EINVAL), and past the end there is nothing to read anyway.
+        f.seek(min(offset, os.fstat(f.fileno()).st_size))
         return f.read().decode("utf-8", errors="replace")
 
 
