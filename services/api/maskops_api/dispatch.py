@@ -34,7 +34,11 @@ class CeleryDispatcher:
 
     def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None:
         self.app.send_task(
-            JobAction(action).task_name, args=[job_id], queue=queue, task_id=task_id, retry=False
+            JobAction.named(action).task_name,
+            args=[job_id],
+            queue=queue,
+            task_id=task_id,
+            retry=False,
         )
 
     def close(self) -> None:

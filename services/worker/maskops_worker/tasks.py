@@ -1,5 +1,6 @@
 """Celery tasks: one per action, each taking a job id and wrapping :func:`run_job`.
 
+Queues come from the catalogue through the app's ``task_routes`` (maskops_core.broker).
 Reliability: acks_late + reject_on_worker_lost (a message is acknowledged only once its job
 ended), soft/hard time limits from the settings, and automatic retries for broker/database
 connection errors only; any other failure is recorded on the job by ``run_job``.
@@ -14,11 +15,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.exc import OperationalError as DatabaseOperationalError
 
 from maskops_core.actions import JobAction
-from maskops_core.settings import get_settings
 from maskops_worker.celery_app import app
 from maskops_worker.runner import run_job
-
-_settings = get_settings()
 
 RETRYABLE: tuple[type[BaseException], ...] = (
     BrokerOperationalError,
@@ -35,7 +33,6 @@ def _register(action: JobAction) -> Any:
     task.__qualname__ = action.value
     return app.task(
         name=action.task_name,
-        queue=action.queue(_settings),
         acks_late=True,
         reject_on_worker_lost=True,
         autoretry_for=RETRYABLE,

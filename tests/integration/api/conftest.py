@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,15 +19,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
+from maskops_api.main import create_app
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Base
-from maskops_api.main import create_app
 from maskops_core.settings import Settings
+from tests.support.extras import build_extra_venv, guard_env
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +76,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MASKOPS_DATA_ROOT=str(settings.data_root),
         MASKOPS_HEARTBEAT_INTERVAL_S=str(settings.heartbeat_interval_s),
         MASKOPS_HEARTBEAT_TIMEOUT_S=str(settings.heartbeat_timeout_s),
+        MASKOPS_TRITON_URL=settings.triton_url,
+        MASKOPS_MODEL_REPOSITORY=str(settings.model_repository),
         OMP_NUM_THREADS="1",
     )
     return env
@@ -105,7 +110,8 @@ def client(clean_db: Settings) -> Iterator[TestClient]:
 
 
 class Worker:
-    """A real ``celery worker`` process (its own process group, so SIGKILL takes it all)."""
+    """A real ``celery worker`` process (its own process group, so SIGKILL takes it all)
+    that can import only what the worker image installs (the ``worker`` extra)."""
 
     def __init__(self, settings: Settings, log_dir: Path, name: str) -> None:
         self.settings = settings
@@ -124,7 +130,7 @@ class Worker:
         self.process = subprocess.Popen(
             command,
             cwd=REPO,
-            env=settings_env(self.settings),
+            env=guard_env("worker", settings_env(self.settings)),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -149,11 +155,12 @@ class Worker:
 
 
 @pytest.fixture
-def workers(clean_db: Settings, tmp_path: Path) -> Iterator[Callable[[str], Worker]]:
+def workers(clean_db: Settings, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """``start(name, settings=clean_db)`` starts a worker; all are stopped afterwards."""
     started: list[Worker] = []
 
-    def start(name: str = "w1") -> Worker:
-        worker = Worker(clean_db, tmp_path, name).start()
+    def start(name: str = "w1", settings: Settings | None = None) -> Worker:
+        worker = Worker(settings or clean_db, tmp_path, name).start()
         started.append(worker)
         return worker
 
@@ -178,7 +185,7 @@ def demo_root(api_settings: Settings) -> str:
 
 
 def wait_for(
-    client: TestClient,
+    client: httpx.Client,
     job_id: int,
     statuses: set[str],
     *,
@@ -199,3 +206,62 @@ def wait_for(
         f"job {job_id} still {job.get('status')} after {timeout}s: {job}\n--- job log\n{logs}"
         + (f"\n--- worker log\n{worker.log()[-5000:]}" if worker else "")
     )
+
+
+@pytest.fixture(scope="session")
+def api_extra_python() -> Path:
+    """The API image's environment: a virtualenv with exactly the ``api`` extra (no torch,
+    no onnx), built by the command its Dockerfile runs; kept in .venv-api between runs."""
+    return build_extra_venv("api", REPO / ".venv-api")
+
+
+class ApiProcess:
+    """``python -m maskops_api.server`` (the API container's command) from ``python``."""
+
+    def __init__(self, python: Path, settings: Settings, work_dir: Path) -> None:
+        self.python, self.settings, self.work_dir = python, settings, work_dir
+        self.log_path = work_dir / "api.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, timeout_s: float = 60) -> httpx.Client:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = settings_env(self.settings)
+        env.update(
+            MASKOPS_HOST="127.0.0.1",
+            MASKOPS_PORT=str(port),
+            MASKOPS_MIGRATIONS_DIR=str(REPO / "migrations"),
+        )
+        with self.log_path.open("ab") as log:
+            # Not the repository as working directory: the API must run from what the
+            # virtualenv installed, not from source files that happen to be importable.
+            self.process = subprocess.Popen(
+                [str(self.python), "-m", "maskops_api.server"],
+                cwd=self.work_dir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the API exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                if client.get("/healthz").status_code == 200:
+                    return client
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"the API did not start: {self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(30)

@@ -11,11 +11,11 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from maskops_core.db.models import utcnow
-from maskops_core.db.session import make_engine, make_session_factory
 from maskops_api.dispatch import CeleryDispatcher
 from maskops_api.main import create_app
 from maskops_api.reconciler import reconcile
+from maskops_core.db.models import utcnow
+from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, wait_for
 from tests.integration.api.test_workflow import create_experiment, register_demo

@@ -4,15 +4,15 @@ progress/metrics/logs, download the checkpoint; cancel a running training job.""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from fastapi.testclient import TestClient
 
-from maskops_api.main import create_app
 from maskops_core.settings import Settings
-from tests.integration.api.conftest import Worker, wait_for
+from tests.integration.api.conftest import ApiProcess, Worker, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ maskrcnn_config {{
 """
 
 
-def register_demo(client: TestClient, demo_root: str, worker: Worker | None = None) -> int:
+def register_demo(client: httpx.Client, demo_root: str, worker: Worker | None = None) -> int:
     response = client.post(
         "/datasets",
         json={
@@ -70,22 +70,34 @@ def register_demo(client: TestClient, demo_root: str, worker: Worker | None = No
     return int(dataset["id"])
 
 
-def create_experiment(client: TestClient, dataset_id: int, *, steps: int, every: int) -> int:
+def create_experiment(
+    client: httpx.Client, dataset_id: int, *, steps: int, every: int, top: str = ""
+) -> int:
+    """An experiment of TRAIN_SPEC; ``top`` adds top-level spec lines."""
     response = client.post(
         "/experiments",
         json={
             "name": "demo-r10",
             "dataset_id": dataset_id,
-            "spec_text": TRAIN_SPEC.format(steps=steps, every=every),
+            "spec_text": top + TRAIN_SPEC.format(steps=steps, every=every),
         },
     )
     assert response.status_code == 201, response.text
     return int(response.json()["id"])
 
 
+@dataclass
+class Stack:
+    """The API as its image runs it, a real Triton behind it, and their settings."""
+
+    client: httpx.Client
+    settings: Settings
+
+
 @pytest.fixture
-def triton_client(clean_db: Settings, tmp_path: Path) -> Iterator[TestClient]:
-    """The API with a real Triton (the PyPI server) behind /models and /infer."""
+def stack(clean_db: Settings, tmp_path: Path, api_extra_python: Path) -> Iterator[Stack]:
+    """The API from a virtualenv with only the ``api`` extra (no torch, no onnx) serving
+    /models and /infer through a real Triton (the PyPI server)."""
     from maskops_triton.launcher import TritonServer
 
     repository = tmp_path / "model_repository"
@@ -94,15 +106,19 @@ def triton_client(clean_db: Settings, tmp_path: Path) -> Iterator[TestClient]:
         settings = clean_db.model_copy(
             update={"triton_url": server.http_url, "model_repository": repository}
         )
-        with TestClient(create_app(settings)) as client:
-            yield client
+        api = ApiProcess(api_extra_python, settings, tmp_path)
+        try:
+            with api.start() as client:
+                yield Stack(client, settings)
+        finally:
+            api.stop()
 
 
 def test_whole_workflow_over_http(
-    triton_client: TestClient, workers: Callable[[str], Worker], demo_root: str, clean_db: Settings
+    stack: Stack, workers: Callable[..., Worker], demo_root: str, clean_db: Settings
 ) -> None:
-    client = triton_client
-    worker = workers("w1")
+    client = stack.client
+    worker = workers("w1", stack.settings)
     dataset_id = register_demo(client, demo_root, worker)
     dataset = client.get(f"/datasets/{dataset_id}").json()
     assert dataset["status"] == "succeeded", client.get(
@@ -152,12 +168,30 @@ def test_whole_workflow_over_http(
     assert (clean_db.data_root / evaluation["result"]["report"]).is_file()
     pruned = follow_up("prune", job["id"], threshold=0.7)
     assert pruned["result"]["params_after"] <= pruned["result"]["params_before"]
+    # A spec sent over REST names the pruned model relative to the data root.
+    pruned_experiment = create_experiment(
+        client,
+        dataset_id,
+        steps=2,
+        every=2,
+        top=f'pruned_model_path: "{pruned["result"]["model"]}"\n',
+    )
+    retrained = client.post("/jobs", json={"action": "train", "experiment_id": pruned_experiment})
+    done = wait_for(client, retrained.json()["id"], {"succeeded", "failed"}, worker=worker)
+    assert done["status"] == "succeeded", client.get(f"/jobs/{done['id']}/logs").text
+    assert done["result"]["checkpoint"].endswith("model.step-2.pth")
     exported = follow_up("export", pruned["id"])
     assert exported["result"]["onnx"].endswith(".onnx")
 
     published = client.post("/models/shapes/publish", json={"job_id": exported["id"]})
-    assert published.status_code == 201, published.text
-    assert published.json()["version"] == 1 and published.json()["served"], published.json()
+    assert published.status_code == 202, published.text
+    publish_job = wait_for(client, published.json()["id"], {"succeeded", "failed"}, worker=worker)
+    assert publish_job["status"] == "succeeded", client.get(f"/jobs/{publish_job['id']}/logs").text
+    assert publish_job["result"] == {"name": "shapes", "version": 1, "served": True, "note": ""}
+    versions = client.get("/models/shapes").json()
+    assert [(v["version"], v["published"], v["job_id"]) for v in versions] == [
+        (1, True, exported["id"])
+    ]
     image = sorted((clean_db.data_root / demo_root / "images" / "val").glob("*.jpg"))[0]
     answer = client.post(
         "/infer",

@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops_api.main import create_app
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.session import make_engine, make_session_factory
-from maskops_api.main import create_app
 from maskops_core.settings import Settings
 
 

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from maskops.cli.main import main as maskops_main
-from maskops_core.db.models import ApiToken, utcnow
 from maskops_api.main import create_app
+from maskops_core.db.models import ApiToken, utcnow
 from maskops_core.settings import Settings, is_loopback
 from tests.unit.api.conftest import DATASET_BODY, RecordingDispatcher
 

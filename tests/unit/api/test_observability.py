@@ -8,8 +8,8 @@ import time
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from maskops_core.db.models import Job
 from maskops_api.main import create_app
+from maskops_core.db.models import Job
 from maskops_core.settings import Settings
 from tests.unit.api.conftest import DATASET_BODY, RecordingDispatcher
 

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core.db.models import Job, JobMetric, JobStatus, utcnow
 from maskops_api.reconciler import reconcile
+from maskops_core.db.models import Job, JobMetric, JobStatus, utcnow
 from maskops_core.settings import Settings
 from maskops_worker.contract import JobContext
 from maskops_worker.runner import run_job

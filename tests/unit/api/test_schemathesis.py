@@ -11,11 +11,11 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis import checks
 from schemathesis.core.result import Ok
 
-from maskops_core.db.models import TokenScope
-from maskops_core.db.session import make_engine, make_session_factory
 from maskops_api.main import create_app
 from maskops_api.openapi import DEFAULT_OUT
 from maskops_api.services.tokens import create_token
+from maskops_core.db.models import TokenScope
+from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
 from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher
 
