@@ -9,6 +9,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from maskops_core import options
 from maskops_core.actions import JobAction
 from maskops_core.db.models import JobStatus
 
@@ -293,8 +294,8 @@ class CocoResult(BaseModel):
     )
 
 
-MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-"""A published model's name (the Triton ensemble users call)."""
+# A published model's name: defined once, with the publish job's options.
+MODEL_NAME_PATTERN = options.MODEL_NAME_PATTERN
 
 
 class PublishRequest(_Body):

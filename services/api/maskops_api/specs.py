@@ -15,7 +15,46 @@ import maskops.spec as spec_pkg
 from maskops.spec.errors import SpecError
 from maskops.spec.models import ExperimentSpec
 
-__all__ = ["SpecError", "spec_from_json", "spec_from_text", "spec_to_text"]
+__all__ = ["SpecError", "check_limits", "spec_from_json", "spec_from_text", "spec_to_text"]
+
+# What this service agrees to run, beyond what the engine's spec model checks: values the
+# engine accepts but a worker cannot hold in memory (num_classes 10^9 made one try to
+# allocate a terabyte). API-only, so the engine's models stay TAO's.
+MAX_NUM_CLASSES = 4096
+MAX_BATCH_SIZE = 256
+MAX_IMAGE_SIDE = 4096
+MAX_BATCH_PIXELS = 2**27
+"""Images of a batch together (batch x height x width): 32 images of 2048 x 2048."""
+MAX_INSTANCES = 10_000
+
+
+def check_limits(spec: ExperimentSpec, *, source: str) -> None:
+    """Raise :class:`SpecError` naming the first field beyond what a worker can hold."""
+    data = spec.data_config
+    height, width = data.image_size
+    checks: list[tuple[str, int, int]] = [
+        ("data_config.num_classes", data.num_classes, MAX_NUM_CLASSES),
+        ("data_config.max_num_instances", data.max_num_instances, MAX_INSTANCES),
+        ("train_batch_size", spec.train_batch_size, MAX_BATCH_SIZE),
+        ("eval_batch_size", spec.eval_batch_size, MAX_BATCH_SIZE),
+        ("data_config.image_size", max(height, width), MAX_IMAGE_SIDE),
+    ]
+    for field, value, limit in checks:
+        if value > limit:
+            raise SpecError(
+                f"{value} is above this server's limit of {limit}", source=source, field=field
+            )
+    for field, batch in (
+        ("train_batch_size", spec.train_batch_size),
+        ("eval_batch_size", spec.eval_batch_size),
+    ):
+        if batch * height * width > MAX_BATCH_PIXELS:
+            raise SpecError(
+                f"{batch} images of {height} x {width} exceed this server's limit of "
+                f"{MAX_BATCH_PIXELS} pixels per batch",
+                source=source,
+                field=field,
+            )
 
 
 def spec_from_json(data: dict[str, Any]) -> ExperimentSpec:

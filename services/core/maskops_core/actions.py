@@ -13,6 +13,16 @@ import enum
 from dataclasses import dataclass
 from typing import Literal, Self
 
+from maskops_core.options import (
+    ActionOptions,
+    EvaluateOptions,
+    ExportOptions,
+    InferenceOptions,
+    NoOptions,
+    PruneOptions,
+    PublishOptions,
+    TrainOptions,
+)
 from maskops_core.settings import Settings
 
 QueueKind = Literal["gpu", "cpu"]
@@ -32,6 +42,9 @@ class ActionSpec:
     resources: frozenset[str] = frozenset()
     """What a worker must have: ``gpu`` (a device, CPU fallback), ``model_repository``
     (the Triton model repository mounted)."""
+    options: type[ActionOptions] = NoOptions
+    """The job's ``options``: validated with this model by the API, read through it by
+    the worker (see :mod:`maskops_core.options`)."""
 
 
 _MODEL_MAKERS = frozenset({"train", "prune"})
@@ -54,28 +67,61 @@ class JobAction(enum.StrEnum):
     train = (
         "train",
         ActionSpec(
-            queue="gpu", needs_experiment=True, needs_converted_dataset=True, resources=_GPU
+            queue="gpu",
+            needs_experiment=True,
+            needs_converted_dataset=True,
+            resources=_GPU,
+            options=TrainOptions,
         ),
     )
     evaluate = (
         "evaluate",
-        ActionSpec(queue="gpu", parents=_MODEL_MAKERS, needs_experiment=True, resources=_GPU),
+        ActionSpec(
+            queue="gpu",
+            parents=_MODEL_MAKERS,
+            needs_experiment=True,
+            resources=_GPU,
+            options=EvaluateOptions,
+        ),
     )
-    prune = "prune", ActionSpec(queue="gpu", parents=_MODEL_MAKERS, resources=_GPU)
+    prune = (
+        "prune",
+        ActionSpec(queue="gpu", parents=_MODEL_MAKERS, resources=_GPU, options=PruneOptions),
+    )
     inference = (
         "inference",
-        ActionSpec(queue="gpu", parents=_MODEL_MAKERS, needs_experiment=True, resources=_GPU),
+        ActionSpec(
+            queue="gpu",
+            parents=_MODEL_MAKERS,
+            needs_experiment=True,
+            resources=_GPU,
+            options=InferenceOptions,
+        ),
     )
     export = (
         "export",
-        ActionSpec(queue="gpu", parents=_MODEL_MAKERS, needs_experiment=True, resources=_GPU),
+        ActionSpec(
+            queue="gpu",
+            parents=_MODEL_MAKERS,
+            needs_experiment=True,
+            resources=_GPU,
+            options=ExportOptions,
+        ),
     )
     publish = (
         "publish",
         ActionSpec(
-            queue="cpu", parents=frozenset({"export"}), resources=frozenset({"model_repository"})
+            queue="cpu",
+            parents=frozenset({"export"}),
+            resources=frozenset({"model_repository"}),
+            options=PublishOptions,
         ),
     )
+
+    @classmethod
+    def named(cls, value: str) -> JobAction:
+        """The member for a stored value (members are named as their values)."""
+        return cls[value]
 
     @property
     def task_name(self) -> str:
@@ -85,11 +131,6 @@ class JobAction(enum.StrEnum):
     def queue(self, settings: Settings) -> str:
         """The broker queue this action's jobs go to."""
         return settings.gpu_queue if self.spec.queue == "gpu" else settings.cpu_queue
-
-
-def queue_for(action: str, settings: Settings) -> str:
-    """The queue of ``action`` (a :class:`JobAction` value; ValueError for anything else)."""
-    return JobAction(action).queue(settings)
 
 
 def task_routes(settings: Settings) -> dict[str, dict[str, str]]:

@@ -10,14 +10,38 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from maskops.spec.models import ExperimentSpec
 from maskops_core import jobs as state
+from maskops_core.options import (
+    ActionOptions,
+    EvaluateOptions,
+    ExportOptions,
+    InferenceOptions,
+    PruneOptions,
+    PublishOptions,
+    TrainOptions,
+)
 from maskops_worker.contract import Action, JobCancelled, JobContext, JobInputError
 
 MAX_LISTED_WARNINGS = 100
 """Findings listed on the dataset per split; the full list stays in the warnings file."""
+
+OptionsT = TypeVar("OptionsT", bound=ActionOptions)
+
+
+def job_options(ctx: JobContext, model: type[OptionsT]) -> OptionsT:
+    """The job's options read through the model the API validated them with (the
+    catalogue's ``ActionSpec.options``); a job stored before that check fails here."""
+    try:
+        return model.model_validate(ctx.job.options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in ("options", *first["loc"]))
+        raise JobInputError(f"{where}: {first['msg']}") from None
 
 
 def dataset_convert(ctx: JobContext) -> dict[str, Any]:
@@ -132,7 +156,7 @@ def train(ctx: JobContext) -> dict[str, Any]:
             spec,
             results_dir,
             gpus=1,
-            gpu_index=int(ctx.job.options.get("gpu_index", 0)),
+            gpu_index=job_options(ctx, TrainOptions).gpu_index,
             log_file=ctx.log_file,
             extra_hooks=[control_plane_hook(ctx)],
         )
@@ -190,7 +214,7 @@ def evaluate(ctx: JobContext) -> dict[str, Any]:
         spec,
         model,
         out_json=report,
-        gpu_index=int(ctx.job.options.get("gpu_index", 0)),
+        gpu_index=job_options(ctx, EvaluateOptions).gpu_index,
         progress=False,
         log=_logger(ctx),
     )
@@ -198,22 +222,16 @@ def evaluate(ctx: JobContext) -> dict[str, Any]:
     return {"metrics": metrics, "model": _relative(ctx, model), "report": _relative(ctx, report)}
 
 
-PRUNE_OPTIONS = ("norm", "equalization", "granularity", "threshold", "min_filters")
-
-
 def prune(ctx: JobContext) -> dict[str, Any]:
     from maskops.prune.run import run_prune
 
-    unknown = set(ctx.job.options) - {*PRUNE_OPTIONS, "excluded_layers", "model_path"}
-    if unknown:
-        raise JobInputError(f"unknown prune options: {sorted(unknown)}")
-    options: dict[str, Any] = {k: ctx.job.options[k] for k in PRUNE_OPTIONS if k in ctx.job.options}
+    options = job_options(ctx, PruneOptions)
     out_dir = ctx.work_dir / "pruned"
     report = run_prune(
         parent_model(ctx),
         out_dir,
-        excluded_layers=tuple(ctx.job.options.get("excluded_layers", ())),
-        **options,
+        excluded_layers=tuple(options.excluded_layers),
+        **options.given(exclude={"model_path", "excluded_layers"}),
     )
     _append(ctx, f"params {report.params_before} -> {report.params_after}")
     ctx.report(1, 1, {"params_ratio": report.params_ratio})
@@ -231,9 +249,9 @@ def inference(ctx: JobContext) -> dict[str, Any]:
     from maskops.evaluation.inference import run_inference
 
     spec = job_spec(ctx, need="")
-    options = ctx.job.options
-    if "image_dir" in options:
-        image_dir = _inside_data_root(ctx, str(options["image_dir"]))
+    options = job_options(ctx, InferenceOptions)
+    if options.image_dir is not None:
+        image_dir = _inside_data_root(ctx, options.image_dir)
     elif ctx.job.dataset_splits and "val" in ctx.job.dataset_splits:
         image_dir = ctx.data_path(ctx.job.dataset_splits["val"]["image_dir"])
     else:
@@ -245,9 +263,9 @@ def inference(ctx: JobContext) -> dict[str, Any]:
         image_dir,
         out_images,
         label_dir=labels,
-        threshold=float(options.get("threshold", 0.6)),
-        include_mask=bool(options.get("include_mask", True)),
-        gpu_index=int(options.get("gpu_index", 0)),
+        threshold=options.threshold,
+        include_mask=options.include_mask,
+        gpu_index=options.gpu_index,
         progress=False,
         log=_logger(ctx),
         warn=_logger(ctx),
@@ -262,23 +280,17 @@ def inference(ctx: JobContext) -> dict[str, Any]:
     }
 
 
-EXPORT_OPTIONS = ("data_type", "max_batch_size", "batches", "batch_size", "gen_ds_config")
-
-
 def export(ctx: JobContext) -> dict[str, Any]:
     from maskops.export import export_onnx
 
-    options = ctx.job.options
-    unknown = set(options) - {*EXPORT_OPTIONS, "cal_image_dir", "model_path"}
-    if unknown:
-        raise JobInputError(f"unknown export options: {sorted(unknown)}")
-    data_type = str(options.get("data_type", "fp32"))
+    options = job_options(ctx, ExportOptions)
+    data_type = options.data_type
     spec = job_spec(ctx, need="")
     out_dir = ctx.work_dir / "export"
     out_dir.mkdir(parents=True, exist_ok=True)
-    kwargs: dict[str, Any] = {k: options[k] for k in EXPORT_OPTIONS if k in options}
-    if "cal_image_dir" in options:
-        kwargs["cal_image_dir"] = _inside_data_root(ctx, str(options["cal_image_dir"]))
+    kwargs: dict[str, Any] = options.given(exclude={"model_path", "cal_image_dir"})
+    if options.cal_image_dir is not None:
+        kwargs["cal_image_dir"] = _inside_data_root(ctx, options.cal_image_dir)
     if data_type == "int8":
         kwargs["cal_cache_file"] = out_dir / "cal.bin"
     result = export_onnx(
@@ -319,7 +331,7 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     from maskops.serving.repository import withdraw
 
     job, settings = ctx.job, ctx.settings
-    name = str(job.options.get("name", ""))
+    name = job_options(ctx, PublishOptions).name
     if job.parent_job_id is None or job.parent_action != "export":
         raise JobInputError("publish needs parent_job_id of a succeeded export job")
     onnx = ctx.input_path(

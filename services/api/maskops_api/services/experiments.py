@@ -9,15 +9,19 @@ from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import NotFound
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate
 from maskops_api.services import idempotency
-from maskops_api.specs import spec_from_json, spec_from_text
+from maskops_api.specs import check_limits, spec_from_json, spec_from_text
 from maskops_core.db.models import Dataset, Experiment, ExperimentVersion, utcnow
 
 
 def _parse(spec: dict[str, object] | None, spec_text: str | None) -> ExperimentSpec:
     if spec_text is not None:
-        return spec_from_text(spec_text)
+        parsed = spec_from_text(spec_text)
+        check_limits(parsed, source="spec_text")
+        return parsed
     assert spec is not None
-    return spec_from_json(dict(spec))
+    parsed = spec_from_json(dict(spec))
+    check_limits(parsed, source="spec")
+    return parsed
 
 
 ENDPOINT = "POST /experiments"

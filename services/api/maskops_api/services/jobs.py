@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
+from pydantic import ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import Conflict, Invalid, NotFound
-from maskops_api.schemas import MODEL_NAME_PATTERN, JobCreate, JobOut, Progress
+from maskops_api.schemas import JobCreate, JobOut, Progress
 from maskops_api.services import idempotency
 from maskops_core.actions import JobAction
 from maskops_core.db.models import (
@@ -50,7 +51,7 @@ def create_job(
 
 
 def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job:
-    action = JobAction(body.action)
+    action = body.action
     parent = _parent(session, action, body.parent_job_id)
     experiment, version = _experiment_version(session, action, body, parent)
     dataset_id = body.dataset_id
@@ -58,6 +59,8 @@ def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job
         dataset_id = experiment.dataset_id
     _check_dataset(session, action, dataset_id)
     _check_options(action, body.options)
+    if action == JobAction.train and version is not None:
+        _check_trains(version)
     return Job(
         action=action,
         status=JobStatus.queued,
@@ -84,9 +87,11 @@ def _parent(session: Session, action: JobAction, parent_job_id: int | None) -> J
         raise Invalid(f"{action} needs parent_job_id (a {' or '.join(sorted(allowed))} job)")
     if parent.action not in allowed:
         raise Invalid(f"{action} cannot use a {parent.action} job's output (job {parent.id})")
-    if parent.status != JobStatus.succeeded and not (
-        action == JobAction.evaluate and parent.status == JobStatus.cancelled
-    ):
+    if parent.status == JobStatus.cancelled and action == JobAction.evaluate:
+        # A training cancelled after its first checkpoint keeps it: worth evaluating.
+        if not (parent.result or {}).get("checkpoint"):
+            raise Conflict(f"parent job {parent.id} was cancelled before writing a checkpoint")
+    elif parent.status != JobStatus.succeeded:
         raise Conflict(f"parent job {parent.id} is {parent.status}, not succeeded")
     return parent
 
@@ -127,12 +132,26 @@ def _check_dataset(session: Session, action: JobAction, dataset_id: int | None) 
 
 
 def _check_options(action: JobAction, options: dict[str, object]) -> None:
-    if action == JobAction.publish:
-        name = options.get("name")
-        if set(options) != {"name"} or not isinstance(name, str):
-            raise Invalid('publish takes exactly options {"name": <model name>}')
-        if not re.fullmatch(MODEL_NAME_PATTERN, name):
-            raise Invalid(f"model name {name!r} must match {MODEL_NAME_PATTERN}")
+    """The options through the model the worker reads them with (the catalogue's)."""
+    try:
+        action.spec.options.model_validate(options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in ("options", *first["loc"]))
+        raise Invalid(f"{where}: {first['msg']} ({action} options)") from None
+
+
+def _check_trains(version: ExperimentVersion) -> None:
+    """A train job needs steps to run; a spec may leave them at 0 for evaluation only."""
+    try:
+        spec = ExperimentSpec.model_validate(version.spec)
+    except ValidationError:
+        return  # a version stored by an older engine: the worker names what is wrong
+    if spec.resolved_total_steps < 1:
+        raise Invalid(
+            f"spec.total_steps: experiment version {version.version} trains 0 steps "
+            "(set total_steps, or num_epochs with num_examples_per_epoch)"
+        )
 
 
 def find_version(session: Session, experiment_id: int, version: int) -> ExperimentVersion | None:
@@ -236,7 +255,7 @@ def job_out(job: Job, *, now: datetime | None = None) -> JobOut:
     eta = eta_seconds(job, now=now or utcnow())
     return JobOut(
         id=job.id,
-        action=JobAction(job.action),
+        action=JobAction.named(job.action),
         status=JobStatus(job.status),
         experiment_id=job.experiment_id,
         experiment_version=job.experiment_version,

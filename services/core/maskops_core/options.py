@@ -1,0 +1,97 @@
+"""The options of each job action, as strict pydantic models.
+
+One model per action, referenced from the catalogue (``JobAction.<action>.spec.options``):
+the API validates a job's options with it at the door (422 naming the option) and the
+worker reads them through the same model, so each option is defined once. The values
+mirror what the engine accepts (``maskops.export.export_onnx``, ``maskops.prune.run_prune``,
+``maskops.evaluation.inference.run_inference``, ``maskops.engine.train.run_training``);
+defaults are left to the engine (read options with ``model_dump(exclude_unset=True)``).
+Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are not 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+"""A published model's name (the Triton ensemble users call)."""
+
+
+def _relative(value: str) -> str:
+    path = PurePosixPath(value.replace("\\", "/"))
+    parts = path.parts
+    if "\x00" in value or not parts or path.is_absolute() or ".." in parts or ":" in parts[0]:
+        raise ValueError("must be a path relative to the data root without '..'")
+    return value
+
+
+DataPath = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_relative)]
+"""A file or folder under the server's data root."""
+GpuIndex = Annotated[int, Field(ge=0, le=63, description="Which GPU of the worker.")]
+Score = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class ActionOptions(BaseModel):
+    """Base of every action's options: strict, no unknown keys, immutable."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    def given(self, *, exclude: set[str] | None = None) -> dict[str, Any]:
+        """The options the job set (the engine's defaults apply to the rest)."""
+        return self.model_dump(exclude_unset=True, exclude=exclude)
+
+
+class NoOptions(ActionOptions):
+    """The action takes no options."""
+
+
+class TrainOptions(ActionOptions):
+    gpu_index: GpuIndex = 0
+
+
+class _FromModel(ActionOptions):
+    model_path: DataPath | None = Field(
+        default=None, description="A checkpoint under the data root instead of the parent's."
+    )
+    gpu_index: GpuIndex = 0
+
+
+class EvaluateOptions(_FromModel):
+    pass
+
+
+class PruneOptions(ActionOptions):
+    model_path: DataPath | None = None
+    norm: Literal["max", "L2"] = "max"
+    equalization: Literal["union", "intersection", "arithmetic_mean", "geometric_mean"] = "union"
+    granularity: int = Field(default=8, ge=1, le=4096)
+    threshold: Score = 0.1
+    min_filters: int = Field(default=16, ge=1, le=4096)
+    excluded_layers: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=1000
+    )
+
+
+class InferenceOptions(_FromModel):
+    image_dir: DataPath | None = Field(
+        default=None, description="Images under the data root (default: the dataset's val)."
+    )
+    threshold: Score = 0.6
+    include_mask: bool = True
+
+
+class ExportOptions(ActionOptions):
+    model_path: DataPath | None = None
+    data_type: Literal["fp32", "fp16", "int8"] = "fp32"
+    max_batch_size: int = Field(default=16, ge=1, le=1024)
+    batches: int = Field(default=10, ge=1, le=10_000)
+    batch_size: int = Field(default=8, ge=1, le=1024)
+    gen_ds_config: bool = False
+    cal_image_dir: DataPath | None = None
+
+
+class PublishOptions(ActionOptions):
+    name: str = Field(pattern=MODEL_NAME_PATTERN, description="The published model's name.")
