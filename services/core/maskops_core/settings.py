@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     python backend, the PyPI server) or the official image's onnxruntime/tensorrt."""
     max_infer_image_bytes: int = 32 * 1024**2
     max_infer_images: int = 16
+    max_infer_image_pixels: int = Field(default=50_000_000, ge=1)
+    """Width x height of one ``/infer`` image, read from its header (refused with 413)."""
 
     host: str = "127.0.0.1"
     """Where the API listens; auth is required whenever this is not a loopback address."""

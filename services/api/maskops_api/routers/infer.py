@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, File, Query, UploadFile
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.deps import ReadAccess, SettingsDep
+from maskops_api.deps import FactoryDep, ReadAccess, SettingsDep
 from maskops_api.errors import ERROR_RESPONSES, ApiError, Invalid, NotFound, TooLarge
+from maskops_api.images import ImageError, UnsupportedFormat, read_header
 from maskops_api.schemas import MODEL_NAME_PATTERN, CocoResult
+from maskops_core.db.models import PublishedModel
+from maskops_core.settings import Settings
 
 router = APIRouter(tags=["infer"], responses=ERROR_RESPONSES)
 
@@ -22,22 +28,37 @@ class BadGateway(ApiError):
     status_code = 502
 
 
+class UnsupportedMedia(ApiError):
+    status_code = 415
+
+
+HEADER_BYTES = 64 * 1024
+"""Enough of a JPEG to reach its frame header past EXIF and ICC segments."""
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
 @router.post(
     "/infer",
     response_model=list[CocoResult],
     dependencies=[ReadAccess],
-    responses={413: ERROR_RESPONSES[422] | {"description": "Too many or too large images"}},
+    responses={
+        413: ERROR_RESPONSES[422] | {"description": "Too many or too large images"},
+        415: ERROR_RESPONSES[422] | {"description": "An image is not a JPEG or PNG"},
+        502: ERROR_RESPONSES[422] | {"description": "Triton failed to run the model"},
+        503: ERROR_RESPONSES[503],
+    },
 )
 async def infer(
     settings: SettingsDep,
+    factory: FactoryDep,
     images: Annotated[list[UploadFile], File(description="JPEG or PNG images")],
     model: Annotated[str, Query(pattern=MODEL_NAME_PATTERN)],
     version: Annotated[str, Query(pattern=r"^[0-9]{0,9}$")] = "",
     score_threshold: Annotated[float, Query(ge=0.0, le=1.0)] = 0.0,
 ) -> list[CocoResult]:
     """Run the published model ``model`` on each image; ``image_id`` is the image's position."""
-    if not settings.triton_url:
-        raise Unavailable("no Triton server is configured (MASKOPS_TRITON_URL)")
+    # Client errors first, from the request alone: then whether the model exists; only
+    # then Triton, which is asked about nothing the API could have answered itself.
     if len(images) > settings.max_infer_images:
         raise TooLarge(f"at most {settings.max_infer_images} images per request")
     payloads: list[bytes] = []
@@ -45,7 +66,13 @@ async def infer(
         data = await upload.read(settings.max_infer_image_bytes + 1)
         if len(data) > settings.max_infer_image_bytes:
             raise TooLarge(f"image {index} ({upload.filename}) is larger than the limit")
+        _check_image(index, data, settings)
         payloads.append(data)
+    if not await run_in_threadpool(_is_published, factory, model, version):
+        which = f"version {version} of " if version else ""
+        raise NotFound(f"{which}model {model!r} is not published")
+    if not settings.triton_url:
+        raise Unavailable("no Triton server is configured (MASKOPS_TRITON_URL)")
     from maskops.serving.client import (
         InvalidImage,
         ModelNotFound,
@@ -64,11 +91,44 @@ async def infer(
             version=version,
         )
     except InvalidImage as exc:
-        raise Invalid(str(exc)) from None
+        raise Invalid(_readable(exc)) from None
     except ModelNotFound as exc:
-        raise NotFound(str(exc)) from None
+        raise NotFound(_readable(exc)) from None
     except TritonUnavailable as exc:
-        raise Unavailable(str(exc)) from None
+        raise Unavailable(_readable(exc)) from None
     except TritonError as exc:
-        raise BadGateway(str(exc)) from None
+        raise BadGateway(_readable(exc)) from None
     return [CocoResult.model_validate(d) for results in per_image for d in results]
+
+
+def _check_image(index: int, data: bytes, settings: Settings) -> None:
+    """JPEG or PNG (415), and no more pixels than the limit (413), from the header only:
+    decoding a huge image is what the limit guards against."""
+    try:
+        header = read_header(data[:HEADER_BYTES])
+    except UnsupportedFormat as exc:
+        raise UnsupportedMedia(f"image {index}: {exc}") from None
+    except ImageError as exc:
+        raise Invalid(f"image {index}: {exc}") from None
+    if header.pixels > settings.max_infer_image_pixels:
+        raise TooLarge(
+            f"image {index}: {header.width} x {header.height} pixels is above the limit "
+            f"of {settings.max_infer_image_pixels} pixels"
+        )
+
+
+def _is_published(factory: sessionmaker[Session], name: str, version: str) -> bool:
+    """Whether ``name`` (at ``version``, when given) is a model users may call: the parts
+    of a published ensemble (``<name>_net``...) are not."""
+    query = select(PublishedModel.id).where(
+        PublishedModel.name == name, PublishedModel.published.is_(True)
+    )
+    if version:
+        query = query.where(PublishedModel.version == int(version))
+    with factory() as session:
+        return session.scalar(query.limit(1)) is not None
+
+
+def _readable(exc: Exception) -> str:
+    # Messages from image libraries name Python objects ("<_io.BytesIO object at 0x7f...>").
+    return _OBJECT_REPR.sub("the image", str(exc))

@@ -1,0 +1,84 @@
+"""``POST /infer`` answers what it can from the request itself, before any Triton: the
+format from the magic bytes (415), the size from the header (413), the model from the
+published models (404). Real app on Postgres; no Triton is configured here, so a request
+that passes every check ends in the 503 that says so."""
+
+from __future__ import annotations
+
+import io
+import struct
+import time
+import zlib
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from maskops_core.db.models import Job, PublishedModel
+
+pytestmark = pytest.mark.integration
+
+
+def _image(fmt: str, size: tuple[int, int] = (32, 24)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 10, 10)).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+def _huge_png(width: int, height: int) -> bytes:
+    """A PNG header announcing ``width x height`` (the pixel data never comes)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr
+    return b"\x89PNG\r\n\x1a\n" + chunk + struct.pack(">I", zlib.crc32(chunk[4:]))
+
+
+def _infer(client: TestClient, data: bytes, model: str = "shapes") -> tuple[int, str]:
+    response = client.post("/infer", params={"model": model}, files=[("images", ("x.img", data))])
+    return response.status_code, response.json()["detail"]
+
+
+@pytest.fixture
+def published(client: TestClient) -> str:
+    factory = client.app.state.session_factory  # type: ignore[attr-defined]
+    with factory() as session:
+        job = Job(action="export", status="succeeded", queue="gpu")
+        session.add(job)
+        session.flush()
+        session.add(PublishedModel(name="shapes", version=1, job_id=job.id))
+        session.commit()
+    return "shapes"
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "says"),
+    [
+        (_image("GIF"), 415, "GIF images are not supported"),
+        (_image("BMP"), 415, "BMP images are not supported"),
+        (b"hello, not an image at all", 415, "not a JPEG or PNG"),
+        (b"\xff\xd8\xff\xe0\x00\x10JFIF" + b"\x00" * 40, 422, "corrupt JPEG"),
+        (_huge_png(100_000, 100_000), 413, "100000 x 100000 pixels is above the limit"),
+    ],
+)
+def test_images_are_checked_at_the_door(
+    client: TestClient, published: str, data: bytes, status: int, says: str
+) -> None:
+    started = time.monotonic()
+    code, detail = _infer(client, data, published)
+    assert (code, says in detail) == (status, True), detail
+    assert " object at 0x" not in detail
+    assert time.monotonic() - started < 1.0
+
+
+def test_only_published_models_are_called(client: TestClient, published: str) -> None:
+    for internal in ("shapes_net", "shapes_preprocess", "nothing"):
+        code, detail = _infer(client, _image("PNG"), internal)
+        assert code == 404 and f"model {internal!r} is not published" in detail
+    response = client.post(
+        "/infer",
+        params={"model": published, "version": "7"},
+        files=[("images", ("x.jpg", _image("JPEG")))],
+    )
+    assert response.status_code == 404 and "version 7" in response.json()["detail"]
+    # Everything checked: only the missing Triton is left to say.
+    code, detail = _infer(client, _image("JPEG"), published)
+    assert code == 503 and "no Triton server" in detail
