@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build TensorRT engines for published networks, then run tritonserver with the given args.
 #
-# For every <model>_net whose config.pbtxt says platform "tensorrt_plan", each version folder
-# holding model.onnx but no model.plan gets one, built by trtexec at the precision recorded
-# by `maskops publish` (settings.json: data_type fp32 | fp16 | int8; int8 graphs are QDQ, so
+# For every network part _<model>.net whose config.pbtxt says platform "tensorrt_plan", each
+# version folder holding model.onnx but no model.plan gets one, built by trtexec at the
+# precision recorded by `maskops publish` (settings.json: data_type fp32 | fp16 | int8; int8 graphs are QDQ, so
 # TensorRT takes the scales from the graph and needs no calibrator). The graph serves one
 # image (batch 1); Triton batches requests in front of it.
 set -euo pipefail
@@ -14,7 +14,7 @@ for arg in "$@"; do
 done
 
 shopt -s nullglob
-for config in "$REPO"/*_net/config.pbtxt; do
+for config in "$REPO"/_*.net/config.pbtxt; do
   grep -q 'platform: "tensorrt_plan"' "$config" || continue
   model_dir="$(dirname "$config")"
   for version_dir in "$model_dir"/[0-9]*/; do

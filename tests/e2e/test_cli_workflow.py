@@ -474,7 +474,9 @@ def test_publish_to_model_repository(work: Path, exported: Path) -> None:
     assert "version 1" in run.stdout
     config = (repo / "shapes" / "config.pbtxt").read_text()
     assert 'name: "shapes"' in config and 'platform: "ensemble"' in config
-    onnx_files = list((repo / "shapes_net").glob("*/model.onnx"))
+    from maskops.serving import EnsembleNames
+
+    onnx_files = list((repo / EnsembleNames("shapes").net).glob("*/model.onnx"))
     assert len(onnx_files) == 1
     assert onnx_files[0].read_bytes() == exported.read_bytes()
     label_map = json.loads((repo / "shapes" / "label_map.json").read_text())

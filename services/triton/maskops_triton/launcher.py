@@ -1,7 +1,7 @@
 """Start and stop the Triton Inference Server bundled in the ``nvidia-pytriton`` wheel.
 
 The PyPI build has only the python backend, and it cannot run from site-packages as is
-(measured, see ARCHITECTURE.md): the backends folder is copied somewhere writable with the
+(measured, see docs/architecture.md): the backends folder is copied somewhere writable with the
 Python 3.11 stub next to ``libtriton_python.so``, the stub finds its interpreter through
 ``python3`` on PATH (so the venv's ``bin`` goes first), and the server's bundled libraries
 plus libpython come through LD_LIBRARY_PATH. Models are loaded explicitly (model control

@@ -1,11 +1,14 @@
 """The published repository in a real Triton (the PyPI binary, python backend, CPU).
 
 One server per module (unique ports, always stopped); the export is the demo-trained
-``tiny_checkpoint`` as fp32 ONNX.
+``tiny_checkpoint`` as fp32 ONNX. The served models run the numpy ops of
+``maskops_serving_ops`` (no torch in Triton); in-process inference with the engine's
+torch pre/post-processing is the reference they must equal.
 """
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +18,7 @@ import numpy as np
 import pycocotools.mask as mask_util
 import pytest
 import torch
+from PIL import Image
 
 from maskops.export import OnnxPredictor, export_onnx
 from maskops.serving import EnsembleNames, existing_versions, publish
@@ -49,36 +53,43 @@ def val_images(demo_dataset) -> list[bytes]:
     return [p.read_bytes() for p in paths]
 
 
-def test_repository_layout(server: TritonServer):
-    repo = server.repository
-    for model in EnsembleNames(NAME).load_order:
-        assert (repo / model / "config.pbtxt").is_file()
-        assert (repo / model / "1").is_dir()
-    assert (repo / f"{NAME}_net" / "1" / "model.onnx").is_file()
-    assert (repo / NAME / "label_map.json").is_file()
-    assert triton.is_ready(server.http_url, NAME)
+@pytest.fixture(scope="module")
+def resized_image(val_images) -> bytes:
+    """A val image at another size and aspect ratio: the served resize path runs."""
+    image = Image.open(io.BytesIO(val_images[0])).convert("RGB").resize((301, 197))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
-def test_infer_returns_coco_results_matching_in_process(server, exported, val_images):
-    answers = triton.infer_images(server.http_url, NAME, val_images, score_threshold=0.05)
-    assert len(answers) == len(val_images)
+def in_process(exported: Path, images: list[bytes], score_threshold: float) -> list[list[dict]]:
+    """The engine's results: torch preprocessing, onnxruntime, torch post-processing."""
     predictor = OnnxPredictor(exported)
-    label_map = predictor.metadata.label_map
-    total = 0
-    for index, (data, got) in enumerate(zip(val_images, answers, strict=True)):
+    answers = []
+    for index, data in enumerate(images):
         image, scale, orig_hw = preprocess_image(data, predictor.image_size)
         output = predictor([torch.from_numpy(image)])[0]
-        want = coco_results(
-            output,
-            scale=scale,
-            orig_hw=orig_hw,
-            label_map=label_map,
-            score_threshold=0.05,
-            image_id=index,
+        answers.append(
+            coco_results(
+                output,
+                scale=scale,
+                orig_hw=orig_hw,
+                label_map=predictor.metadata.label_map,
+                score_threshold=score_threshold,
+                image_id=index,
+            )
         )
-        assert len(got) == len(want)
-        total += len(got)
-        for g, w in zip(got, want, strict=True):
+    return answers
+
+
+def assert_same_results(got: list[list[dict]], want: list[list[dict]]) -> int:
+    """Served results equal in-process ones; returns the number of detections."""
+    assert len(got) == len(want)
+    total = 0
+    for index, (got_image, want_image) in enumerate(zip(got, want, strict=True)):
+        assert len(got_image) == len(want_image)
+        total += len(got_image)
+        for g, w in zip(got_image, want_image, strict=True):
             assert g["image_id"] == index
             assert g["category_id"] == w["category_id"]
             assert g["category_name"] in {"circle", "square", "triangle"}
@@ -86,8 +97,29 @@ def test_infer_returns_coco_results_matching_in_process(server, exported, val_im
             assert g["score"] == pytest.approx(w["score"], abs=1e-5)
             assert g["segmentation"] == w["segmentation"]
             decoded = mask_util.decode(g["segmentation"])
-            assert decoded.shape == orig_hw
+            assert list(decoded.shape) == w["segmentation"]["size"]
+    return total
+
+
+def test_repository_layout(server: TritonServer):
+    repo = server.repository
+    names = EnsembleNames(NAME)
+    for model in names.load_order:
+        assert (repo / model / "config.pbtxt").is_file()
+        assert (repo / model / "1").is_dir()
+    assert (repo / names.net / "1" / "model.onnx").is_file()
+    assert (repo / NAME / "label_map.json").is_file()
+    assert triton.is_ready(server.http_url, NAME)
+
+
+def test_infer_returns_coco_results_matching_in_process(
+    server, exported, val_images, resized_image
+):
+    images = [*val_images, resized_image]
+    answers = triton.infer_images(server.http_url, NAME, images, score_threshold=0.05)
+    total = assert_same_results(answers, in_process(exported, images, 0.05))
     assert total > 0, "the tiny model detected nothing at 0.05 on 3 images"
+    assert answers[-1] and answers[-1][0]["segmentation"]["size"] == [197, 301]
 
 
 def test_score_threshold_filters(server, val_images):
@@ -141,3 +173,21 @@ def test_version_rollover_loses_no_request(server, exported, val_images):
     assert answered >= 2
     for model in EnsembleNames(NAME).load_order:
         assert triton.served_version(url, model) == "2"
+
+
+def test_models_named_like_another_models_parts(server, exported, val_images):
+    """Publishing ``shapes_net`` & co. leaves ``shapes`` intact: both serve correctly."""
+    url = server.http_url
+    others = [f"{NAME}_net", f"{NAME}_preprocess", f"{NAME}_postprocess"]
+    for other in others:
+        assert publish(exported, server.repository, other) == 1
+        triton.roll_out(url, other)
+    triton.roll_out(url, NAME)  # reloads shapes' parts: they must still be shapes'
+    want = in_process(exported, val_images[:2], 0.05)
+    for model in [NAME, *others]:
+        got = triton.infer_images(url, model, val_images[:2], score_threshold=0.05)
+        assert_same_results(got, want)
+    for other in others:
+        triton.retire(url, other)
+        assert not triton.is_ready(url, other)
+    assert triton.is_ready(url, NAME)

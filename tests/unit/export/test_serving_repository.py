@@ -92,7 +92,10 @@ def test_publish_writes_a_valid_ensemble(tmp_path, fake_export):
     post_inputs = {i.name for i in configs[names.postprocess].input}
     assert set(steps[2].input_map) == post_inputs
     assert (repo / names.net / "1" / "model.onnx").read_bytes() == fake_export.read_bytes()
-    assert (repo / names.net / "1" / "model.py").is_file()
+    for part in names.parts:
+        assert (repo / part / "1" / "model.py").is_file()
+        assert (repo / part / "1" / "maskops_serving_ops.py").is_file()
+        assert _config(repo / part / "config.pbtxt").name == part
     assert (
         LabelMap.from_json(json.loads((repo / "shapes" / "label_map.json").read_text())) == LABELS
     )
@@ -112,10 +115,11 @@ def test_each_publish_is_a_new_version(tmp_path, fake_export):
 def test_tensorrt_variant(tmp_path, fake_export):
     repo = tmp_path / "repo"
     publish(fake_export, repo, "m", net_backend="tensorrt")
-    net = _config(repo / "m_net" / "config.pbtxt")
+    net_dir = repo / EnsembleNames("m").net
+    net = _config(net_dir / "config.pbtxt")
     assert net.platform == "tensorrt_plan" and net.max_batch_size == 1
     assert _config(repo / "m" / "config.pbtxt").max_batch_size == 1
-    assert not (repo / "m_net" / "1" / "model.py").exists()
+    assert not (net_dir / "1" / "model.py").exists()
 
 
 def test_publish_rejects_bad_input(tmp_path, fake_export):
@@ -178,3 +182,108 @@ def test_unpad_and_coco_results_round_trip():
     assert results[0]["bbox"] == pytest.approx([20, 20, 60, 40])
     assert results[0]["segmentation"]["size"] == [100, 120]
     assert decode_results(encode_results(results)) == json.loads(json.dumps(results))
+
+
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its bytes (None for folders)."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    "other", ["shapes_net", "shapes_preprocess", "shapes_postprocess", "shapes.net", "_shapes.net"]
+)
+def test_internal_parts_are_out_of_reach_of_user_names(tmp_path, fake_export, other):
+    repo = tmp_path / "repo"
+    publish(fake_export, repo, "shapes")
+    before = _snapshot(repo)
+    if other.startswith("_"):
+        # Users cannot name a model like a part: names start with a letter or digit.
+        with pytest.raises(PublishError, match="model name"):
+            publish(fake_export, repo, other)
+        assert _snapshot(repo) == before
+        return
+    assert publish(fake_export, repo, other) == 1
+    after = _snapshot(repo)
+    assert {k: v for k, v in after.items() if k in before} == before  # shapes untouched
+    mine, theirs = set(EnsembleNames("shapes").load_order), set(EnsembleNames(other).load_order)
+    assert not mine & theirs
+    assert {p.name for p in repo.iterdir()} == mine | theirs
+
+
+def test_part_names_never_collide():
+    users = ["a", "a.net", "a.b", "b", "a_net", "net", "a.preprocess", "x" * 64, "A-1.2_z"]
+    models = [m for user in users for m in EnsembleNames(user).load_order]
+    assert len(set(models)) == 4 * len(users)
+    for user in users:
+        for part in EnsembleNames(user).parts:
+            assert part.startswith("_") and part.rsplit(".", 1)[0] == f"_{user}"
+
+
+@pytest.mark.parametrize("name", ["", "_a", ".a", "-a", "a b", "é", "a/b", "x" * 65, "a\n"])
+def test_model_names_follow_the_rule(tmp_path, fake_export, name):
+    with pytest.raises(PublishError, match="model name"):
+        publish(fake_export, tmp_path / "repo", name)
+    assert not (tmp_path / "repo").exists()
+
+
+def test_failed_publish_of_a_new_model_leaves_the_repository_as_it_was(tmp_path, fake_export):
+    repo = tmp_path / "repo"
+    publish(fake_export, repo, "other")
+    # A file where the postprocess model's folder goes: staging fails after two parts.
+    (repo / EnsembleNames("m").postprocess).write_text("in the way")
+    before = _snapshot(repo)
+    with pytest.raises(PublishError, match="unchanged"):
+        publish(fake_export, repo, "m")
+    assert _snapshot(repo) == before
+
+
+def test_failure_after_moving_versions_undoes_everything(tmp_path, fake_export):
+    repo = tmp_path / "repo"
+    publish(fake_export, repo, "m")
+    # The label map is written after the new versions are moved in and the configs
+    # replaced; a folder in its place makes that last step fail.
+    (repo / "m" / "label_map.json").unlink()
+    (repo / "m" / "label_map.json").mkdir()
+    before = _snapshot(repo)
+    with pytest.raises(PublishError, match="unchanged"):
+        publish(fake_export, repo, "m", max_batch_size=2)
+    assert _snapshot(repo) == before
+    assert existing_versions(repo, "m") == [1]
+
+
+def test_bad_exports_and_history_change_nothing(tmp_path, fake_export):
+    repo = tmp_path / "repo"
+    publish(fake_export, repo, "m")
+    before = _snapshot(repo)
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(fake_export.read_bytes()[: len(fake_export.read_bytes()) // 2])
+    with pytest.raises(PublishError, match=r"corrupt\.onnx"):
+        publish(corrupt, repo, "m")
+    assert _snapshot(repo) == before
+    (repo / "m" / "versions.json").write_text("{ truncated")
+    before = _snapshot(repo)
+    with pytest.raises(PublishError, match="publish history"):
+        publish(fake_export, repo, "m")
+    assert _snapshot(repo) == before
+
+
+def test_leftovers_of_a_crashed_publish_do_not_wedge_the_next(tmp_path, fake_export):
+    repo = tmp_path / "repo"
+    names = EnsembleNames("shapes")
+    assert publish(fake_export, repo, "shapes") == 1
+    # Killed while staging version 2: staging folders, nothing moved.
+    for model in names.load_order:
+        (repo / model / ".2.staging").mkdir()
+        (repo / model / ".2.staging" / "model.py").write_text("half written")
+    assert publish(fake_export, repo, "shapes") == 2
+    assert not list(repo.glob("*/.*staging"))
+    # Killed between moves of version 3: the network's folder is in place, the rest not.
+    (repo / names.net / "3").mkdir()
+    (repo / names.net / ".3.staging").mkdir()
+    assert publish(fake_export, repo, "shapes") == 4
+    assert existing_versions(repo, "shapes") == [1, 2, 4]
+    assert (repo / names.net / "4" / "model.onnx").read_bytes() == fake_export.read_bytes()
+    assert not list(repo.glob("*/.*staging"))

@@ -1,5 +1,8 @@
 """Talk to Triton over HTTP: infer encoded images, load/unload/roll out models, health.
 
+Imports only tritonclient, numpy and :mod:`maskops.serving.protocol`: the API image has
+no torch nor onnx (tests/unit/serving/test_light_imports.py checks it).
+
 Errors are typed so that the API can answer precisely: :class:`TritonUnavailable` (503),
 :class:`ModelNotFound` (404), :class:`InvalidImage` (400, the message names the image),
 anything else :class:`InferenceFailed` (502). Every message is one line.
@@ -16,8 +19,13 @@ import numpy as np
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from maskops.serving.processing import decode_results
-from maskops.serving.repository import EnsembleNames
+from maskops.serving.protocol import (
+    DETECTIONS_JSON,
+    IMAGE_BYTES,
+    SCORE_THRESHOLD,
+    EnsembleNames,
+    decode_detections,
+)
 
 
 class TritonError(RuntimeError):
@@ -55,7 +63,7 @@ def _client(url: str, *, concurrency: int = 1, timeout_s: float = 60.0) -> Itera
     try:
         yield client
     finally:
-        # Connections must be closed before Triton is stopped (ARCHITECTURE.md).
+        # Connections must be closed before Triton is stopped (docs/architecture.md).
         client.close()
 
 
@@ -66,7 +74,10 @@ def _translate(exc: Exception, model: str, version: str) -> TritonError:
     message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
     message = " ".join(str(message).split())
     lowered = message.lower()
-    if "unreadable image" in lowered or "not an image" in lowered or "cannot identify" in lowered:
+    if any(
+        marker in lowered
+        for marker in ("unreadable image", "not an image", "cannot identify", "or png expected")
+    ):
         return InvalidImage(message)
     if "unknown model" in lowered or "is not found" in lowered or "not ready" in lowered:
         where = f"{model}" + (f" version {version}" if version else "")
@@ -138,9 +149,9 @@ def served_version(url: str, model: str) -> str | None:
 
 
 def _request(image: bytes, score_threshold: float) -> list[Any]:
-    data = httpclient.InferInput("image_bytes", [1, 1], "BYTES")
+    data = httpclient.InferInput(IMAGE_BYTES, [1, 1], "BYTES")
     data.set_data_from_numpy(np.array([[image]], dtype=np.object_), binary_data=True)
-    threshold = httpclient.InferInput("score_threshold", [1, 1], "FP32")
+    threshold = httpclient.InferInput(SCORE_THRESHOLD, [1, 1], "FP32")
     threshold.set_data_from_numpy(np.array([[score_threshold]], dtype=np.float32))
     return [data, threshold]
 
@@ -172,7 +183,7 @@ def infer_images(
     """
     if not images:
         return []
-    output = httpclient.InferRequestedOutput("detections_json", binary_data=True)
+    output = httpclient.InferRequestedOutput(DETECTIONS_JSON, binary_data=True)
     results: list[list[dict[str, Any]]] = []
     try:
         with _client(url, concurrency=len(images), timeout_s=timeout_s) as client:
@@ -193,8 +204,8 @@ def infer_images(
                     if isinstance(error, InvalidImage):
                         raise InvalidImage(f"image {index}: {error}") from None
                     raise error from None
-                raw = answer.as_numpy("detections_json").reshape(-1)[0]
-                detections = decode_results(raw)
+                raw = answer.as_numpy(DETECTIONS_JSON).reshape(-1)[0]
+                detections = decode_detections(raw)
                 for detection in detections:
                     detection["image_id"] = index
                 results.append(detections)

@@ -1,14 +1,14 @@
-"""What the served ensemble does around the network, as plain functions.
+"""The engine's in-process processing around the network, the served ensemble's reference.
 
-The Triton python-backend models (:mod:`maskops.serving.triton_models`) are thin wrappers
-over these, so serving runs exactly the preprocessing and post-processing of in-process
-inference (``resize_and_pad``; ``detections_to_coco``) and the tests can check them
-without a server.
+In-process inference (``maskops predict``, evaluation) runs these torch functions
+(``read_image`` + ``resize_and_pad``; ``detections_to_coco``). The Triton python models
+cannot (no torch in the Triton image): they run the numpy/Pillow/pycocotools re-implementation in
+``triton_models/maskops_serving_ops.py``, which tests/unit/serving/test_serving_ops_parity.py
+and the real-Triton tests compare against these.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +19,7 @@ from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.evaluation.images import read_image
 from maskops.evaluation.postprocess import detections_to_coco
+from maskops.serving.protocol import decode_detections, encode_detections
 
 
 def preprocess_image(
@@ -94,12 +95,10 @@ def coco_results(
 
 
 def encode_results(results: Sequence[dict[str, Any]]) -> bytes:
-    """The JSON bytes the ensemble returns per image."""
-    return json.dumps(list(results), separators=(",", ":")).encode()
+    """The JSON bytes the ensemble returns per image (:func:`protocol.encode_detections`)."""
+    return encode_detections(results)
 
 
 def decode_results(data: bytes | str) -> list[dict[str, Any]]:
-    value = json.loads(data)
-    if not isinstance(value, list):
-        raise ValueError("expected a JSON list of COCO results")
-    return value
+    """The COCO results of a ``detections_json`` answer (:func:`protocol.decode_detections`)."""
+    return decode_detections(data)

@@ -1,18 +1,33 @@
 """Write an exported model into a Triton model repository as a four-model ensemble.
 
-For a model ``NAME``, :func:`publish` writes::
+For a model ``NAME``, :func:`publish` writes (part names: :class:`EnsembleNames`, which
+no user's model name can equal)::
 
-    NAME_preprocess/   config.pbtxt, <v>/model.py, <v>/settings.json    python backend
-    NAME_net/          config.pbtxt, <v>/model.onnx [, <v>/model.py]    python|onnxruntime|tensorrt
-    NAME_postprocess/  config.pbtxt, <v>/model.py, <v>/label_map.json   python backend
-    NAME/              config.pbtxt, <v>/, label_map.json, versions.json   the ensemble
+    _NAME.preprocess/   config.pbtxt, <v>/{model.py, maskops_serving_ops.py, settings.json}
+    _NAME.net/          config.pbtxt, <v>/{model.onnx, settings.json}
+                        [+ <v>/{model.py, maskops_serving_ops.py} for the python backend]
+    _NAME.postprocess/  config.pbtxt, <v>/{model.py, maskops_serving_ops.py, label_map.json}
+    NAME/               config.pbtxt, <v>/label_map.json, label_map.json, versions.json
+
+(the three parts are python-backend models, the network may instead run on Triton's
+onnxruntime or TensorRT backend; ``NAME`` is the ensemble clients call).
+
+Each python model is one folder per deployable model as in Triton's python_backend
+examples: ``model.py`` builds its heavy objects in ``initialize`` and imports only the
+``triton`` extra (numpy<2, Pillow, pycocotools, onnxruntime) and the self-contained
+``maskops_serving_ops.py`` copied next to it; never torch nor the maskops engine.
 
 Clients send ``image_bytes`` (BYTES ``[1]``, a JPEG/PNG) and ``score_threshold`` (FP32
-``[1]``) and receive ``detections_json`` (BYTES ``[1]``: COCO results). Every publish adds
-version ``v = previous + 1`` to all four models; each config serves the latest version only,
-so loading the models again (:func:`maskops.serving.client.roll_out`) brings the new
+``[1]``) and receive ``detections_json`` (BYTES ``[1]``: COCO results); see
+:mod:`maskops.serving.protocol`. Every publish adds version ``v`` (one more than any
+version folder of the four models) to all four; each config serves the latest version
+only, so loading the models again (:func:`maskops.serving.client.roll_out`) brings the new
 version up next to the old one and retires the old one once it is ready: requests in
 flight finish on the version they started on.
+
+A publish is all or nothing: every version folder is written in a staging folder first,
+then all are moved into place and the configs replaced; on any failure what was moved or
+replaced is undone, so the repository is left as it was.
 
 Network backends (``net_backend``):
 - ``"python"`` (default, what the PyPI Triton here has): onnxruntime inside the python
@@ -28,53 +43,54 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from maskops.data.labels import LabelMap
 from maskops.export.graph import GraphMetadata, read_metadata
+from maskops.serving.protocol import (
+    DETECTIONS_JSON,
+    IMAGE_BYTES,
+    NET_INPUT,
+    NET_OUTPUTS,
+    ORIG_HW,
+    SCALE,
+    SCORE_THRESHOLD,
+    EnsembleNames,
+    InvalidModelName,
+    check_model_name,
+)
 from maskops.spec.models import ExperimentSpec
 
 NetBackend = Literal["python", "onnxruntime", "tensorrt"]
 NET_BACKENDS: tuple[str, ...] = ("python", "onnxruntime", "tensorrt")
 MODELS_DIR = Path(__file__).parent / "triton_models"
+OPS_FILE = MODELS_DIR / "maskops_serving_ops.py"
+"""The self-contained processing module copied next to every python ``model.py``."""
+
+__all__ = [
+    "NET_BACKENDS",
+    "EnsembleNames",
+    "NetBackend",
+    "PublishError",
+    "existing_versions",
+    "publish",
+    "render_configs",
+]
 
 
 class PublishError(ValueError):
     """The export cannot be published (missing file, bad name, not a maskops export)."""
 
 
-@dataclass(frozen=True)
-class EnsembleNames:
-    """The four Triton model names of a published model."""
-
-    name: str
-
-    @property
-    def preprocess(self) -> str:
-        return f"{self.name}_preprocess"
-
-    @property
-    def net(self) -> str:
-        return f"{self.name}_net"
-
-    @property
-    def postprocess(self) -> str:
-        return f"{self.name}_postprocess"
-
-    @property
-    def load_order(self) -> tuple[str, str, str, str]:
-        """Composing models first, the ensemble last."""
-        return (self.preprocess, self.net, self.postprocess, self.name)
-
-
 def _check_name(name: str) -> None:
-    if not name or not all(c.isalnum() or c in "-_." for c in name) or not name[0].isalnum():
-        raise PublishError(
-            f"model name {name!r}: use letters, digits, '-', '_' and '.', starting with a "
-            "letter or digit"
-        )
+    try:
+        check_model_name(name)
+    except InvalidModelName as exc:
+        raise PublishError(str(exc)) from None
 
 
 def _dims(values: tuple[int, ...] | list[int]) -> str:
@@ -104,13 +120,12 @@ def _config(
 
 def _net_tensors(meta: GraphMetadata) -> tuple[list[str], list[str]]:
     d, m = meta.max_detections, meta.mask_resolution
-    inputs = [_tensor("images", "TYPE_FP32", (3, *meta.image_size))]
+    inputs = [_tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size))]
+    types = ("TYPE_FP32", "TYPE_FP32", "TYPE_INT64", "TYPE_FP32", "TYPE_INT32")
+    shapes: tuple[tuple[int, ...], ...] = ((d, 4), (d,), (d,), (d, m, m), (1,))
     outputs = [
-        _tensor("boxes", "TYPE_FP32", (d, 4)),
-        _tensor("scores", "TYPE_FP32", (d,)),
-        _tensor("labels", "TYPE_INT64", (d,)),
-        _tensor("masks", "TYPE_FP32", (d, m, m)),
-        _tensor("num_detections", "TYPE_INT32", (1,)),
+        _tensor(name, dtype, dims)
+        for name, dtype, dims in zip(NET_OUTPUTS, types, shapes, strict=True)
     ]
     return inputs, outputs
 
@@ -138,16 +153,16 @@ def render_configs(
     ensemble_batch = min(batch, net_batch)
     net_inputs, net_outputs = _net_tensors(meta)
     image_outputs = [
-        _tensor("images", "TYPE_FP32", (3, *meta.image_size)),
-        _tensor("scale", "TYPE_FP32", (1,)),
-        _tensor("orig_hw", "TYPE_INT32", (2,)),
+        _tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size)),
+        _tensor(SCALE, "TYPE_FP32", (1,)),
+        _tensor(ORIG_HW, "TYPE_INT32", (2,)),
     ]
     configs = {
         names.preprocess: _config(
             names.preprocess,
             backend='backend: "python"',
             max_batch_size=batch,
-            inputs=[_tensor("image_bytes", "TYPE_STRING", (1,))],
+            inputs=[_tensor(IMAGE_BYTES, "TYPE_STRING", (1,))],
             outputs=image_outputs,
             extra=_batching(max_queue_delay_us) + _instances(instances),
         ),
@@ -158,9 +173,9 @@ def render_configs(
             inputs=[
                 *net_outputs,
                 *image_outputs[1:],
-                _tensor("score_threshold", "TYPE_FP32", (1,)),
+                _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
             ],
-            outputs=[_tensor("detections_json", "TYPE_STRING", (1,))],
+            outputs=[_tensor(DETECTIONS_JSON, "TYPE_STRING", (1,))],
             extra=_batching(max_queue_delay_us) + _instances(instances),
         ),
     }
@@ -191,20 +206,21 @@ def render_configs(
         outs = " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
         return f'    {{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
 
-    image_keys = {"images": "_images", "scale": "_scale", "orig_hw": "_orig_hw"}
-    detection_keys = {k: f"_{k}" for k in ("boxes", "scores", "labels", "masks", "num_detections")}
+    # Intermediate tensors get a leading "_" (ensemble-internal names).
+    image_keys = {k: f"_{k}" for k in (NET_INPUT, SCALE, ORIG_HW)}
+    detection_keys = {k: f"_{k}" for k in NET_OUTPUTS}
     steps = [
-        step(names.preprocess, {"image_bytes": "image_bytes"}, image_keys),
-        step(names.net, {"images": "_images"}, detection_keys),
+        step(names.preprocess, {IMAGE_BYTES: IMAGE_BYTES}, image_keys),
+        step(names.net, {NET_INPUT: image_keys[NET_INPUT]}, detection_keys),
         step(
             names.postprocess,
             {
                 **detection_keys,
-                "scale": "_scale",
-                "orig_hw": "_orig_hw",
-                "score_threshold": "score_threshold",
+                SCALE: image_keys[SCALE],
+                ORIG_HW: image_keys[ORIG_HW],
+                SCORE_THRESHOLD: SCORE_THRESHOLD,
             },
-            {"detections_json": "detections_json"},
+            {DETECTIONS_JSON: DETECTIONS_JSON},
         ),
     ]
     configs[names.name] = _config(
@@ -212,10 +228,10 @@ def render_configs(
         backend='platform: "ensemble"',
         max_batch_size=ensemble_batch,
         inputs=[
-            _tensor("image_bytes", "TYPE_STRING", (1,)),
-            _tensor("score_threshold", "TYPE_FP32", (1,)),
+            _tensor(IMAGE_BYTES, "TYPE_STRING", (1,)),
+            _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
         ],
-        outputs=[_tensor("detections_json", "TYPE_STRING", (1,))],
+        outputs=[_tensor(DETECTIONS_JSON, "TYPE_STRING", (1,))],
         extra="ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n",
     )
     return configs
@@ -223,10 +239,23 @@ def render_configs(
 
 def existing_versions(repository: Path, name: str) -> list[int]:
     """Published versions of ``name`` (numbered folders of the ensemble), ascending."""
-    folder = repository / name
+    return _numbered(Path(repository) / name)
+
+
+def _numbered(folder: Path) -> list[int]:
     if not folder.is_dir():
         return []
     return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def _next_version(repository: Path, names: EnsembleNames) -> int:
+    """One more than any version folder of the four models.
+
+    A part may hold a version its ensemble lacks (a publish killed between two moves, or
+    by an older maskops): the new version must not land on it, and must be newer so that
+    Triton's "latest" policy never picks the orphan.
+    """
+    return 1 + max([0, *(v for model in names.load_order for v in _numbered(repository / model))])
 
 
 def _find_onnx(export: Path) -> Path:
@@ -244,10 +273,140 @@ def _find_onnx(export: Path) -> Path:
     raise PublishError(f"{export}: no such export file or folder")
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace ``path`` in one rename (a reader sees the old or the new file, never half)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@dataclass
+class _Changes:
+    """What a publish did to the repository so far, so that a failure can undo all of it."""
+
+    created: list[Path] = field(default_factory=list)
+    """Folders this publish created (outermost first)."""
+    moved: list[Path] = field(default_factory=list)
+    """Version folders moved into place."""
+    replaced: dict[Path, bytes | None] = field(default_factory=dict)
+    """Files written, with their previous content (None: there was none)."""
+    staging: list[Path] = field(default_factory=list)
+
+    def make_dirs(self, folder: Path) -> None:
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]
+        for path in reversed(missing):
+            path.mkdir()
+            self.created.append(path)
+
+    def stage(self, model_dir: Path, version: int, contents: dict[str, str | Path]) -> Path:
+        """Write one version folder under a hidden staging name inside ``model_dir``."""
+        self.make_dirs(model_dir)
+        staging = model_dir / f".{version}.staging"
+        # The version is new, so a folder of that name is a crashed publish's leftover.
+        shutil.rmtree(staging, ignore_errors=True)
+        self.staging.append(staging)
+        staging.mkdir()
+        for filename, content in contents.items():
+            if isinstance(content, Path):
+                shutil.copyfile(content, staging / filename)
+            else:
+                (staging / filename).write_text(content)
+        return staging
+
+    def move(self, staging: Path, final: Path) -> None:
+        staging.rename(final)
+        self.moved.append(final)
+
+    def write(self, path: Path, text: str) -> None:
+        if path not in self.replaced:
+            self.replaced[path] = path.read_bytes() if path.is_file() else None
+        _write_atomic(path, text)
+
+    def undo(self) -> None:
+        """Put the repository back as it was (best effort: every step is attempted)."""
+        for path, previous in self.replaced.items():
+            with suppress(OSError):
+                if previous is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    _write_atomic(path, previous)
+        for final in reversed(self.moved):
+            shutil.rmtree(final, ignore_errors=True)
+        self.remove_staging()
+        for folder in reversed(self.created):
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def remove_staging(self) -> None:
+        for staging in self.staging:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def _all_or_nothing() -> Iterator[_Changes]:
+    """Changes that are undone if the block raises; staging folders never outlive it."""
+    changes = _Changes()
+    try:
+        yield changes
+    except BaseException:
+        changes.undo()
+        raise
+    finally:
+        changes.remove_staging()
+
+
+def _read_metadata(onnx_path: Path) -> GraphMetadata:
+    try:
+        return read_metadata(onnx_path)
+    except (ValueError, KeyError) as exc:
+        raise PublishError(str(exc)) from None
+    except Exception as exc:
+        # onnx raises protobuf's DecodeError (and others) on a truncated or foreign file.
+        raise PublishError(f"{onnx_path}: not a readable ONNX file ({exc})") from None
+
+
+def _read_history(path: Path) -> list[dict[str, object]]:
+    """The ensemble's ``versions.json``, read before anything is written."""
+    if not path.exists():
+        return []
+    try:
+        history = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PublishError(f"{path}: unreadable publish history ({exc})") from None
+    if not isinstance(history, list):
+        raise PublishError(f"{path}: unreadable publish history (not a JSON list)")
+    return history
+
+
+def _version_files(
+    names: EnsembleNames, meta: GraphMetadata, onnx_path: Path, net_backend: str
+) -> dict[str, dict[str, str | Path]]:
+    """``{model: {filename: text or file to copy}}`` of the new version, ensemble last."""
+    settings = json.dumps({"image_size": list(meta.image_size), "data_type": meta.data_type})
+    label_json = json.dumps(meta.label_map.to_json(), indent=1)
+    files: dict[str, dict[str, str | Path]] = {
+        names.preprocess: {
+            "model.py": MODELS_DIR / "preprocess" / "model.py",
+            OPS_FILE.name: OPS_FILE,
+            "settings.json": settings,
+        },
+        names.net: {"model.onnx": onnx_path, "settings.json": settings},
+        names.postprocess: {
+            "model.py": MODELS_DIR / "postprocess" / "model.py",
+            OPS_FILE.name: OPS_FILE,
+            "label_map.json": label_json,
+        },
+        names.name: {"label_map.json": label_json},
+    }
+    if net_backend == "python":
+        files[names.net]["model.py"] = MODELS_DIR / "network" / "model.py"
+        files[names.net][OPS_FILE.name] = OPS_FILE
+    return files
 
 
 def publish(
@@ -266,25 +425,27 @@ def publish(
     Args:
         export: an exported ``.onnx`` (or a folder holding exactly one).
         repository: the Triton model repository root (created if missing).
-        name: the ensemble's name clients call.
+        name: the ensemble's name clients call (:data:`protocol.MODEL_NAME_PATTERN`).
         label_map, spec: override what the export's metadata says (normally omitted).
         net_backend: "python" (onnxruntime in the python backend), "onnxruntime" or
             "tensorrt" (official Triton image; see module doc).
         max_batch_size: Triton max_batch_size (default: the export's).
         instances: model instances per composing model.
 
-    Files of the new version are complete before the configs change, so a Triton polling
-    the repository never sees a half-written version. Nothing is loaded here: call
+    All or nothing: the version folders are complete (staged, then moved) before the
+    configs change, and any failure undoes every move and write, so the repository is
+    left byte for byte as it was. Nothing is loaded here: call
     :func:`maskops.serving.client.roll_out` (or restart Triton) to serve it.
+
+    Raises:
+        PublishError: bad name or backend, not a maskops export, unreadable history, or
+            the repository could not be written (then it is unchanged).
     """
     _check_name(name)
     if net_backend not in NET_BACKENDS:
         raise PublishError(f"net backend {net_backend!r}: expected one of {NET_BACKENDS}")
     onnx_path = _find_onnx(Path(export))
-    try:
-        meta = read_metadata(onnx_path)
-    except (ValueError, KeyError) as exc:
-        raise PublishError(str(exc)) from None
+    meta = _read_metadata(onnx_path)
     if label_map is not None or spec is not None:
         meta = GraphMetadata(
             spec=spec or meta.spec,
@@ -297,44 +458,12 @@ def publish(
         )
     names = EnsembleNames(name)
     repository = Path(repository)
-    repository.mkdir(parents=True, exist_ok=True)
-    version = max([0, *existing_versions(repository, name)]) + 1
-    settings = {"image_size": list(meta.image_size), "data_type": meta.data_type}
-    label_json = json.dumps(meta.label_map.to_json(), indent=1)
-    files: dict[str, dict[str, str | Path]] = {
-        names.preprocess: {
-            "model.py": MODELS_DIR / "preprocess.py",
-            "settings.json": json.dumps(settings),
-        },
-        names.net: {"model.onnx": onnx_path, "settings.json": json.dumps(settings)},
-        names.postprocess: {
-            "model.py": MODELS_DIR / "postprocess.py",
-            "label_map.json": label_json,
-        },
-        names.name: {"label_map.json": label_json},
-    }
-    if net_backend == "python":
-        files[names.net]["model.py"] = MODELS_DIR / "network.py"
-    # Version folders are written under a temporary name and renamed into place.
-    for model, contents in files.items():
-        final = repository / model / str(version)
-        staging = repository / model / f".{version}.staging"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        for filename, content in contents.items():
-            if isinstance(content, Path):
-                shutil.copyfile(content, staging / filename)
-            else:
-                (staging / filename).write_text(content)
-        staging.rename(final)
+    history_path = repository / name / "versions.json"
+    history = _read_history(history_path)
+    version = _next_version(repository, names)
     configs = render_configs(
         names, meta, net_backend=net_backend, max_batch_size=max_batch_size, instances=instances
     )
-    for model, text in configs.items():
-        _write_atomic(repository / model / "config.pbtxt", text)
-    _write_atomic(repository / name / "label_map.json", label_json)
-    history_path = repository / name / "versions.json"
-    history = json.loads(history_path.read_text()) if history_path.exists() else []
     history.append(
         {
             "version": version,
@@ -344,5 +473,34 @@ def publish(
             "net_backend": net_backend,
         }
     )
-    _write_atomic(history_path, json.dumps(history, indent=1))
+    files = _version_files(names, meta, onnx_path, net_backend)
+    try:
+        with _all_or_nothing() as changes:
+            changes.make_dirs(repository)
+            staged = {
+                model: changes.stage(repository / model, version, contents)
+                for model, contents in files.items()
+            }
+            # Parts first, the ensemble last: existing_versions reads the ensemble.
+            for model, staging in staged.items():
+                changes.move(staging, repository / model / str(version))
+            for model, text in configs.items():
+                changes.write(repository / model / "config.pbtxt", text)
+            label_json = json.dumps(meta.label_map.to_json(), indent=1)
+            changes.write(repository / name / "label_map.json", label_json)
+            changes.write(history_path, json.dumps(history, indent=1))
+    except OSError as exc:
+        raise PublishError(
+            f"could not publish {name} version {version} into {repository}: {exc} "
+            "(the repository is unchanged)"
+        ) from None
+    _remove_leftover_staging(repository, names)
     return version
+
+
+def _remove_leftover_staging(repository: Path, names: EnsembleNames) -> None:
+    """Delete staging folders that crashed publishes of older versions left behind."""
+    for model in names.load_order:
+        for leftover in (repository / model).glob(".*.staging"):
+            if leftover.name[1:].split(".")[0].isdigit():
+                shutil.rmtree(leftover, ignore_errors=True)

@@ -1,7 +1,9 @@
-"""Triton python-backend models of the served ensemble (copied as ``model.py`` by publish).
+"""Triton python-backend models of the served ensemble, one folder per deployable model.
 
-They run inside Triton's python stub, which imports ``triton_python_backend_utils``; the
-work itself is in :mod:`maskops.serving.processing`, so each file is a thin adapter:
-tensors in, plain function, tensors out. Heavy objects (the onnxruntime session, the label
-map) are built once in ``initialize``.
+``publish`` copies ``<part>/model.py`` into ``<repository>/_<name>.<part>/<v>/model.py``
+together with :mod:`maskops_serving_ops` (this folder's self-contained numpy/Pillow/
+pycocotools processing). They run inside Triton's python stub, which provides
+``triton_python_backend_utils``; the Triton image installs only the ``triton`` extra, so
+they import neither torch nor any maskops module, only the ops file next to them. Heavy
+objects (the onnxruntime session, the label map) are built once in ``initialize``.
 """

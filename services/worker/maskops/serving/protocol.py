@@ -1,0 +1,125 @@
+"""What a client, the publisher and the served models agree on, with no engine import.
+
+The API image installs only the ``api`` extra (no torch, no onnx): this module and
+:mod:`maskops.serving.client` must import nothing but the standard library (numpy at
+most), so they hold the ensemble's contract:
+
+- the tensor names of the ensemble and of its parts;
+- the Triton model names of a published model (:class:`EnsembleNames`) and the rule a
+  user's model name follows (:func:`check_model_name`);
+- the ``detections_json`` answer (:func:`encode_detections`, :func:`decode_detections`).
+
+The served python models cannot import maskops (the Triton image has only numpy, Pillow,
+pycocotools and onnxruntime): their own copy of the tensor names lives in
+``triton_models/maskops_serving_ops.py`` and a unit test checks the two agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# The ensemble's interface (what clients send and receive).
+IMAGE_BYTES = "image_bytes"
+"""Input: BYTES ``[1]`` per request item, one encoded JPEG/PNG."""
+SCORE_THRESHOLD = "score_threshold"
+"""Input: FP32 ``[1]`` per request item; detections scoring below are dropped."""
+DETECTIONS_JSON = "detections_json"
+"""Output: BYTES ``[1]`` per request item, a JSON list of COCO results."""
+
+# Between the parts (not visible to clients). The network's names are the exported
+# graph's (maskops.export.graph.INPUT_NAME / OUTPUT_NAMES, checked equal by a unit test:
+# that module imports torch and onnx, this one cannot).
+NET_INPUT = "images"
+"""The network's input: FP32 ``[3, H, W]`` per item, RGB 0..1, resized and padded."""
+NET_OUTPUTS: tuple[str, ...] = ("boxes", "scores", "labels", "masks", "num_detections")
+"""The network's outputs per item, padded to D rows: FP32 ``[D, 4]`` xyxy, FP32 ``[D]``,
+INT64 ``[D]`` (labels 1..K), FP32 ``[D, M, M]`` mask probabilities, INT32 ``[1]``."""
+SCALE = "scale"
+"""Preprocess output: FP32 ``[1]``, the resize factor original -> network frame."""
+ORIG_HW = "orig_hw"
+"""Preprocess output: INT32 ``[2]``, the original image's (height, width)."""
+
+MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A user's model name (the ensemble clients call)."""
+
+INTERNAL_PREFIX = "_"
+"""First character of the ensemble's internal parts: no user name can start with it."""
+
+
+class InvalidModelName(ValueError):
+    """A model name that does not follow :data:`MODEL_NAME_PATTERN`."""
+
+
+def check_model_name(name: str) -> str:
+    """Return ``name`` if it is a valid user model name, else raise :class:`InvalidModelName`."""
+    if not isinstance(name, str) or MODEL_NAME_PATTERN.fullmatch(name) is None:
+        raise InvalidModelName(
+            f"model name {name!r}: use 1 to 64 letters, digits, '-', '_' and '.', starting "
+            "with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class EnsembleNames:
+    """The four Triton model names of a published model ``name``.
+
+    The parts are ``_<name>.preprocess``, ``_<name>.net`` and ``_<name>.postprocess``.
+    No user model can have one of these names: user names never start with ``_``. Nor can
+    two parts share one: a part name decodes uniquely, the part being the text after the
+    last ``.`` (part names have no ``.``) and the model name what lies between the ``_``
+    and that ``.`` (so ``_a.net.net`` can only be ``a.net``'s network). Triton accepts
+    such names (tests/integration/triton serves them).
+    """
+
+    name: str
+
+    def _part(self, part: str) -> str:
+        return f"{INTERNAL_PREFIX}{self.name}.{part}"
+
+    @property
+    def preprocess(self) -> str:
+        return self._part("preprocess")
+
+    @property
+    def net(self) -> str:
+        return self._part("net")
+
+    @property
+    def postprocess(self) -> str:
+        return self._part("postprocess")
+
+    @property
+    def parts(self) -> tuple[str, str, str]:
+        """The composing models, in the order the ensemble runs them."""
+        return (self.preprocess, self.net, self.postprocess)
+
+    @property
+    def load_order(self) -> tuple[str, str, str, str]:
+        """Composing models first, the ensemble last."""
+        return (*self.parts, self.name)
+
+
+def encode_detections(results: Sequence[dict[str, Any]]) -> bytes:
+    """One image's COCO results as the ``detections_json`` bytes (compact JSON list)."""
+    return json.dumps(list(results), separators=(",", ":")).encode()
+
+
+def decode_detections(data: bytes | str) -> list[dict[str, Any]]:
+    """The COCO results of a ``detections_json`` answer.
+
+    Each result: ``image_id`` (0; the client sets the image's position), ``category_id``,
+    ``category_name``, ``bbox`` ``[x, y, w, h]`` original pixels, ``score``,
+    ``segmentation`` (compressed RLE ``{"size": [h, w], "counts": str}``).
+
+    Raises:
+        ValueError: not a JSON list.
+    """
+    value = json.loads(data)
+    if not isinstance(value, list):
+        raise ValueError("expected a JSON list of COCO results")
+    return value

@@ -1,0 +1,437 @@
+"""The served ensemble's pre- and post-processing with numpy, Pillow and pycocotools only.
+
+:func:`maskops.serving.repository.publish` copies this file next to every ``model.py`` of
+the ensemble (``<part>/<version>/maskops_serving_ops.py``), and each model loads it from its
+own directory: the Triton image installs only the ``triton`` extra (numpy<2, Pillow,
+pycocotools, onnxruntime), never torch nor the maskops engine. So this module imports
+nothing else from maskops and must stay self-contained.
+
+It reproduces the engine's in-process path (the reference, checked by
+tests/unit/serving/test_serving_ops_parity.py):
+
+- :func:`preprocess` = ``maskops.evaluation.images.read_image`` +
+  ``maskops.data.transforms.resize_and_pad``. The resize is torch's uint8 antialiased
+  bilinear kernel (``F.interpolate(..., antialias=True)`` on uint8, itself Pillow's
+  algorithm with int16 fixed-point weights) re-done in integer numpy, so it is bit-exact,
+  where ``PIL.Image.resize`` (22-bit weights) differs by one grey level on ~3% of pixels.
+- :func:`detections_to_coco` = ``maskops.evaluation.postprocess.detections_to_coco`` plus
+  the ``category_name`` the API adds. The mask paste reproduces torch's float32 bilinear
+  ``F.interpolate`` including where the compiled kernel fuses multiply-adds; the few values
+  it still misses differ by one float32 ulp, which flips a pixel only when its probability
+  is within 1e-7 of the 0.5 threshold.
+
+Tensor names are those of :mod:`maskops.serving.protocol` (a test checks they agree).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pycocotools.mask as mask_util
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+IMAGE_BYTES = "image_bytes"
+SCORE_THRESHOLD = "score_threshold"
+DETECTIONS_JSON = "detections_json"
+NET_INPUT = "images"
+NET_OUTPUTS: tuple[str, ...] = ("boxes", "scores", "labels", "masks", "num_detections")
+SCALE = "scale"
+ORIG_HW = "orig_hw"
+
+IMAGE_FORMATS: frozenset[str] = frozenset({"JPEG", "PNG", "MPO"})
+"""PIL format names accepted (MPO is what PIL calls JPEGs from many phone cameras)."""
+
+RLE = dict[str, Any]
+"""A compressed COCO RLE: ``{"size": [h, w], "counts": str}``."""
+
+_MASK_PADDING = 1
+"""Pixels of zero padding around each mask map, as torchvision's ``expand_masks``."""
+
+
+class ImageDecodeError(ValueError):
+    """Bytes that are not a readable JPEG/PNG (the message names the image).
+
+    The client maps "unreadable image" / "not supported" answers to a 400.
+    """
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def load_rgb(data: bytes, *, name: str = "image") -> np.ndarray:
+    """Decode JPEG/PNG bytes into an upright RGB ``[H, W, 3]`` uint8 array.
+
+    EXIF orientation is applied; palette, grey, 16-bit, CMYK and alpha images become 8-bit
+    RGB (alpha dropped, not composited), exactly as the engine's ``load_rgb``.
+
+    Raises:
+        ImageDecodeError: unreadable, truncated, or not a JPEG/PNG.
+    """
+    try:
+        with warnings.catch_warnings():
+            # Large photos are fine (PIL still refuses real decompression bombs, > 179 MP).
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                if image.format not in IMAGE_FORMATS:
+                    raise ImageDecodeError(
+                        f"{name}: {image.format} images are not supported (JPEG or PNG expected)"
+                    )
+                image.load()
+                upright = ImageOps.exif_transpose(image)
+                return np.asarray(_to_rgb(upright), dtype=np.uint8)
+    except ImageDecodeError:
+        raise
+    except (
+        UnidentifiedImageError,
+        OSError,
+        SyntaxError,
+        ValueError,
+        Image.DecompressionBombError,
+    ) as exc:
+        raise ImageDecodeError(f"{name}: unreadable image ({exc})") from None
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode == "RGB":
+        return image
+    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+        # 16/32-bit grey: scale to 8 bits rather than let PIL clip at 255.
+        array = np.asarray(image, dtype=np.float64)
+        peak = array.max() if array.size else 0.0
+        scaled = array * (255.0 / peak) if peak > 255 else array
+        image = Image.fromarray(scaled.clip(0, 255).astype(np.uint8), mode="L")
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    return image.convert("RGB")
+
+
+# --------------------------------------------------------------------------- resizing
+
+
+def fit_scale(height: int, width: int, image_size: tuple[int, int]) -> float:
+    """The factor that makes an ``height x width`` image fit inside ``image_size`` (H, W)."""
+    return min(image_size[0] / height, image_size[1] / width)
+
+
+def resized_hw(height: int, width: int, image_size: tuple[int, int]) -> tuple[int, int]:
+    """The (height, width) an image occupies inside ``image_size`` after resizing."""
+    scale = fit_scale(height, width, image_size)
+    return (
+        min(image_size[0], max(1, round(height * scale))),
+        min(image_size[1], max(1, round(width * scale))),
+    )
+
+
+def _aa_weights(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Antialiased bilinear taps of one axis as torch's uint8 kernel computes them.
+
+    Float weights in double (Pillow's ``precompute_coeffs``: a triangle filter widened by
+    the downscale factor, normalised per output pixel), then rounded to int16 with the
+    most fractional bits that keep the largest weight below 2**15.
+
+    Returns:
+        (``[out, K]`` int64 source indices, ``[out, K]`` int32 weights (0 past each
+        pixel's taps), the number of fractional bits).
+    """
+    scale = in_size / out_size
+    support = scale if scale >= 1.0 else 1.0  # interp_size 2 * 0.5, widened when shrinking
+    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    taps = int(np.ceil(support)) * 2 + 1
+    index = np.zeros((out_size, taps), dtype=np.int64)
+    weights = np.zeros((out_size, taps), dtype=np.float64)
+    for i in range(out_size):
+        center = scale * (i + 0.5)
+        xmin = max(int(center - support + 0.5), 0)
+        xsize = min(max(min(int(center + support + 0.5), in_size) - xmin, 0), taps)
+        # Sequential double arithmetic, in the kernel's order, so the weights are equal.
+        w = [max(0.0, 1.0 - abs((j + xmin - center + 0.5) * invscale)) for j in range(xsize)]
+        total = 0.0
+        for value in w:
+            total += value
+        if total != 0.0:
+            w = [value / total for value in w]
+        index[i, :xsize] = np.arange(xmin, xmin + xsize)
+        weights[i, :xsize] = w
+    peak = float(weights.max()) if weights.size else 0.0
+    precision = 0
+    while precision < 22 and int(0.5 + peak * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    fixed = np.trunc(0.5 + weights * (1 << precision)).astype(np.int32)
+    return index, fixed, precision
+
+
+def _resample_axis(image: np.ndarray, out_size: int, axis: int) -> np.ndarray:
+    """One separable pass of the uint8 antialiased bilinear resize along ``axis``.
+
+    Integer arithmetic as torch's kernel: int32 sums of uint8 x int16 products, rounding
+    offset ``2**(p-1)``, arithmetic shift by ``p``, clamped to 0..255.
+    """
+    index, weights, precision = _aa_weights(image.shape[axis], out_size)
+    source = np.moveaxis(image, axis, 0)
+    acc = np.full((out_size, *source.shape[1:]), 1 << (precision - 1), dtype=np.int32)
+    extra = (1,) * (source.ndim - 1)
+    for k in range(index.shape[1]):
+        acc += source[index[:, k]].astype(np.int32) * weights[:, k].reshape(-1, *extra)
+    out = np.clip(acc >> precision, 0, 255).astype(np.uint8)
+    return np.moveaxis(out, 0, axis)
+
+
+def resize_uint8(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Resize ``[H, W, C]`` uint8 to ``size`` (h, w): torch's uint8 antialiased bilinear.
+
+    Horizontal pass first, then vertical, each skipped when that side keeps its length
+    (uint8 in between, as in torch).
+    """
+    out = image
+    if size[1] != image.shape[1]:
+        out = _resample_axis(out, size[1], axis=1)
+    if size[0] != image.shape[0]:
+        out = _resample_axis(out, size[0], axis=0)
+    return out
+
+
+def resize_and_pad(image: np.ndarray, image_size: tuple[int, int]) -> tuple[np.ndarray, float]:
+    """Resize ``[H, W, 3]`` uint8 keeping the aspect ratio to fit ``image_size``, then pad.
+
+    Returns:
+        (``[3, image_size[0], image_size[1]]`` float32 in 0..1, zero-padded bottom/right;
+        ``scale``, which maps original pixel coordinates to the returned frame).
+    """
+    height, width = int(image.shape[0]), int(image.shape[1])
+    scale = fit_scale(height, width, image_size)
+    new_h, new_w = resized_hw(height, width, image_size)
+    resized = resize_uint8(image, (new_h, new_w)) if (new_h, new_w) != (height, width) else image
+    out = np.zeros((3, *image_size), dtype=np.float32)
+    out[:, :new_h, :new_w] = resized.transpose(2, 0, 1)
+    out[:, :new_h, :new_w] /= np.float32(255.0)
+    return out, scale
+
+
+def preprocess(
+    data: bytes, image_size: tuple[int, int], *, name: str = "image"
+) -> tuple[np.ndarray, float, tuple[int, int]]:
+    """Encoded image -> (float32 ``[3, H, W]`` network input, scale, original (h, w)).
+
+    Raises:
+        ImageDecodeError: not a decodable JPEG/PNG (message names ``name``).
+    """
+    image = load_rgb(data, name=name)
+    orig_hw = (int(image.shape[0]), int(image.shape[1]))
+    tensor, scale = resize_and_pad(image, image_size)
+    return tensor, float(scale), orig_hw
+
+
+# --------------------------------------------------------------------------- mask pasting
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 ``a * b + c`` rounded once, as a fused multiply-add.
+
+    float32 products are exact in float64, so one float64 add and one rounding emulate
+    the FMA instructions torch's compiled bilinear kernel uses.
+    """
+    return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
+
+
+def _linear_taps(in_size: int, out_size: int) -> tuple[np.ndarray, ...]:
+    """Source rows/columns and weights of float bilinear (``align_corners=False``).
+
+    Returns:
+        (``i0``, ``i1`` int64 ``[out]``, ``w0``, ``w1`` float32 ``[out]``).
+    """
+    out = np.arange(out_size)
+    if in_size == out_size:
+        return out, out, np.ones(out_size, np.float32), np.zeros(out_size, np.float32)
+    scale = np.float32(in_size) / np.float32(out_size)
+    centre = out.astype(np.float32) + np.float32(0.5)
+    source = (np.float64(scale) * centre.astype(np.float64) - 0.5).astype(np.float32)
+    source = np.maximum(source, np.float32(0.0))
+    i0 = np.minimum(np.floor(source).astype(np.int64), in_size - 1)
+    w1 = np.clip(source - i0.astype(np.float32), np.float32(0.0), np.float32(1.0))
+    i1 = i0 + (i0 < in_size - 1)
+    return i0, i1, (np.float32(1.0) - w1).astype(np.float32), w1.astype(np.float32)
+
+
+def resize_bilinear(probs: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``[h, w]`` float32 -> ``size`` (h, w) float32, torch's bilinear ``align_corners=False``."""
+    y0, y1, wy0, wy1 = _linear_taps(probs.shape[0], size[0])
+    x0, x1, wx0, wx1 = _linear_taps(probs.shape[1], size[1])
+    top = _fma(probs[y0][:, x0], wx0[None], probs[y0][:, x1] * wx1[None])
+    bottom = _fma(probs[y1][:, x0], wx0[None], probs[y1][:, x1] * wx1[None])
+    return _fma(top, wy0[:, None], bottom * wy1[:, None])
+
+
+def expand_boxes(boxes: np.ndarray, scale: float) -> np.ndarray:
+    """Scale ``[N, 4]`` float32 xyxy boxes about their centres (torchvision's float32 ops)."""
+    factor = np.float32(scale)
+    w_half = (boxes[:, 2] - boxes[:, 0]) * np.float32(0.5) * factor
+    h_half = (boxes[:, 3] - boxes[:, 1]) * np.float32(0.5) * factor
+    x_c = (boxes[:, 2] + boxes[:, 0]) * np.float32(0.5)
+    y_c = (boxes[:, 3] + boxes[:, 1]) * np.float32(0.5)
+    return np.stack([x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half], axis=1)
+
+
+def _runs_to_counts(transitions: np.ndarray, num_pixels: int) -> np.ndarray:
+    """COCO's uncompressed counts from sorted run boundaries (column-major flat indices).
+
+    The first count is background (possibly 0); a final background run of 0 is not
+    written, as ``pycocotools.mask.encode`` does.
+    """
+    if transitions.size == 0:
+        return np.array([num_pixels], dtype=np.uint32)
+    counts = np.diff(transitions, prepend=0, append=num_pixels)
+    if counts[-1] == 0:
+        counts = counts[:-1]
+    return counts.astype(np.uint32)
+
+
+def crop_to_counts(crop: np.ndarray, top: int, left: int, image_hw: tuple[int, int]) -> np.ndarray:
+    """Uncompressed COCO counts of an image that is background except for ``crop``.
+
+    Args:
+        crop: ``[ch, cw]`` bool foreground; ``top``, ``left``: its position in the image.
+        image_hw: the full image's (h, w); the crop lies inside it.
+    """
+    height, width = image_hw
+    # Each column of the crop is a run-boundary problem of its own (column-major order).
+    padded = np.zeros((crop.shape[0] + 2, crop.shape[1]), dtype=bool)
+    padded[1:-1] = crop
+    col, row = np.nonzero((padded[1:] != padded[:-1]).T)
+    transitions = (col.astype(np.int64) + left) * height + (row + top)
+    # A run ending at the bottom of one column and one starting at the top of the next
+    # are a single run in flat order (only when the crop spans the full height).
+    touching = transitions[1:] == transitions[:-1]
+    if touching.any():
+        drop = np.zeros(transitions.shape, dtype=bool)
+        drop[:-1] |= touching
+        drop[1:] |= touching
+        transitions = transitions[~drop]
+    return _runs_to_counts(transitions, height * width)
+
+
+def paste_masks_rle(
+    boxes: np.ndarray, probs: np.ndarray, image_hw: tuple[int, int], *, threshold: float = 0.5
+) -> list[RLE]:
+    """Paste ``[N, M, M]`` mask probabilities into their ``[N, 4]`` xyxy boxes; COCO RLEs.
+
+    torchvision's ``paste_masks_in_image`` (map padded by one pixel, box expanded by
+    ``(M + 2) / M`` and truncated to ints, bilinear resize to the box, ``> threshold``),
+    computed over each box only and encoded as ``pycocotools.mask.encode`` would.
+    """
+    height, width = int(image_hw[0]), int(image_hw[1])
+    if boxes.shape[0] == 0:
+        return []
+    size = probs.shape[-1]
+    padded = np.pad(probs.astype(np.float32), ((0, 0), (_MASK_PADDING,) * 2, (_MASK_PADDING,) * 2))
+    expanded = expand_boxes(boxes.astype(np.float32), (size + 2 * _MASK_PADDING) / size)
+    counts: list[np.ndarray] = []
+    for index, (bx0, by0, bx1, by1) in enumerate(np.trunc(expanded).astype(np.int64).tolist()):
+        x0, x1 = max(bx0, 0), min(bx1 + 1, width)
+        y0, y1 = max(by0, 0), min(by1 + 1, height)
+        if x1 <= x0 or y1 <= y0:
+            counts.append(_runs_to_counts(np.zeros(0, np.int64), height * width))
+            continue
+        box_hw = (max(by1 - by0 + 1, 1), max(bx1 - bx0 + 1, 1))
+        resized = resize_bilinear(padded[index], box_hw)
+        crop = resized[y0 - by0 : y1 - by0, x0 - bx0 : x1 - bx0] > np.float32(threshold)
+        counts.append(crop_to_counts(crop, y0, x0, (height, width)))
+    uncompressed = [{"size": [height, width], "counts": c} for c in counts]
+    encoded = mask_util.frPyObjects(uncompressed, height, width)
+    return [{"size": [height, width], "counts": r["counts"].decode("utf-8")} for r in encoded]
+
+
+# --------------------------------------------------------------------------- results
+
+
+def unpad(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    masks: np.ndarray,
+    num_detections: np.ndarray | int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One image's valid rows of the graph's padded outputs (no batch dimension).
+
+    Args:
+        boxes ``[D, 4]``, scores ``[D]``, labels ``[D]``, masks ``[D, M, M]`` and the
+        count of valid rows.
+
+    Returns:
+        (boxes float32 ``[N, 4]``, scores float32 ``[N]``, labels int64 ``[N]``, masks
+        float32 ``[N, M, M]``).
+    """
+    n = int(np.asarray(num_detections).reshape(-1)[0])
+    return (
+        np.asarray(boxes[:n], dtype=np.float32),
+        np.asarray(scores[:n], dtype=np.float32),
+        np.asarray(labels[:n], dtype=np.int64),
+        np.asarray(masks[:n], dtype=np.float32),
+    )
+
+
+def categories_from_label_map(entries: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
+    """``label_map.json`` entries (``id``, ``name``, ``label``) -> (id, name) per label 1..K."""
+    ordered = sorted(entries, key=lambda e: int(e["label"]))
+    if [int(e["label"]) for e in ordered] != list(range(1, len(ordered) + 1)):
+        raise ValueError("label_map.json: labels must be 1..K")
+    return [(int(e["id"]), str(e["name"])) for e in ordered]
+
+
+def detections_to_coco(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    masks: np.ndarray,
+    *,
+    scale: float,
+    orig_hw: tuple[int, int],
+    categories: Sequence[tuple[int, str]],
+    score_threshold: float,
+    mask_threshold: float = 0.5,
+) -> list[dict[str, Any]]:
+    """COCO results of one image's unpadded detections (see :func:`unpad`).
+
+    Boxes go from the network's frame to original pixels (divided by ``scale``, clipped
+    to ``orig_hw``) in float32 as the engine does; masks are pasted at those boxes.
+
+    Returns:
+        Per kept detection (``score >= score_threshold``): ``image_id`` 0,
+        ``category_id``, ``category_name``, ``bbox`` ``[x, y, w, h]``, ``score``,
+        ``segmentation`` (compressed RLE of the original image size).
+    """
+    keep = scores >= np.float32(score_threshold)
+    kept_labels = labels[keep]
+    if kept_labels.size and (kept_labels.min() < 1 or kept_labels.max() > len(categories)):
+        raise ValueError(f"labels outside 1..{len(categories)} in the network output")
+    original = boxes[keep] / np.float32(scale)
+    original[:, 0::2] = np.clip(original[:, 0::2], 0, np.float32(orig_hw[1]))
+    original[:, 1::2] = np.clip(original[:, 1::2], 0, np.float32(orig_hw[0]))
+    rles = paste_masks_rle(original, masks[keep], orig_hw, threshold=mask_threshold)
+    xywh = original.copy()
+    xywh[:, 2:] -= xywh[:, :2]
+    results: list[dict[str, Any]] = []
+    for label, box, score, rle in zip(
+        kept_labels.tolist(), xywh.tolist(), scores[keep].tolist(), rles, strict=True
+    ):
+        category_id, category_name = categories[label - 1]
+        results.append(
+            {
+                "image_id": 0,
+                "category_id": category_id,
+                "bbox": box,
+                "score": score,
+                "segmentation": rle,
+                "category_name": category_name,
+            }
+        )
+    return results
+
+
+def encode_detections(results: Sequence[dict[str, Any]]) -> bytes:
+    """The ``detections_json`` bytes of one image (compact JSON list)."""
+    return json.dumps(list(results), separators=(",", ":")).encode()

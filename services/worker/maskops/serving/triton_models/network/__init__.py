@@ -1,0 +1,1 @@
+"""The ``network`` part (Triton python backend); see ``model.py``."""

@@ -1,0 +1,1 @@
+"""The ``postprocess`` part (Triton python backend); see ``model.py``."""

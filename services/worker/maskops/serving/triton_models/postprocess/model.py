@@ -1,0 +1,73 @@
+"""``_<name>.postprocess``: padded detections -> COCO results JSON in original pixels.
+
+Inputs per batch item: ``boxes``, ``scores``, ``labels``, ``masks``, ``num_detections``
+(the network's outputs), ``scale`` and ``orig_hw`` (the preprocessing's) and
+``score_threshold`` FP32 ``[1]`` (the client's). Output: ``detections_json`` BYTES ``[1]``,
+a JSON list of COCO results (category id and name from the label map, bbox xywh in
+original pixels, score, segmentation as compressed RLE pasted into the original size).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _load_ops() -> ModuleType:
+    """``maskops_serving_ops.py``, which publish copies next to this file."""
+    path = Path(__file__).resolve().with_name("maskops_serving_ops.py")
+    spec = importlib.util.spec_from_file_location("maskops_serving_ops", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ops = _load_ops()
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, Any]) -> None:
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        entries = json.loads((version_dir / "label_map.json").read_text())
+        self.categories = ops.categories_from_label_map(entries)
+        self.inputs = (*ops.NET_OUTPUTS, ops.SCALE, ops.ORIG_HW, ops.SCORE_THRESHOLD)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            t = {
+                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+                for name in self.inputs
+            }
+            encoded = [[self._image(t, i)] for i in range(t["scores"].shape[0])]
+            out = pb_utils.Tensor(ops.DETECTIONS_JSON, np.array(encoded, dtype=np.object_))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+
+    def _image(self, t: dict[str, np.ndarray], i: int) -> bytes:
+        """The ``detections_json`` of batch item ``i``."""
+        boxes, scores, labels, masks = ops.unpad(
+            t["boxes"][i], t["scores"][i], t["labels"][i], t["masks"][i], t["num_detections"][i]
+        )
+        results = ops.detections_to_coco(
+            boxes,
+            scores,
+            labels,
+            masks,
+            scale=float(t[ops.SCALE][i][0]),
+            orig_hw=(int(t[ops.ORIG_HW][i][0]), int(t[ops.ORIG_HW][i][1])),
+            categories=self.categories,
+            score_threshold=float(t[ops.SCORE_THRESHOLD][i][0]),
+        )
+        encoded: bytes = ops.encode_detections(results)
+        return encoded

@@ -1,0 +1,1 @@
+"""The ``preprocess`` part (Triton python backend); see ``model.py``."""
