@@ -16,7 +16,7 @@ Graph contract (the same for fp32, fp16 and int8 files):
   ``num_detections`` int32 ``[1, 1]``.
 
 The batch dimension is 1: the legacy TorchScript exporter (the one that exports
-torchvision's Mask R-CNN as is, see ARCHITECTURE.md) unrolls torchvision's per-image Python
+torchvision's Mask R-CNN as is, see docs/architecture.md) unrolls torchvision's per-image Python
 loops, so a graph serves one image. Triton batches at the ensemble level (dynamic batching
 on the python-backend models, which run the graph once per image); fixed output sizes keep
 TensorRT's and DeepStream's shapes static.

@@ -7,7 +7,7 @@ with the highest IoU, and matched pairs are compared on box coordinates (pixels,
 frame), score and the ``M x M`` mask probabilities.
 
 Tolerances per precision (measured on demo-trained models; fp32 agreement is usually two
-orders of magnitude tighter than its bounds, see ARCHITECTURE.md):
+orders of magnitude tighter than its bounds, see docs/architecture.md):
 
 ======  =========  ========  =========  =========  ============
 dtype   match IoU  box (px)  score      mask prob  matched >=
