@@ -14,7 +14,8 @@ from maskops_api.dispatch import Dispatcher
 from maskops_api.errors import Forbidden, Unauthorized
 from maskops_api.job_cache import JobCache
 from maskops_api.schemas import MAX_ID
-from maskops_api.services.tokens import allows, find_token
+from maskops_api.services.tokens import allows
+from maskops_api.token_cache import TokenCache
 from maskops_core.db.models import TokenScope
 from maskops_core.settings import Settings
 
@@ -85,19 +86,16 @@ def require(scope: TokenScope) -> Callable[..., Awaitable[None]]:
         factory: sessionmaker[Session] = request.app.state.session_factory
         if credentials is None:
             raise Unauthorized("an API token is required (Authorization: Bearer <token>)")
-        granted = await run_in_threadpool(_granted_scope, factory, credentials.credentials)
+        tokens: TokenCache = request.app.state.token_cache
+        granted = tokens.cached(credentials.credentials)
+        if granted is None:
+            granted = await run_in_threadpool(tokens.load, factory, credentials.credentials)
         if granted is None:
             raise Unauthorized("the API token is unknown, revoked or expired")
         if not allows(granted, scope):
             raise Forbidden(f"this token has scope {granted!r}; {scope.value!r} is needed")
 
     return check
-
-
-def _granted_scope(factory: sessionmaker[Session], secret: str) -> str | None:
-    with factory() as session:
-        token = find_token(session, secret)
-        return None if token is None else token.scope
 
 
 ReadAccess = Depends(require(TokenScope.read))

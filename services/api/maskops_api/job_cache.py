@@ -15,6 +15,10 @@ The database stays the source of truth.
 The cache serves only while its listener is connected: a lost connection may have lost
 notifications, so it empties and stays off until the listener is back. SQLite (the
 embedded default) has no notifications; there every poll reads the database.
+
+The same listener connection serves other in-memory caches (:meth:`JobCache.subscribe`:
+the verified API tokens of :mod:`maskops_api.token_cache`), so that one mechanism decides
+for all of them when memory may be trusted.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
@@ -40,6 +45,16 @@ log = logging.getLogger(__name__)
 CHANNEL = "maskops_job_changed"
 ETA_MAX_AGE = 0.25
 """Seconds a running job's rendered answer (its ETA) is served before it is rendered again."""
+
+
+class Subscriber(Protocol):
+    """Another cache fed by the job cache's notification connection."""
+
+    def notified(self, payload: str) -> None:
+        """A notification on the subscribed channel arrived."""
+
+    def set_live(self, live: bool) -> None:
+        """The connection came up (serve from memory) or went down (empty, and stop)."""
 
 
 @dataclass(slots=True)
@@ -90,10 +105,20 @@ class JobCache:
         self._read_limiter: anyio.CapacityLimiter | None = None
         self.hits = 0
         self.misses = 0
+        self._subscribers: dict[str, Subscriber] = {}
 
     @property
     def live(self) -> bool:
         return self._live
+
+    @property
+    def listens(self) -> bool:
+        """Whether this database sends notifications at all (Postgres, not SQLite)."""
+        return self._listens
+
+    def subscribe(self, channel: str, subscriber: Subscriber) -> None:
+        """Also LISTEN on ``channel`` and pass its notifications on (before :meth:`start`)."""
+        self._subscribers[channel] = subscriber
 
     def start(self) -> None:
         if not self._listens or self._thread is not None:
@@ -184,6 +209,13 @@ class JobCache:
             self._reading.pop(job_id, None)
             return {job_id} if job_id in self._rows else set()
 
+    def _route(self, notification: psycopg.Notify) -> set[int]:
+        subscriber = self._subscribers.get(notification.channel)
+        if subscriber is not None:
+            subscriber.notified(notification.payload)
+            return set()
+        return self._apply(notification.payload)
+
     def _refresh(self, job_ids: set[int]) -> None:
         """Read changed cached rows again, from the listener thread, so that followed jobs
         stay in memory instead of every poll after a change going to the database."""
@@ -207,6 +239,8 @@ class JobCache:
             self._rows.clear()
             self._reading.clear()
             self._live = live
+        for subscriber in self._subscribers.values():
+            subscriber.set_live(live)
         if live:
             self._connected.set()
         else:
@@ -217,7 +251,10 @@ class JobCache:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._dsn, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    # The job channel last: pg_stat_activity shows this connection by
+                    # its last query, "LISTEN maskops_job_changed", as it always has.
+                    for channel in (*self._subscribers, CHANNEL):
+                        conn.execute(f"LISTEN {channel}")
                     self._set_live(True)
                     backoff = 0.5
                     while not self._stop.is_set():
@@ -225,9 +262,9 @@ class JobCache:
                         # Wait for one notification, then take what else has arrived, and
                         # re-read the whole batch in one query.
                         for notification in conn.notifies(timeout=1.0, stop_after=1):
-                            changed |= self._apply(notification.payload)
+                            changed |= self._route(notification)
                         for notification in conn.notifies(timeout=0.001):
-                            changed |= self._apply(notification.payload)
+                            changed |= self._route(notification)
                         if changed:
                             self._refresh(changed)
             except psycopg.Error as exc:

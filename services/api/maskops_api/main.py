@@ -16,6 +16,8 @@ from maskops_api.observability import install_metrics
 from maskops_api.reconciler import ReconcilerThread
 from maskops_api.routers import datasets, experiments, health, infer, jobs, models
 from maskops_api.status_shortcut import JobStatusShortcut
+from maskops_api.token_cache import CHANNEL as TOKEN_CHANNEL
+from maskops_api.token_cache import TokenCache
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings, get_settings
 
@@ -41,6 +43,9 @@ def create_app(
     factory = make_session_factory(engine)
     dispatch = dispatcher or CeleryDispatcher(settings)
     job_cache = JobCache(engine, schema=settings.database_schema)
+    # Verified tokens in memory, dropped on the job cache's notification connection.
+    token_cache = TokenCache(schema=settings.database_schema)
+    job_cache.subscribe(TOKEN_CHANNEL, token_cache)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -66,6 +71,7 @@ def create_app(
     app.state.session_factory = factory
     app.state.dispatcher = dispatch
     app.state.job_cache = job_cache
+    app.state.token_cache = token_cache
     install_handlers(app)
     install_docs_ui(app)
     # Added before the metrics middleware, so that it sits inside it and is timed too.

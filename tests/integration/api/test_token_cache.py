@@ -1,0 +1,100 @@
+"""Verified API tokens are answered from memory, and a revocation made anywhere (here:
+straight in the database, as ``maskops token revoke`` from another process does) takes
+effect in every API process within a second, through Postgres notifications."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, update
+
+from maskops_api.job_cache import JobCache
+from maskops_api.main import create_app
+from maskops_api.services.tokens import create_token
+from maskops_api.token_cache import TokenCache
+from maskops_core.db.models import ApiToken, TokenScope, utcnow
+from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def two_apis(clean_db: Settings) -> Iterator[list[TestClient]]:
+    """Two API instances (as two processes would be) on one database, auth required."""
+    exposed = clean_db.model_copy(update={"auth": "required"})
+    with TestClient(create_app(exposed)) as first, TestClient(create_app(exposed)) as second:
+        for client in (first, second):
+            cache: JobCache = client.app.state.job_cache  # type: ignore[attr-defined]
+            assert cache.wait_live(10), "the notification listener did not connect"
+        yield [first, second]
+
+
+def _token(settings: Settings, **kwargs: object) -> tuple[int, str]:
+    engine = make_engine(settings)
+    with make_session_factory(engine)() as session:
+        row, secret = create_token(session, name="t", scope=TokenScope.write, **kwargs)  # type: ignore[arg-type]
+        token_id = row.id
+    engine.dispose()
+    return token_id, secret
+
+
+def _status_within(clients: list[TestClient], secret: str, wanted: int, seconds: float) -> float:
+    """Seconds until every client answers ``wanted`` for ``GET /datasets`` with ``secret``."""
+    started = time.monotonic()
+    while True:
+        codes = [
+            c.get("/datasets", headers={"Authorization": f"Bearer {secret}"}).status_code
+            for c in clients
+        ]
+        elapsed = time.monotonic() - started
+        if all(code == wanted for code in codes):
+            return elapsed
+        assert elapsed < seconds, f"still {codes} after {elapsed:.2f}s"
+        time.sleep(0.02)
+
+
+def _cache(client: TestClient) -> TokenCache:
+    cache: TokenCache = client.app.state.token_cache  # type: ignore[attr-defined]
+    return cache
+
+
+def test_token_checks_come_from_memory_until_revoked(
+    two_apis: list[TestClient], clean_db: Settings
+) -> None:
+    token_id, secret = _token(clean_db)
+    _status_within(two_apis, secret, 200, 1)
+    hits = [_cache(c).hits for c in two_apis]
+    for _ in range(5):
+        _status_within(two_apis, secret, 200, 1)
+    assert [_cache(c).hits - h for c, h in zip(two_apis, hits, strict=True)] == [5, 5]
+
+    # Revoked from another connection (another process): no API instance is told directly.
+    engine = create_engine(
+        clean_db.database_url,
+        connect_args={"options": f"-csearch_path={clean_db.database_schema}"},
+    )
+    with engine.begin() as conn:
+        conn.execute(update(ApiToken).where(ApiToken.id == token_id).values(revoked_at=utcnow()))
+    engine.dispose()
+    assert _status_within(two_apis, secret, 401, 1.0) < 1.0
+
+
+def test_a_kept_token_stops_working_when_it_expires(
+    two_apis: list[TestClient], clean_db: Settings
+) -> None:
+    _, secret = _token(clean_db, expires_in_days=timedelta(seconds=1.5) / timedelta(days=1))
+    _status_within(two_apis, secret, 200, 1)
+    _status_within(two_apis, secret, 200, 1)
+    assert all(_cache(c).hits for c in two_apis)
+    # No notification comes for an expiry: the entry itself ends with the token.
+    elapsed = _status_within(two_apis, secret, 401, 3)
+    assert elapsed < 2.0
+
+
+def test_unknown_tokens_are_refused(two_apis: list[TestClient]) -> None:
+    _status_within(two_apis, "mko_not-a-token", 401, 1)
