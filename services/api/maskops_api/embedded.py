@@ -29,6 +29,9 @@ from maskops_core.settings import Settings
 
 DEMO_IMAGES = 48
 DEMO_IMAGE_SIZE = (256, 256)
+ADMIN_TOKEN_FILE = "admin-token"
+"""Under the state dir: the stack's admin token (mode 0600), kept across starts."""
+ADMIN_TOKEN_DAYS = 30
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class EmbeddedConfig:
     use_redis: bool | None = None
     """None: use Redis when one answers on 127.0.0.1:6379."""
     triton: bool = True
+    new_token: bool = False
+    """Replace the stored admin token (the old one is revoked) even if it is still live."""
 
 
 def redis_reachable(host: str = "127.0.0.1", port: int = 6379) -> bool:
@@ -154,13 +159,46 @@ def ensure_demo_dataset(settings: Settings) -> Path:
     return root
 
 
+def admin_token(settings: Settings, path: Path, *, renew: bool = False) -> tuple[str, bool]:
+    """The stack's admin token and whether it was created now.
+
+    The one stored at ``path`` while it is live, so that restarts do not pile up tokens;
+    a new one, expiring in ``ADMIN_TOKEN_DAYS``, on the first start, when the stored one
+    expired or was revoked, or with ``renew`` (the stored one is revoked then).
+    """
+    from maskops_api.services.tokens import create_token, find_token, revoke_secret
+    from maskops_core.db.models import TokenScope
+
+    stored = path.read_text().strip() if path.is_file() else ""
+    engine = make_engine(settings)
+    try:
+        with make_session_factory(engine)() as session:
+            if stored and not renew and find_token(session, stored) is not None:
+                return stored, False
+            if stored:
+                revoke_secret(session, stored)
+            _, secret = create_token(
+                session,
+                name="embedded admin",
+                scope=TokenScope.admin,
+                expires_in_days=ADMIN_TOKEN_DAYS,
+            )
+    finally:
+        engine.dispose()
+    # Written readable by the owner only, replacing the previous file in one step.
+    partial = path.with_suffix(".part")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secret + "\n")
+    partial.replace(path)
+    return secret, True
+
+
 def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     import uvicorn
 
     from maskops_api.demo import register_demo_dataset, run_demo
     from maskops_api.main import create_app
-    from maskops_api.services.tokens import create_token
-    from maskops_core.db.models import TokenScope
 
     settings = embedded_settings(config)
     logs = config.state_dir.resolve() / "logs"
@@ -182,11 +220,11 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     token = None
     if settings.auth_required:
         # Listening beyond loopback: the demo (and the user) need a token.
-        engine = make_engine(settings)
-        with make_session_factory(engine)() as session:
-            _, token = create_token(session, name="embedded", scope=TokenScope.admin)
-        engine.dispose()
-        say(f"token:    {token}  (admin; shown once)")
+        token_file = config.state_dir.resolve() / ADMIN_TOKEN_FILE
+        token, created = admin_token(settings, token_file, renew=config.new_token)
+        if created:
+            say(f"token:    {token}  (admin, expires in {ADMIN_TOKEN_DAYS} days)")
+        say(f"token:    stored in {token_file} (--new-token replaces it)")
     app = create_app(settings, dispatcher=dispatcher, run_reconciler=True)
     server = uvicorn.Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")

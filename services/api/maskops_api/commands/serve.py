@@ -29,6 +29,11 @@ def register(subparsers: Any) -> None:
     broker.add_argument("--redis", dest="use_redis", action="store_true", default=None)
     broker.add_argument("--no-redis", dest="use_redis", action="store_false")
     parser.add_argument("--no-triton", dest="triton", action="store_false")
+    parser.add_argument(
+        "--new-token",
+        action="store_true",
+        help="with auth required: replace the stored admin token (the old one is revoked)",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -45,5 +50,6 @@ def _serve(args: argparse.Namespace) -> int:
         demo=args.demo,
         use_redis=args.use_redis,
         triton=args.triton,
+        new_token=args.new_token,
     )
     return serve(config)

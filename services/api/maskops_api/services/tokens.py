@@ -45,5 +45,15 @@ def find_token(session: Session, secret: str, *, now: datetime | None = None) ->
     return row
 
 
+def revoke_secret(session: Session, secret: str) -> bool:
+    """Revoke the token with this secret if it is still live; whether one was."""
+    token = find_token(session, secret)
+    if token is None:
+        return False
+    token.revoked_at = utcnow()
+    session.commit()
+    return True
+
+
 def allows(granted: str, needed: TokenScope) -> bool:
     return SCOPE_RANK[TokenScope(granted)] >= SCOPE_RANK[needed]
