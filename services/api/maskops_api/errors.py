@@ -9,6 +9,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, OperationalError
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from maskops.spec.errors import SpecError
 from maskops_api.schemas import ErrorOut
@@ -85,6 +87,17 @@ def install_handlers(app: FastAPI) -> None:
             {"detail": _validation_message(exc), "errors": _jsonable(exc)}, status_code=422
         )
 
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            # FastAPI's "error parsing the body" for a body json.loads refused outright
+            # (not UTF-8, nested too deeply): invalid input like any other bad JSON.
+            return JSONResponse({"detail": _unparsable(exc.__cause__)}, status_code=422)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
     @app.exception_handler(DataError)
     async def _bad_value(_: Request, exc: DataError) -> JSONResponse:
         # The database refused a value the schema let through (a NUL byte in a string).
@@ -95,6 +108,27 @@ def install_handlers(app: FastAPI) -> None:
     async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:
         log.error("database unavailable: %s", exc)
         return JSONResponse({"detail": "database unavailable"}, status_code=503)
+
+
+def _unparsable(cause: BaseException) -> str:
+    if isinstance(cause, UnicodeDecodeError):
+        return "body: not valid JSON (it must be UTF-8)"
+    if isinstance(cause, RecursionError):
+        return "body: not valid JSON (nested too deeply)"
+    return "body: not valid JSON"
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers at this path (Starlette names only the first
+    matching route's, so ``/datasets`` said ``Allow: POST`` though GET works too)."""
+    # Asked of the router per method: routes may be nested (included routers), and only
+    # the router knows which of them answers a method fully.
+    allowed = []
+    for method in ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
 
 
 def _jsonable(exc: RequestValidationError) -> list[dict[str, object]]:

@@ -7,7 +7,15 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from maskops_core import options
 from maskops_core.actions import JobAction
@@ -16,10 +24,22 @@ from maskops_core.db.models import JobStatus
 T = TypeVar("T")
 
 MAX_ID = 2**31 - 1
+
+
+def _printable(value: str) -> str:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
 MAX_OPTIONS_BYTES = 64 * 1024
 """A job's options, serialized as JSON."""
-Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+# Request bodies take JSON's own types: "1" is not an id, nor true a count (pydantic's lax
+# mode would coerce both).
+Id = Annotated[int, Field(ge=1, le=MAX_ID), Strict()]
 """Database ids (Postgres ``integer``)."""
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_printable)]
+"""A resource's name: no control characters (a NUL byte was stored as it came)."""
 
 TAO_SPEC_EXAMPLE = """\
 seed: 123
@@ -104,11 +124,11 @@ class DatasetCreate(_Body):
         },
     )
 
-    name: str = Field(min_length=1, max_length=200)
+    name: Name
     train: DatasetSplit
     val: DatasetSplit | None = None
-    num_shards: int = Field(default=8, ge=1, le=1024)
-    include_masks: bool = True
+    num_shards: Annotated[int, Strict()] = Field(default=8, ge=1, le=1024)
+    include_masks: Annotated[bool, Strict()] = True
 
 
 class DatasetOut(_Out):
@@ -145,7 +165,7 @@ class ExperimentCreate(_Body):
         },
     )
 
-    name: str = Field(min_length=1, max_length=200)
+    name: Name
     dataset_id: Id | None = None
     spec: dict[str, Any] | None = Field(default=None, description="The spec as JSON.")
     spec_text: str | None = Field(
@@ -165,7 +185,7 @@ class ExperimentUpdate(_Body):
         json_schema_extra={"examples": [{"spec_text": TAO_SPEC_EXAMPLE}]},
     )
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
+    name: Name | None = None
     spec: dict[str, Any] | None = None
     spec_text: str | None = None
 
@@ -201,13 +221,13 @@ class JobCreate(_Body):
 
     action: JobAction
     experiment_id: Id | None = None
-    experiment_version: int | None = Field(
+    experiment_version: Annotated[int, Strict()] | None = Field(
         default=None, ge=1, le=MAX_ID, description="Defaults to the experiment's latest version."
     )
-    dataset_id: int | None = Field(
+    dataset_id: Annotated[int, Strict()] | None = Field(
         default=None, ge=1, le=MAX_ID, description="Defaults to the experiment's dataset."
     )
-    parent_job_id: int | None = Field(
+    parent_job_id: Annotated[int, Strict()] | None = Field(
         default=None,
         ge=1,
         le=MAX_ID,
@@ -301,7 +321,7 @@ MODEL_NAME_PATTERN = options.MODEL_NAME_PATTERN
 class PublishRequest(_Body):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"job_id": 5}]})
 
-    job_id: int = Field(ge=1, le=MAX_ID, description="A succeeded export job.")
+    job_id: Annotated[int, Strict()] = Field(ge=1, le=MAX_ID, description="A succeeded export job.")
 
 
 class Health(BaseModel):

@@ -106,7 +106,8 @@ def list_datasets(
     return Page(items=items, total=total, limit=limit, offset=offset)
 
 
-@router.get("/{dataset_id}", response_model=DatasetOut, dependencies=[ReadAccess])
+# ":int": "/datasets/upload" is no dataset id, so GET there is a 405 (POST only), not a 422.
+@router.get("/{dataset_id:int}", response_model=DatasetOut, dependencies=[ReadAccess])
 def get_dataset(dataset_id: DatasetId, session: SessionDep) -> DatasetOut:
     """Counts, label map and conversion warnings once its dataset_convert job is done."""
     return service.dataset_out(session, service.get_dataset(session, dataset_id))

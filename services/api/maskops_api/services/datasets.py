@@ -21,11 +21,19 @@ def _inside_root(root: Path, relative: str, field: str) -> Path:
     try:
         path = (resolved_root / relative).resolve()
     except (OSError, RuntimeError) as exc:  # too long, a symlink loop
-        raise Invalid(f"{field}: {relative!r}: {exc}") from None
+        raise Invalid(f"{field}: {relative!r}: {_reason(exc)}") from None
     if not path.is_relative_to(resolved_root):
         # A symlink inside the data root pointing out of it.
         raise Invalid(f"{field}: {relative!r} leaves the data root")
     return path
+
+
+def _reason(exc: Exception) -> str:
+    # str(OSError) names the absolute server path; the client gave (and sees) the path
+    # relative to the data root, so only the reason is added.
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return "symlink loop" if isinstance(exc, RuntimeError) else type(exc).__name__
 
 
 def check_split(settings: Settings, split: str, paths: DatasetSplit) -> None:
@@ -36,7 +44,7 @@ def check_split(settings: Settings, split: str, paths: DatasetSplit) -> None:
     try:
         image_ok, annotations_ok = image_dir.is_dir(), annotations.is_file()
     except OSError as exc:
-        raise Invalid(f"{split}: {exc}") from None
+        raise Invalid(f"{split}: {_reason(exc)}") from None
     if not image_ok:
         raise Invalid(
             f"{split}.image_dir: {paths.image_dir!r} is not a directory under the data root"

@@ -1,0 +1,77 @@
+"""Small things a tester found at the door: wrong-typed values are refused rather than
+coerced, names take no control characters, every unparsable JSON body is the documented
+422, a 405 lists the methods that work, and messages name paths as the client gave them."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from maskops_core.settings import Settings
+from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC
+
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/jobs", {"action": "train", "experiment_id": "1"}, "experiment_id"),
+        ("/jobs", {"action": "evaluate", "parent_job_id": 1.0}, "parent_job_id"),
+        ("/datasets", {**DATASET_BODY, "num_shards": True}, "num_shards"),
+        ("/datasets", {**DATASET_BODY, "include_masks": "yes"}, "include_masks"),
+        ("/experiments", {"name": "e", "dataset_id": "1", "spec": SMALL_SPEC}, "dataset_id"),
+    ],
+)
+def test_wrong_types_are_not_coerced(client: TestClient, path: str, body: dict, field: str) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "tab\there", "bell\x07"])
+def test_names_with_control_characters_are_refused(client: TestClient, name: str) -> None:
+    response = client.post("/datasets", json={**DATASET_BODY, "name": name})
+    assert response.status_code == 422 and "control characters" in response.json()["detail"]
+    assert client.get("/datasets").json()["total"] == 0
+    response = client.post("/experiments", json={"name": name, "spec": SMALL_SPEC})
+    assert response.status_code == 422 and "control characters" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"name": "\xff\xfe"}', "UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"name": ', "JSON decode error"),
+    ],
+)
+def test_unparsable_json_is_422(client: TestClient, body: bytes, says: str) -> None:
+    response = client.post("/experiments", content=body, headers=JSON)
+    assert response.status_code == 422, response.text
+    assert says in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", "/datasets", "GET, POST"),
+        ("PUT", "/jobs", "GET, POST"),
+        ("DELETE", "/experiments/1", "GET, PUT"),
+        ("GET", "/datasets/upload", "POST"),
+    ],
+)
+def test_405_lists_every_method_of_the_path(
+    client: TestClient, method: str, path: str, allowed: str
+) -> None:
+    response = client.request(method, path)
+    assert response.status_code == 405, response.text
+    assert response.headers["Allow"] == allowed
+
+
+def test_path_errors_name_no_server_path(client: TestClient, settings: Settings) -> None:
+    body = {**DATASET_BODY, "train": {"image_dir": "x" * 5000, "annotation_file": "a.json"}}
+    response = client.post("/datasets", json=body)
+    assert response.status_code == 422, response.text
+    assert str(settings.data_root) not in response.text
+    assert response.json()["detail"] == "train: file name too long"
