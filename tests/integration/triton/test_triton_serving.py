@@ -132,6 +132,10 @@ def test_score_threshold_filters(server, val_images):
 def test_errors_are_typed(server, val_images):
     with pytest.raises(triton.InvalidImage, match="image 1"):
         triton.infer_images(server.http_url, NAME, [val_images[0], b"not an image"])
+    gif = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(gif, format="GIF")
+    with pytest.raises(triton.InvalidImage, match=r"image 0: .*GIF images are not supported"):
+        triton.infer_images(server.http_url, NAME, [gif.getvalue()])
     with pytest.raises(triton.ModelNotFound):
         triton.infer_images(server.http_url, "no_such_model", val_images[:1])
     with pytest.raises(triton.TritonUnavailable):
