@@ -4,13 +4,16 @@ Postgres and Redis (no worker: these jobs must never reach one)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
+from maskops_api.dispatch import dispatch_job
 from maskops_core.db.models import Dataset, Job
 from maskops_core.settings import Settings
+from tests.integration.api.conftest import Worker, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -202,3 +205,25 @@ def test_evaluating_a_cancelled_training_needs_its_checkpoint(
     )
     response = client.post("/jobs", json={"action": "evaluate", "parent_job_id": kept})
     assert response.status_code == 202, response.text
+
+
+def test_the_worker_reads_options_through_the_same_model(
+    client: TestClient, clean_db: Settings, workers: Callable[[str], Worker]
+) -> None:
+    """A job whose options never passed the API (stored before the check, or written by
+    hand) fails in the worker naming the option, before any model is loaded."""
+    worker = workers("w1")
+    factory = client.app.state.session_factory  # type: ignore[attr-defined]
+    with factory() as session:
+        job = Job(
+            action="prune",
+            queue=clean_db.gpu_queue,
+            options={"threshold": 0.5, "thresold": 0.5},
+        )
+        session.add(job)
+        session.commit()
+        dispatch_job(factory, client.app.state.dispatcher, job)  # type: ignore[attr-defined]
+        job_id = job.id
+    done = wait_for(client, job_id, {"failed", "succeeded"}, timeout=120, worker=worker)
+    assert done["status"] == "failed"
+    assert done["error"].endswith("options.thresold: Extra inputs are not permitted"), done
