@@ -24,6 +24,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (403, "The token's scope does not allow this"),
         (404, "No such resource"),
         (409, "The resource's state does not allow this"),
+        (413, "The request body is larger than this route accepts (refused as it arrives)"),
         (422, "Invalid input; the message names the field (and line, for TAO text specs)"),
         (503, "A dependency (the database, Triton) is unavailable"),
     )
