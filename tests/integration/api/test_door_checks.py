@@ -17,7 +17,7 @@ from tests.integration.api.conftest import Worker, wait_for
 
 pytestmark = pytest.mark.integration
 
-COCO = {"images": [], "annotations": [], "categories": []}
+COCO: dict[str, list[object]] = {"images": [], "annotations": [], "categories": []}
 
 
 def tiny_dataset(client: TestClient, settings: Settings) -> dict[str, object]:
