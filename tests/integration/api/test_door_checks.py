@@ -99,6 +99,11 @@ def test_specs_beyond_what_a_worker_can_hold_are_422(
     assert response.status_code == 422, response.text
     assert f"spec: {field}: " in response.json()["detail"]
     assert client.get("/experiments").json()["total"] == 0
+    # A new version is held to the same limits.
+    experiment = client.post("/experiments", json={"name": "ok", "spec": SPEC}).json()
+    response = client.put(f"/experiments/{experiment['id']}", json={"spec": _spec(**changes)})
+    assert response.status_code == 422 and f"spec: {field}: " in response.json()["detail"]
+    assert client.get(f"/experiments/{experiment['id']}").json()["latest_version"] == 1
 
 
 def _insert_job(client: TestClient, **fields: object) -> int:
