@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -192,3 +193,22 @@ def test_disabled_trackers_need_no_library(spec_factory: SpecFactory, tmp_path: 
     )
     result = run_training(spec, tmp_path, eval_fn=lambda model, step: {})
     assert result.step == 1
+
+
+def test_training_evaluation_publishes_per_class_ap(
+    spec_factory: SpecFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    caplog.set_level(logging.INFO, logger="maskops.train")
+    run_training(spec_factory(total_steps=1), tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    final = next(r for r in records if "mask_AP" in r)
+    names = ("circle", "square", "triangle")
+    assert all(f"{k}/{n}" in final for k in ("AP", "mask_AP") for n in names)
+    events = EventAccumulator(str(tmp_path / "events"))
+    events.Reload()
+    assert {f"mask_AP/{n}" for n in names} <= set(events.Tags()["scalars"])
+    step_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert step_lines and not any("AP/circle" in line for line in step_lines)
+    assert any("per-class AP" in r.getMessage() for r in caplog.records)

@@ -32,12 +32,14 @@ def add_key_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", "--key", default=None, help=argparse.SUPPRESS)
 
 
+def notice(flag: str, why: str) -> None:
+    """One line on stderr for a TAO flag that is accepted but changes nothing here."""
+    print(f"maskops: note: {flag} {why}", file=sys.stderr)
+
+
 def warn_if_key_given(args: argparse.Namespace) -> None:
     if getattr(args, "key", None):
-        print(
-            "maskops: note: -k/--key is ignored (maskops artifacts are not encrypted)",
-            file=sys.stderr,
-        )
+        notice("-k/--key", "is ignored (maskops artifacts are not encrypted)")
 
 
 def load_resolved_spec(path: Path) -> ExperimentSpec:

@@ -1,10 +1,11 @@
-"""``maskops evaluate -e SPEC -m MODEL [--gpu_index I] [--log_file F] [-o JSON]``."""
+"""``maskops evaluate -e SPEC -m MODEL [-r RESULTS_DIR] [-i IMAGE_DIR] [--gpu_index I]
+[--log_file F] [-o JSON]``."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import (
     EXIT_OK,
@@ -12,8 +13,16 @@ from maskops.cli.common import (
     add_key_argument,
     engine_errors,
     load_resolved_spec,
+    notice,
     tee_log,
 )
+
+if TYPE_CHECKING:
+    from maskops.spec.models import ExperimentSpec
+
+RESULTS_JSON = "evaluation.json"
+RESULTS_LOG = "evaluate.log"
+"""What ``-r RESULTS_DIR`` holds (TAO writes its evaluation status there)."""
 
 
 def register(subparsers: Any) -> None:
@@ -38,18 +47,55 @@ def register(subparsers: Any) -> None:
         "--output_json",
         type=Path,
         default=None,
-        help="metrics JSON (default: MODEL's path with suffix .eval.json)",
+        help=f"metrics JSON (default: RESULTS_DIR/{RESULTS_JSON}, else MODEL's path with "
+        "suffix .eval.json)",
+    )
+    parser.add_argument(
+        "-r",
+        "--results_dir",
+        type=Path,
+        default=None,
+        help=f"write {RESULTS_JSON} and {RESULTS_LOG} here (unless -o / --log_file say where)",
+    )
+    parser.add_argument(
+        "-i",
+        "--image_dir",
+        type=Path,
+        default=None,
+        help="val_json_file's images, for a spec without validation_file_pattern",
     )
     add_key_argument(parser)
     parser.set_defaults(handler=run)
+
+
+def outputs(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """(metrics JSON, log file or None) for the parsed flags."""
+    results = args.results_dir
+    out_json = args.output_json or (
+        results / RESULTS_JSON if results is not None else args.model.with_suffix(".eval.json")
+    )
+    log_file = args.log_file or (results / RESULTS_LOG if results is not None else None)
+    return out_json, log_file
+
+
+def image_dir(args: argparse.Namespace, spec: ExperimentSpec) -> Path | None:
+    """``-i`` when the spec has no validation shards; with shards, a notice and None."""
+    if args.image_dir is not None and spec.data_config.validation_file_pattern:
+        notice(
+            "-i/--image_dir",
+            "is ignored: the validation shards (data_config.validation_file_pattern) hold "
+            "the images",
+        )
+        return None
+    return Path(args.image_dir) if args.image_dir is not None else None
 
 
 def run(args: argparse.Namespace) -> int:
     from maskops.evaluation.runner import run_evaluation
 
     spec = load_resolved_spec(args.experiment_spec)
-    out_json = args.output_json or args.model.with_suffix(".eval.json")
-    with tee_log(args.log_file) as log:
+    out_json, log_file = outputs(args)
+    with tee_log(log_file) as log:
         try:
             run_evaluation(
                 spec,
@@ -58,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
                 gpu_index=args.gpu_index,
                 progress=True,
                 log=log,
+                image_dir=image_dir(args, spec),
             )
         except engine_errors() as exc:
             raise CLIError(str(exc)) from None

@@ -6,7 +6,28 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
+from maskops.cli.common import EXIT_OK, CLIError, add_key_argument, notice
+
+IGNORED_FLAGS: dict[str, str] = {
+    "force_ptq": "is implied: maskops never trains quantization-aware models, so int8 is "
+    "always post-training quantization",
+    "cal_json_file": "is ignored: it carries the tensor scales of QAT models; maskops "
+    "calibrates int8 itself (see --cal_cache_file)",
+    "cal_data_file": "is ignored: maskops does not read TAO tensorfiles; int8 calibrates on "
+    "--cal_image_dir or the training shards",
+    "onnx_route": "is ignored: maskops exports with torch.onnx (TAO's choice of keras2onnx "
+    "or tf2onnx does not apply)",
+    "static_batch_size": "is ignored: a maskops graph always runs one image (batch 1); Triton "
+    "batches requests up to --max_batch_size",
+    "min_batch_size": "is ignored: the TensorRT profile is the graph's one shape (batch 1); "
+    "Triton batches requests up to --max_batch_size",
+    "opt_batch_size": "is ignored: the TensorRT profile is the graph's one shape (batch 1); "
+    "Triton batches requests up to --max_batch_size",
+}
+"""TAO export flags accepted for compatibility, and why each changes nothing here."""
+
+ENGINE_FLAGS = {"max_workspace_size": "--max_workspace_size", "strict_type_constraints": "-s"}
+"""TensorRT builder flags: they act only when an engine is built here."""
 
 
 def register(subparsers: Any) -> None:
@@ -63,10 +84,59 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="also write labels.txt and a DeepStream nvinfer config next to the ONNX",
     )
+    parser.add_argument(
+        "--target_opset",
+        type=int,
+        default=None,
+        help="ONNX opset (11..20; int8 needs >= 13; default 17)",
+    )
+    parser.add_argument(
+        "--max_workspace_size",
+        type=int,
+        default=None,
+        help="TensorRT builder workspace in bytes (with --engine_file)",
+    )
+    parser.add_argument(
+        "-s",
+        "--strict_type_constraints",
+        action="store_true",
+        help="TensorRT obeys the layer precisions (with --engine_file)",
+    )
+    # TAO flags that change nothing here; each prints why when given.
+    parser.add_argument("--force_ptq", action="store_true", help=argparse.SUPPRESS)
+    for flag in ("cal_json_file", "cal_data_file", "onnx_route"):
+        parser.add_argument(f"--{flag}", default=None, help=argparse.SUPPRESS)
+    for flag in ("static_batch_size", "min_batch_size", "opt_batch_size"):
+        parser.add_argument(f"--{flag}", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gpu_index", type=int, default=0, help="accepted for TAO; unused")
     parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
     add_key_argument(parser)
     parser.set_defaults(handler=run)
+
+
+def builder_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The export_onnx keyword arguments the TAO-only flags map to; a notice for each
+    flag given that changes nothing here."""
+    from maskops.export.tensorrt import tensorrt_unavailable_reason
+
+    for name, why in IGNORED_FLAGS.items():
+        value = getattr(args, name)
+        if value not in (None, False, ""):
+            notice(f"--{name}", why)
+    options: dict[str, Any] = {}
+    if args.target_opset is not None:
+        options["opset"] = args.target_opset
+    given = [f for n, f in ENGINE_FLAGS.items() if getattr(args, n) not in (None, False)]
+    if given and args.engine_file is None:
+        notice(
+            "/".join(given), "changes nothing without --engine_file (no TensorRT engine is built)"
+        )
+    elif given and (reason := tensorrt_unavailable_reason()) is not None:
+        notice("/".join(given), f"changes nothing: no TensorRT engine is built here ({reason})")
+    if args.max_workspace_size is not None:
+        options["workspace_bytes"] = args.max_workspace_size
+    options["strict_types"] = args.strict_type_constraints
+    return options
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
                 engine_file=args.engine_file,
                 gen_ds_config=args.gen_ds_config,
                 log=log,
+                **builder_options(args),
             )
         except bad_input as exc:
             raise CLIError(str(exc)) from None

@@ -1,4 +1,4 @@
-"""``maskops train -e SPEC -d RESULTS_DIR [--gpus N] [--gpu_index I] [--log_file F]``.
+"""``maskops train -e SPEC -d RESULTS_DIR [--gpus N] [--gpu_index I] [--use_amp] [--log_file F]``.
 
 Running the same command again with the same RESULTS_DIR resumes from its newest
 checkpoint. Ctrl-C (or SIGTERM) stops at the next step boundary and saves a checkpoint; a
@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import (
     EXIT_FAILURE,
@@ -23,6 +23,9 @@ from maskops.cli.common import (
     add_key_argument,
     load_resolved_spec,
 )
+
+if TYPE_CHECKING:
+    from maskops.spec.models import ExperimentSpec
 
 
 def register(subparsers: Any) -> None:
@@ -46,6 +49,11 @@ def register(subparsers: Any) -> None:
         help="processes (one per GPU; gloo on CPU); learning rates scale linearly with it",
     )
     parser.add_argument("--gpu_index", type=int, default=0, help="first CUDA device to use")
+    parser.add_argument(
+        "--use_amp",
+        action="store_true",
+        help="mixed precision (overrides the spec's use_amp; declined on CPUs without bf16)",
+    )
     parser.add_argument("--log_file", type=Path, default=None, help="also write the log here")
     add_key_argument(parser)
     parser.set_defaults(handler=run)
@@ -71,6 +79,14 @@ def _graceful_stop() -> threading.Event:
     return stop
 
 
+def training_spec(args: argparse.Namespace) -> ExperimentSpec:
+    """The spec to train: the file's, paths resolved, with ``--use_amp`` applied."""
+    spec = load_resolved_spec(args.experiment_spec)
+    if args.use_amp:
+        spec = spec.model_copy(update={"use_amp": True})
+    return spec
+
+
 def run(args: argparse.Namespace) -> int:
     from maskops.engine import (
         CancelHook,
@@ -80,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         run_training,
     )
 
-    spec = load_resolved_spec(args.experiment_spec)
+    spec = training_spec(args)
     if args.gpus < 1:
         raise CLIError(f"--gpus must be >= 1, got {args.gpus}")
     if args.log_file is not None:

@@ -31,6 +31,8 @@ TOTAL_LOSS = "Total loss"
 L2_LOSS = "L2 loss"
 LEARNING_RATE = "learning rate"
 SAMPLES_PER_SEC = "samples/sec"
+PER_CLASS_KEYS = ("AP", "mask_AP")
+"""Per-class metrics are published as ``AP/<class name>`` and ``mask_AP/<class name>``."""
 GRADIENT_NORM = "gradient norm"
 """The global gradient norm before clipping; logged when global_gradient_clip_ratio is set."""
 
@@ -214,15 +216,21 @@ class MetricWriter(Protocol):
     def close(self) -> None: ...
 
 
+def is_per_class(key: str) -> bool:
+    return key.split("/", 1)[0] in PER_CLASS_KEYS and "/" in key
+
+
 class LogWriter:
-    """``step N/T: RPN score loss: 0.123, ...`` lines in TAO's vocabulary."""
+    """``step N/T: RPN score loss: 0.123, ...`` lines in TAO's vocabulary (per-class AP is
+    left out: the evaluation logs it as a table)."""
 
     def __init__(self, max_steps: int) -> None:
         self.max_steps = max_steps
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
-        body = ", ".join(f"{k}: {_fmt(v)}" for k, v in metrics.items())
-        logger.info("step %d/%d: %s", step, self.max_steps, body)
+        body = ", ".join(f"{k}: {_fmt(v)}" for k, v in metrics.items() if not is_per_class(k))
+        if body:
+            logger.info("step %d/%d: %s", step, self.max_steps, body)
 
     def close(self) -> None:
         pass

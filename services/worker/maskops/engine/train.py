@@ -37,6 +37,7 @@ from maskops.engine.checkpointing import Checkpointer, latest_checkpoint
 from maskops.engine.distributed import RankInfo, launch, torchrun_env
 from maskops.engine.errors import TrainingCancelled, TrainingError
 from maskops.engine.hooks import (
+    PER_CLASS_KEYS,
     CheckpointHook,
     EarlyStopHook,
     EvalFn,
@@ -186,7 +187,7 @@ def coco_eval_fn(
     from maskops.evaluation.coco import IouType
     from maskops.evaluation.evaluator import COCOEvaluator
     from maskops.evaluation.predictor import TorchPredictor
-    from maskops.evaluation.runner import evaluate_model
+    from maskops.evaluation.runner import evaluate_model, format_per_class
 
     iou_types: tuple[IouType, ...] = (
         ("bbox", "segm") if spec.maskrcnn_config.include_mask else ("bbox",)
@@ -198,9 +199,23 @@ def coco_eval_fn(
         predictor = TorchPredictor(model, device=info.device, autocast_dtype=autocast_dtype)
         # Ground truth comes from val_json_file: the loader need not decode masks.
         loader = build_eval_loader(spec, label_map=label_map, with_masks=False)
-        return evaluate_model(predictor, loader, evaluator)
+        metrics = evaluate_model(predictor, loader, evaluator)
+        rows = evaluator.per_class()
+        logger.info("per-class AP at step %d:\n%s", step, format_per_class(rows))
+        return metrics | per_class_metrics(rows)
 
     return evaluate
+
+
+def per_class_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """``AP/<name>`` and ``mask_AP/<name>`` scalars of per-class rows (for TensorBoard and
+    metrics.jsonl; the log shows them as a table instead)."""
+    return {
+        f"{key}/{row['name']}": float(row[key])
+        for row in rows
+        for key in PER_CLASS_KEYS
+        if key in row
+    }
 
 
 def default_eval_fn(

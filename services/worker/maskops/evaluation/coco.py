@@ -76,6 +76,31 @@ def load_ground_truth(path: str | Path) -> dict[str, Any]:
     return data
 
 
+CategoryAP = dict[int, float]
+"""Category id -> AP (COCO's primary metric, IoU 0.50:0.95) of that category alone; -1 where
+the evaluated images hold no ground truth of it."""
+
+
+def per_category_ap(precision: np.ndarray, category_ids: Sequence[int]) -> CategoryAP:
+    """Each category's AP from COCOeval's accumulated ``eval["precision"]``.
+
+    Args:
+        precision: ``[T, R, K, A, M]`` precisions (IoU thresholds, recall points,
+            categories, area ranges, max-detection settings); -1 where undefined.
+        category_ids: the K category ids, in ``params.catIds`` order.
+
+    Returns:
+        The mean over thresholds and recall points at area "all" (index 0) and the largest
+        max-detections (100), as COCOeval's summary AP averages over all categories.
+    """
+    out: CategoryAP = {}
+    for k, category_id in enumerate(category_ids):
+        values = precision[:, :, k, 0, -1]
+        values = values[values > -1]
+        out[int(category_id)] = float(values.mean()) if values.size else -1.0
+    return out
+
+
 def _results_for(results: Sequence[Mapping[str, Any]], iou_type: str) -> list[dict[str, Any]]:
     """Fresh per-type result dicts (loadRes mutates what it is given)."""
     key = "bbox" if iou_type == "bbox" else "segmentation"
@@ -93,7 +118,7 @@ def _results_for(results: Sequence[Mapping[str, Any]], iou_type: str) -> list[di
 
 def _summary_pycocotools(
     gt: Mapping[str, Any], dts: list[dict[str, Any]], iou_type: str, image_ids: list[int]
-) -> np.ndarray:
+) -> tuple[np.ndarray, CategoryAP]:
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
@@ -118,7 +143,8 @@ def _summary_pycocotools(
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()
-    return np.asarray(evaluator.stats[:12], dtype=np.float64)
+    stats = np.asarray(evaluator.stats[:12], dtype=np.float64)
+    return stats, per_category_ap(evaluator.eval["precision"], evaluator.params.catIds)
 
 
 class _FasterGroundTruth:
@@ -129,7 +155,9 @@ class _FasterGroundTruth:
 
         self.coco = COCO(copy.deepcopy(dict(gt)))
 
-    def summary(self, dts: list[dict[str, Any]], iou_type: str, image_ids: list[int]) -> np.ndarray:
+    def summary(
+        self, dts: list[dict[str, Any]], iou_type: str, image_ids: list[int]
+    ) -> tuple[np.ndarray, CategoryAP]:
         from faster_coco_eval import COCOeval_faster
 
         coco_dt = self.coco.loadRes(dts)
@@ -140,7 +168,9 @@ class _FasterGroundTruth:
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()
-        return np.asarray(evaluator.stats[:12], dtype=np.float64)
+        stats = np.asarray(evaluator.stats[:12], dtype=np.float64)
+        precision = np.asarray(evaluator.eval["precision"])
+        return stats, per_category_ap(precision, evaluator.params.catIds)
 
 
 class CocoMetrics:
@@ -158,6 +188,8 @@ class CocoMetrics:
         self.backend = backend
         self.image_ids: frozenset[int] = frozenset(int(i["id"]) for i in ground_truth["images"])
         self._faster: _FasterGroundTruth | None = None
+        self.per_category: dict[str, CategoryAP] = {}
+        """Set by :meth:`compute`: IoU type -> each ground-truth category's AP."""
 
     def compute(
         self,
@@ -177,13 +209,15 @@ class CocoMetrics:
 
         Returns:
             ``{name: value}`` for :func:`metric_names` of ``iou_types``; COCOeval's -1
-            ("no ground truth in this area range") is kept as -1.
+            ("no ground truth in this area range") is kept as -1. Each category's AP is
+            left in :attr:`per_category`.
         """
         ids = sorted(self.image_ids if image_ids is None else {int(i) for i in image_ids})
         unknown = sorted({int(r["image_id"]) for r in results} - self.image_ids)
         if unknown:
             raise GroundTruthError(f"results for image ids not in the ground truth: {unknown[:10]}")
         metrics: dict[str, float] = {}
+        self.per_category = {}
         for iou_type in iou_types:
             if iou_type not in METRIC_PREFIX:
                 raise ValueError(f"unknown IoU type {iou_type!r} (expected bbox or segm)")
@@ -193,9 +227,10 @@ class CocoMetrics:
             if self.backend == "faster":
                 if self._faster is None:
                     self._faster = _FasterGroundTruth(self.ground_truth)
-                stats = self._faster.summary(dts, iou_type, ids)
+                stats, per_category = self._faster.summary(dts, iou_type, ids)
             else:
-                stats = _summary_pycocotools(self.ground_truth, dts, iou_type, ids)
+                stats, per_category = _summary_pycocotools(self.ground_truth, dts, iou_type, ids)
+            self.per_category[iou_type] = per_category
             prefix = METRIC_PREFIX[iou_type]
             metrics.update(
                 {prefix + name: float(v) for name, v in zip(METRIC_NAMES, stats, strict=True)}

@@ -15,6 +15,7 @@ import torch
 
 from maskops.data.labels import LabelMap
 from maskops.evaluation.coco import (
+    METRIC_PREFIX,
     Backend,
     CocoMetrics,
     IouType,
@@ -128,3 +129,20 @@ class COCOEvaluator:
         return self._metrics.compute(
             self.results, image_ids=self.image_ids, iou_types=self.iou_types
         )
+
+    def per_class(self) -> list[dict[str, Any]]:
+        """Each ground-truth category's AP from the last :meth:`evaluate`, in id order:
+        ``{"category_id", "name", "AP"}`` plus ``"mask_AP"`` with masks; -1 where the
+        evaluated images hold no object of that category."""
+        names = {int(c["id"]): str(c.get("name", c["id"])) for c in self._categories()}
+        rows: dict[int, dict[str, Any]] = {
+            i: {"category_id": i, "name": names[i]} for i in sorted(names)
+        }
+        for iou_type, values in self._metrics.per_category.items():
+            for category_id, ap in values.items():
+                rows[category_id][METRIC_PREFIX[iou_type] + "AP"] = ap
+        return list(rows.values())
+
+    def _categories(self) -> list[Mapping[str, Any]]:
+        categories: list[Mapping[str, Any]] = self._metrics.ground_truth["categories"]
+        return categories

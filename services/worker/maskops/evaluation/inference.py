@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.evaluation.errors import EvaluationError, ImageReadError
 from maskops.evaluation.images import list_images, load_rgb, pil_to_tensor
@@ -37,13 +40,63 @@ class InferenceSummary:
     seconds: float = 0.0
 
 
-def assign_image_ids(paths: Sequence[Path]) -> list[int]:
-    """Image ids for result files: the file stems when all are distinct integers (COCO
-    names its files ``000000397133.jpg``), else positions 1..N in sorted order."""
-    stems = [p.stem for p in paths]
-    if stems and all(s.isdigit() for s in stems) and len({int(s) for s in stems}) == len(stems):
-        return [int(s) for s in stems]
-    return list(range(1, len(paths) + 1))
+def annotated_image_ids(path: Path) -> dict[str, int]:
+    """``file_name -> id`` of a COCO JSON's images, also keyed by the base name where no
+    other image shares it (an image directory holds base names; ``file_name`` may be a
+    relative path).
+
+    Raises:
+        EvaluationError: unreadable or not a COCO file.
+    """
+    try:
+        images = json.loads(path.read_text())["images"]
+        pairs = [(str(image["file_name"]), int(image["id"])) for image in images]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EvaluationError(f"{path}: not a readable COCO annotation file ({exc})") from None
+    ids = dict(pairs)
+    bases = Counter(Path(name).name for name, _ in pairs)
+    for name, image_id in pairs:
+        if bases[Path(name).name] == 1:
+            ids.setdefault(Path(name).name, image_id)
+    return ids
+
+
+def name_image_id(name: str) -> int:
+    """A stable id derived from a file name alone: its stem when that is a number (COCO
+    names its files ``000000397133.jpg``), else 52 bits of the name's SHA-1 (exact in
+    JSON readers that use doubles)."""
+    stem = Path(name).stem
+    if stem.isdigit() and int(stem) < 2**52:
+        return int(stem)
+    return _hash_id(name)
+
+
+def _hash_id(text: str) -> int:
+    return int(hashlib.sha1(text.encode()).hexdigest()[:13], 16)
+
+
+def assign_image_ids(paths: Sequence[Path], known: Mapping[str, int] | None = None) -> list[int]:
+    """Image ids for inference results, independent of which other files are present.
+
+    An image ``known`` lists by file name (an annotation file's ``file_name -> id``) gets
+    that id, so the results score against that file; any other image gets
+    :func:`name_image_id` of its name. A derived id that an annotated image already uses
+    (or, vanishingly rarely, another derived id) is replaced by the hash of the name with
+    ``#`` appended (again, until it is free).
+    """
+    known = known or {}
+    ids: list[int | None] = [known.get(p.name) for p in paths]
+    used = {i for i in ids if i is not None}
+    for index, path in enumerate(paths):
+        if ids[index] is not None:
+            continue
+        name, candidate = path.name, name_image_id(path.name)
+        while candidate in used:
+            name += "#"
+            candidate = _hash_id(name)
+        ids[index] = candidate
+        used.add(candidate)
+    return [int(i) for i in ids if i is not None]
 
 
 def _label_names(paths: Sequence[Path]) -> list[str]:
@@ -71,6 +124,45 @@ def _stderr(message: str) -> None:
     tqdm.write(message, file=sys.stderr)
 
 
+def _known_ids(
+    spec: ExperimentSpec, annotations: Path | None, log: Callable[[str], None]
+) -> dict[str, int]:
+    if annotations is None and spec.data_config.val_json_file:
+        candidate = Path(spec.data_config.val_json_file)
+        annotations = candidate if candidate.is_file() else None
+    if annotations is None:
+        return {}
+    known = annotated_image_ids(annotations)
+    log(f"Image ids: from {annotations} for the images it lists, else from file names")
+    return known
+
+
+def category_names(
+    label_map: LabelMap, class_names: Mapping[int, str] | None = None
+) -> dict[int, str]:
+    """Dataset category id -> display name: the label map's, or ``class_names`` (model
+    class index 1..K -> name) where it names that class."""
+    names = {c.id: c.name for c in label_map.categories}
+    for index, name in (class_names or {}).items():
+        if 1 <= index <= len(label_map.categories):
+            names[label_map.category_id_of(index)] = name
+    return names
+
+
+def read_class_map(path: Path) -> dict[int, str]:
+    """TAO's inference ``-c`` label file: one class name per line, line ``k`` (1-based)
+    naming model class ``k``; blank lines keep their class's own name.
+
+    Raises:
+        EvaluationError: unreadable file.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise EvaluationError(f"-c {path}: {exc.strerror or exc}") from None
+    return {k: line.strip() for k, line in enumerate(lines, start=1) if line.strip()}
+
+
 def run_inference(
     spec: ExperimentSpec,
     model_path: str | Path,
@@ -85,6 +177,8 @@ def run_inference(
     log: Callable[[str], None] = print,
     warn: Callable[[str], None] = _stderr,
     loaded: LoadedPredictor | None = None,
+    annotations: Path | None = None,
+    class_names: Mapping[int, str] | None = None,
 ) -> InferenceSummary:
     """Detect objects in every JPEG/PNG of ``image_dir`` and write annotated copies.
 
@@ -98,14 +192,20 @@ def run_inference(
         image_dir: the input images (not searched recursively).
         out_image_dir: annotated images, same file names and formats as the inputs.
         label_dir: if given, one COCO results JSON per image (``<stem>.json``: a list of
-            ``image_id``, ``category_id``, ``bbox`` ``[x, y, w, h]``, ``score`` and, for
-            models with masks, ``segmentation`` RLE), plus :data:`IMAGES_INDEX`.
+            ``image_id``, ``file_name``, ``category_id``, ``bbox`` ``[x, y, w, h]``,
+            ``score`` and, for models with masks, ``segmentation`` RLE), plus
+            :data:`IMAGES_INDEX`.
         threshold: detections scoring below this are neither drawn nor written.
         include_mask: draw instance masks.
         gpu_index: CUDA device when available.
         progress: show a progress bar.
         log, warn: receive progress lines and per-file problems.
         loaded: an already opened model (then ``model_path`` is only used in messages).
+        annotations: a COCO JSON whose ``images`` give the ids of the files it lists
+            (default: the spec's ``val_json_file`` when it exists); see
+            :func:`assign_image_ids`.
+        class_names: model class index (1..K, the order of the label map) -> the name to
+            draw and write (TAO's ``-c`` class map); default: the label map's names.
 
     Returns:
         Counts and the skipped files with reasons.
@@ -128,10 +228,10 @@ def run_inference(
     if include_mask and not loaded.include_mask:
         warn(f"{model_path} predicts no masks (include_mask is off in its spec); drawing boxes")
     out_image_dir.mkdir(parents=True, exist_ok=True)
-    image_ids = assign_image_ids(paths)
+    image_ids = assign_image_ids(paths, _known_ids(spec, annotations, log))
     label_names = _label_names(paths)
     index_images: list[dict[str, Any]] = []
-    names = {c.id: c.name for c in loaded.label_map.categories}
+    names = category_names(loaded.label_map, class_names)
     image_size = spec.data_config.image_size
     batch_size = spec.eval_batch_size
     with tqdm(total=len(paths), unit="img", disable=not progress, desc="inference") as bar:
@@ -158,6 +258,8 @@ def run_inference(
                     label_map=loaded.label_map,
                     score_threshold=threshold,
                 )
+                for detection in detections:
+                    detection["file_name"] = paths[index].name
                 annotated = draw_detections(
                     image, detections, category_names=names, include_mask=include_mask
                 )
@@ -182,7 +284,7 @@ def run_inference(
             label_dir / IMAGES_INDEX,
             {
                 "images": index_images,
-                "categories": [{"id": c.id, "name": c.name} for c in loaded.label_map.categories],
+                "categories": [{"id": i, "name": n} for i, n in names.items()],
                 "annotations": [],
             },
         )

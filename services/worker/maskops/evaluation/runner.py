@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,17 @@ def format_metrics(metrics: Mapping[str, float]) -> str:
     return "\n".join(f"{name:<{width}}  {value:.6f}" for name, value in metrics.items())
 
 
+def format_per_class(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Per-category AP as a table: id, name, AP and (with masks) mask AP."""
+    keys = [k for k in ("AP", "mask_AP") if rows and k in rows[0]]
+    width = max([len(str(r["name"])) for r in rows] + [8])
+    lines = [f"{'id':>5}  {'category':<{width}}  " + "  ".join(f"{k:>9}" for k in keys)]
+    for row in rows:
+        values = "  ".join(f"{row[k]:>9.6f}" for k in keys)
+        lines.append(f"{row['category_id']:>5}  {row['name']:<{width}}  {values}")
+    return "\n".join(lines)
+
+
 def select_device(gpu_index: int | None) -> torch.device:
     if gpu_index is None or not torch.cuda.is_available():
         return torch.device("cpu")
@@ -83,17 +94,56 @@ def select_device(gpu_index: int | None) -> torch.device:
     return torch.device("cuda", gpu_index)
 
 
-def check_eval_data(spec: ExperimentSpec) -> None:
+def check_eval_data(spec: ExperimentSpec, *, image_dir: Path | None = None) -> None:
     """Fail early, naming the field, when the spec cannot drive an evaluation."""
     data = spec.data_config
-    if not data.validation_file_pattern:
-        raise EvaluationError("data_config.validation_file_pattern is not set")
+    if not data.validation_file_pattern and image_dir is None:
+        raise EvaluationError(
+            "data_config.validation_file_pattern is not set (nor -i/--image_dir, the "
+            "directory of val_json_file's images)"
+        )
     if not data.val_json_file:
         raise EvaluationError("data_config.val_json_file is not set")
     if not Path(data.val_json_file).is_file():
         raise EvaluationError(f"data_config.val_json_file: {data.val_json_file} does not exist")
     if spec.eval_batch_size < 1:
         raise EvaluationError(f"eval_batch_size must be at least 1, got {spec.eval_batch_size}")
+
+
+def image_dir_batches(
+    spec: ExperimentSpec, image_dir: Path, *, batch_size: int | None = None
+) -> Iterator[Batch]:
+    """Evaluation batches read from ``image_dir``: the images ``val_json_file`` lists (its
+    ``file_name`` relative to ``image_dir``), in its order, the first ``eval_samples`` only
+    when that is > 0. Images are float ``[3, H, W]`` resized and padded to ``image_size``;
+    targets carry ``image_id``, ``scale`` and ``orig_size`` like the shard loader's.
+
+    Raises:
+        EvaluationError: an image the JSON lists is missing or unreadable.
+    """
+    from maskops.data.transforms import resize_and_pad
+    from maskops.evaluation.errors import ImageReadError
+    from maskops.evaluation.images import load_rgb, pil_to_tensor
+
+    data = spec.data_config
+    listed = json.loads(Path(data.val_json_file).read_text()).get("images", [])
+    if data.eval_samples > 0:
+        listed = listed[: data.eval_samples]
+    size = batch_size or spec.eval_batch_size
+    for start in range(0, len(listed), size):
+        images: list[torch.Tensor] = []
+        targets: list[dict[str, Any]] = []
+        for entry in listed[start : start + size]:
+            try:
+                image = load_rgb(image_dir / str(entry["file_name"]))
+            except ImageReadError as exc:
+                raise EvaluationError(f"-i {image_dir}: {exc}") from None
+            tensor, scale = resize_and_pad(pil_to_tensor(image), data.image_size)
+            images.append(tensor)
+            targets.append(
+                {"image_id": int(entry["id"]), "scale": scale, "orig_size": image.size[::-1]}
+            )
+        yield images, targets
 
 
 def run_evaluation(
@@ -104,6 +154,7 @@ def run_evaluation(
     gpu_index: int | None = 0,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    image_dir: Path | None = None,
 ) -> dict[str, float]:
     """Evaluate a model file on the spec's validation data (``maskops evaluate``).
 
@@ -118,13 +169,15 @@ def run_evaluation(
         gpu_index: CUDA device to use when CUDA is available; CPU otherwise.
         progress: show a progress bar.
         log: receives the human-readable lines (the metrics table at the end).
+        image_dir: where val_json_file's images are, for a spec without
+            ``validation_file_pattern`` (TAO's ``-i``); the shards win when both are set.
 
     Returns:
         The metrics: 24 (boxes and masks) or 12 (``include_mask: false``).
     """
     from maskops.data.pipeline import build_eval_loader
 
-    check_eval_data(spec)
+    check_eval_data(spec, image_dir=image_dir)
     started = time.perf_counter()
     loaded = load_predictor(model_path, device=select_device(gpu_index))
     check_input_size(loaded, spec.data_config.image_size)
@@ -132,20 +185,31 @@ def run_evaluation(
     evaluator = COCOEvaluator(spec.data_config.val_json_file, loaded.label_map, iou_types=iou_types)
     # The loader keeps the first eval_samples images; the ground truth comes from
     # val_json_file, so the shards' masks need not be decoded.
-    try:
-        loader = build_eval_loader(spec, label_map=loaded.label_map, with_masks=False)
-    except ValueError as exc:  # no shards, unreadable manifests, categories the model lacks
-        raise EvaluationError(f"data_config.validation_file_pattern: {exc}") from None
+    loader: Iterable[Batch]
+    if spec.data_config.validation_file_pattern:
+        image_dir = None  # the shards hold the images
+    if image_dir is not None:
+        loader = image_dir_batches(spec, image_dir)
+    else:
+        try:
+            loader = build_eval_loader(spec, label_map=loaded.label_map, with_masks=False)
+        except ValueError as exc:  # no shards, unreadable manifests, categories the model lacks
+            raise EvaluationError(f"data_config.validation_file_pattern: {exc}") from None
     metrics = evaluate_model(loaded.predictor, loader, evaluator, progress=progress)
     seconds = time.perf_counter() - started
     log(f"Evaluated {len(evaluator.image_ids)} images in {seconds:.1f} s")
     log(format_metrics(metrics))
+    per_class = evaluator.per_class()
+    log("Per-class AP (-1: no object of that class in the evaluated images)")
+    log(format_per_class(per_class))
     if out_json is not None:
         report = {
             "metrics": metrics,
+            "per_class": per_class,
             "model": str(model_path),
             "val_json_file": spec.data_config.val_json_file,
             "validation_file_pattern": spec.data_config.validation_file_pattern,
+            "image_dir": str(image_dir) if image_dir is not None else None,
             "num_images": len(evaluator.image_ids),
             "num_detections": len(evaluator.results),
             "seconds": round(seconds, 3),

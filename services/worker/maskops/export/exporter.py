@@ -26,7 +26,15 @@ from maskops.data.transforms import resize_and_pad
 from maskops.evaluation.coco import IouType
 from maskops.evaluation.predictor import TorchPredictor
 from maskops.export.deepstream import write_deepstream_files
-from maskops.export.graph import GraphMetadata, describe_io, set_metadata, trace_to_onnx
+from maskops.export.graph import (
+    MAX_OPSET,
+    MIN_OPSET,
+    OPSET,
+    GraphMetadata,
+    describe_io,
+    set_metadata,
+    trace_to_onnx,
+)
 from maskops.export.parity import ParityReport, Tolerances, compare_detections
 from maskops.export.precision import convert_to_fp16, quantize_int8, write_calibration_cache
 from maskops.export.predictor import OnnxPredictor
@@ -39,6 +47,7 @@ from maskops.spec.models import ExperimentSpec
 
 DataType = Literal["fp32", "fp16", "int8"]
 DATA_TYPES: tuple[str, ...] = ("fp32", "fp16", "int8")
+INT8_MIN_OPSET = 13
 
 
 class ExportError(ValueError):
@@ -177,6 +186,18 @@ def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
     tmp.replace(path)
 
 
+def _check_opset(opset: int, data_type: str) -> None:
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ExportError(
+            f"--target_opset {opset}: maskops exports opsets {MIN_OPSET}..{MAX_OPSET}"
+        )
+    if data_type == "int8" and opset < INT8_MIN_OPSET:
+        raise ExportError(
+            f"--target_opset {opset}: int8 needs opset {INT8_MIN_OPSET} or later "
+            "(per-channel QuantizeLinear)"
+        )
+
+
 def export_onnx(
     model_path: Path,
     spec: ExperimentSpec | None,
@@ -195,6 +216,9 @@ def export_onnx(
     tolerances: Tolerances | None = None,
     evaluate_int8: bool = True,
     log: Callable[[str], None] = print,
+    opset: int = OPSET,
+    workspace_bytes: int | None = None,
+    strict_types: bool = False,
 ) -> ExportResult:
     """Export a maskops checkpoint to a validated ONNX file.
 
@@ -217,6 +241,10 @@ def export_onnx(
         tolerances: override the parity tolerances of ``data_type``.
         evaluate_int8: for int8, compute fp32 vs int8 validation metrics (needs val_json_file).
         log: progress lines.
+        opset: the ONNX opset (TAO's ``--target_opset``), MIN_OPSET..MAX_OPSET; int8
+            needs 13 or later. The parity check runs on the graph of that opset.
+        workspace_bytes, strict_types: TensorRT builder settings (TAO's
+            ``--max_workspace_size``, ``-s``); used only when an engine is built.
 
     Raises:
         ExportError: bad arguments, no images, or a graph that does not match PyTorch.
@@ -230,6 +258,7 @@ def export_onnx(
         raise ExportError(f"--max_batch_size must be at least 1, got {max_batch_size}")
     if data_type == "int8" and (batches < 1 or batch_size < 1):
         raise ExportError(f"--batches and --batch_size must be >= 1, got {batches}, {batch_size}")
+    _check_opset(opset, data_type)
     model_path = Path(model_path)
     if not model_path.is_file():
         raise ExportError(f"-m {model_path}: model file not found")
@@ -266,6 +295,7 @@ def export_onnx(
         image_size=metadata.image_size,
         max_detections=max_detections,
         example=images[0][None],
+        opset=opset,
     )
     calibration_count = 0
     if data_type == "fp16":
@@ -325,8 +355,11 @@ def export_onnx(
     if engine_file is None:
         result.engine_note = "no --engine_file given: no TensorRT engine requested"
     elif reason is None:
+        builder: dict[str, Any] = {"strict_types": strict_types}
+        if workspace_bytes is not None:
+            builder["workspace_bytes"] = workspace_bytes
         result.engine_file = build_engine(
-            out, engine_file, data_type=data_type, image_size=metadata.image_size
+            out, engine_file, data_type=data_type, image_size=metadata.image_size, **builder
         )
         result.engine_note = f"TensorRT engine built: {result.engine_file}"
     else:

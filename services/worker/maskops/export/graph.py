@@ -46,6 +46,11 @@ from maskops.spec.models import ExperimentSpec
 INPUT_NAME = "images"
 OUTPUT_NAMES: tuple[str, ...] = ("boxes", "scores", "labels", "masks", "num_detections")
 OPSET = 17
+"""The default ONNX opset (``--target_opset`` chooses another in MIN_OPSET..MAX_OPSET)."""
+MIN_OPSET = 11
+"""The oldest opset the graph traces to (RoiAlign, NonMaxSuppression); int8 needs 13."""
+MAX_OPSET = 20
+"""The newest opset torch.onnx's TorchScript exporter writes."""
 METADATA_FORMAT = "maskops-onnx/1"
 
 
@@ -143,6 +148,7 @@ def trace_to_onnx(
     image_size: tuple[int, int],
     max_detections: int,
     example: torch.Tensor | None = None,
+    opset: int = OPSET,
 ) -> onnx.ModelProto:
     """Export ``model`` (eval mode, CPU) to an in-memory fp32 ONNX model of the graph contract.
 
@@ -152,6 +158,7 @@ def trace_to_onnx(
         max_detections: D, the padded output length (>= the model's detections per image).
         example: ``[1, 3, H, W]`` tracing input; real images trace the same graph as noise
             but keep the tracer's shape-dependent branches honest, so pass one when you can.
+        opset: the ONNX opset to write (MIN_OPSET..MAX_OPSET).
     """
     graph = DetectionGraph(rewrite_for_export(model.eval()), max_detections=max_detections).eval()
     if example is None:
@@ -168,7 +175,7 @@ def trace_to_onnx(
             (example,),
             f"{tmp}/model.onnx",
             dynamo=False,
-            opset_version=OPSET,
+            opset_version=opset,
             input_names=[INPUT_NAME],
             output_names=list(OUTPUT_NAMES),
             do_constant_folding=True,

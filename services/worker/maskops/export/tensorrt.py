@@ -46,12 +46,15 @@ def build_engine(
     data_type: str,
     image_size: tuple[int, int],
     workspace_bytes: int = 4 << 30,
+    strict_types: bool = False,
 ) -> Path:
     """Parse ``onnx_path`` and serialise a TensorRT engine to ``engine_path``.
 
     fp16 sets the FP16 builder flag; int8 expects the QDQ graph (explicit quantisation:
     the scales are in the graph, no calibrator). The graph's batch dimension is 1 (see
     :mod:`maskops.export.graph`), so the optimisation profile is that one shape.
+    ``strict_types`` (TAO's ``--strict_type_constraints``) makes TensorRT obey the layer
+    precisions instead of picking faster ones.
     """
     import tensorrt as trt
 
@@ -68,6 +71,9 @@ def build_engine(
         config.set_flag(trt.BuilderFlag.FP16)
     if data_type == "int8":
         config.set_flag(trt.BuilderFlag.INT8)
+    if strict_types:
+        # TensorRT 10 replaced STRICT_TYPES with OBEY_PRECISION_CONSTRAINTS.
+        config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
     profile = builder.create_optimization_profile()
     shape = (1, 3, *image_size)
     profile.set_shape(INPUT_NAME, shape, shape, shape)
