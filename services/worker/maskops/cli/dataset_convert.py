@@ -46,6 +46,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="image-checking processes (default: cores)"
     )
+    parser.add_argument(
+        "--drop_empty_images",
+        action="store_true",
+        help="leave out images without objects, as TAO does (default: keep them as "
+        "negatives, counted in the manifest)",
+    )
     add_key_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -63,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             num_shards=args.num_shards,
             include_masks=args.include_mask,
             workers=args.workers,
+            drop_empty_images=args.drop_empty_images,
         )
     except DatasetError as exc:
         raise CLIError(str(exc)) from exc

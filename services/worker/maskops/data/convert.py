@@ -17,6 +17,11 @@ order; the training pipeline shuffles.
 
 The conversion fails (:class:`DatasetError`) only when the JSON is malformed or nothing
 usable remains; everything else is repaired or left out and reported.
+
+Images without objects (no annotation, or none left after validation) are kept: training
+sees them as negatives (every proposal is background), and the manifest counts them
+(``num_images_without_objects``). ``drop_empty_images`` leaves them out instead, as TAO's
+converter does; the manifest then counts them in ``num_dropped_empty_images``.
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ class ConversionResult:
     num_images: int
     """Images written."""
     num_skipped_images: int
+    num_images_without_objects: int
+    """Images written without any object (negatives)."""
+    num_dropped_empty_images: int
+    """Images without objects left out (``drop_empty_images``)."""
     num_annotations: int
     """Annotations written (crowd included)."""
     num_crowd: int
@@ -76,7 +85,12 @@ class ConversionResult:
         lines = [
             f"wrote {len(self.shards)} shard(s) {self.tag}-NNNNN-of-{len(self.shards):05d}.tar "
             f"to {self.out_dir} in {self.seconds:.1f}s",
-            f"  images:      {self.num_images} written, {self.num_skipped_images} skipped",
+            f"  images:      {self.num_images} written, {self.num_skipped_images} skipped; "
+            + (
+                f"{self.num_dropped_empty_images} without objects dropped"
+                if self.num_dropped_empty_images
+                else f"{self.num_images_without_objects} without objects (negatives)"
+            ),
             f"  annotations: {self.num_annotations} written ({self.num_crowd} crowd), "
             f"{self.num_dropped_annotations} dropped",
             "  categories (id -> label name: instances):",
@@ -106,6 +120,7 @@ def convert_dataset(
     include_masks: bool = True,
     workers: int | None = None,
     progress: ProgressFn | None = None,
+    drop_empty_images: bool = False,
 ) -> ConversionResult:
     """Validate a COCO dataset and write it as shards, a manifest and a warnings file.
 
@@ -120,6 +135,8 @@ def convert_dataset(
         workers: processes decoding and checking images; default the usable cores
             (at most 4). Inside a daemonic process (a Celery prefork worker) always 1.
         progress: optional callback ``(done, total)``.
+        drop_empty_images: leave out images without objects (TAO's behaviour) instead of
+            keeping them as negatives.
 
     Raises:
         DatasetError: malformed JSON (key and index named) or nothing usable remains.
@@ -145,6 +162,7 @@ def convert_dataset(
             progress,
             pool,
             start,
+            drop_empty_images,
         )
 
 
@@ -158,6 +176,7 @@ def _convert(
     progress: ProgressFn | None,
     pool: _OrderedPool,
     start: float,
+    drop_empty_images: bool,
 ) -> ConversionResult:
     coco = load_coco(annotation_file)
     if not coco.images:
@@ -177,13 +196,13 @@ def _convert(
     jobs = [(image, coco.annotations_by_image.get(image.id, [])) for image in coco.images]
     worker = partial(_process, image_dir=image_dir, labels=labels, include_masks=include_masks)
 
-    tally = _Tally()
+    tally = _Tally(drop_empty=drop_empty_images)
     sink = _ShardSink(out_dir, tag, count)
     try:
         for position, outcome in enumerate(pool.map(worker, jobs)):
             _record_findings(warnings, outcome)
-            tally.add(outcome)
-            if outcome.record is not None:
+            keep = tally.add(outcome)
+            if keep and outcome.record is not None:
                 sink.write(position * count // len(jobs), f"{position:09d}", outcome)
             if progress is not None:
                 progress(position + 1, len(jobs))
@@ -217,6 +236,8 @@ def _convert(
         "include_masks": include_masks,
         "num_images": tally.images,
         "num_skipped_images": tally.skipped,
+        "num_images_without_objects": tally.empty,
+        "num_dropped_empty_images": tally.dropped_empty,
         "num_annotations": tally.annotations,
         "num_crowd": tally.crowd,
         "num_dropped_annotations": tally.dropped,
@@ -248,6 +269,8 @@ def _convert(
         label_map=label_map,
         num_images=tally.images,
         num_skipped_images=tally.skipped,
+        num_images_without_objects=tally.empty,
+        num_dropped_empty_images=tally.dropped_empty,
         num_annotations=tally.annotations,
         num_crowd=tally.crowd,
         num_dropped_annotations=tally.dropped,
@@ -279,8 +302,12 @@ def _process(
 class _Tally:
     """Running counts of a conversion."""
 
+    drop_empty: bool = False
     images: int = 0
     skipped: int = 0
+    empty: int = 0
+    """Images written without objects."""
+    dropped_empty: int = 0
     annotations: int = 0
     crowd: int = 0
     dropped: int = 0
@@ -289,19 +316,26 @@ class _Tally:
     images_with: dict[int, int] = field(default_factory=dict)
     """Category id -> images written with at least one instance of it."""
 
-    def add(self, outcome: ImageOutcome) -> None:
+    def add(self, outcome: ImageOutcome) -> bool:
+        """Count an outcome; False for an image without objects that is to be dropped."""
         self.dropped += outcome.dropped_annotations
         if outcome.record is None:
             self.skipped += 1
-            return
-        self.images += 1
+            return True
         anns = outcome.record["annotations"]
+        if not anns:
+            if self.drop_empty:
+                self.dropped_empty += 1
+                return False
+            self.empty += 1
+        self.images += 1
         self.annotations += len(anns)
         self.crowd += sum(a["iscrowd"] for a in anns)
         for ann in anns:
             self.instances[ann["category_id"]] = self.instances.get(ann["category_id"], 0) + 1
         for category_id in {a["category_id"] for a in anns}:
             self.images_with[category_id] = self.images_with.get(category_id, 0) + 1
+        return True
 
 
 class _ShardSink:
@@ -373,7 +407,9 @@ def _fail_if_unusable(
 ) -> None:
     reasons = ", ".join(f"{kind} {n}" for kind, n in warning_counts.items()) or "none"
     message = ""
-    if tally.images == 0:
+    if tally.images == 0 and tally.dropped_empty:
+        message = f"no image with objects: {tally.dropped_empty} dropped as empty"
+    elif tally.images == 0:
         message = f"no usable image: all {tally.skipped} were skipped"
     elif annotations and tally.annotations == 0:
         message = f"no usable annotation: all {len(annotations)} were dropped"

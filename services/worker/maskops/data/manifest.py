@@ -43,6 +43,8 @@ class Manifest:
     num_annotations: int
     include_masks: bool
     data: dict[str, Any]
+    num_images_without_objects: int = 0
+    """Negatives among num_images (0 in manifests written before maskops counted them)."""
     """The whole document, for fields not mirrored above."""
 
     @classmethod
@@ -66,6 +68,7 @@ class Manifest:
                 num_annotations=int(data["num_annotations"]),
                 include_masks=bool(data["include_masks"]),
                 data=data,
+                num_images_without_objects=int(data.get("num_images_without_objects", 0)),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) else exc
