@@ -5,9 +5,10 @@ costs next to nothing; what it cost on top, under 50 polling clients on two core
 FastAPI's per-request work (routing, dependency solving, request objects): about two and
 a half times a ``/healthz``. This ASGI layer answers a poll whose job is in the cache
 before any of that runs, with exactly the body and headers of the ``get_job`` route; every
-other request, a job not in memory, and every request when auth is required (the token
-check is a database read) go on to the app unchanged. The route stays the documented one
-in the OpenAPI document, and the one that fills the cache.
+other request and a job not in memory go on to the app unchanged; so does, when auth is
+required, a request whose token is not in the token cache (the app checks it, and keeps
+it there: any live token may read a job). The route stays the documented one in the
+OpenAPI document, and the one that fills the caches.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import NamedTuple
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from maskops_api.job_cache import JobCache
+from maskops_api.token_cache import TokenCache
 from maskops_core.settings import Settings
 
 JOB_ROUTE = "/jobs/{job_id}"
@@ -34,16 +36,30 @@ class _RouteLabel(NamedTuple):
 class JobStatusShortcut:
     """Pure ASGI middleware serving cached job status polls without entering the app."""
 
-    def __init__(self, app: ASGIApp, *, cache: JobCache, settings: Settings) -> None:
+    def __init__(
+        self, app: ASGIApp, *, cache: JobCache, settings: Settings, tokens: TokenCache
+    ) -> None:
         self.app = app
         self.cache = cache
+        self.tokens = tokens
         self.auth_required = settings.auth_required
         self.route = _RouteLabel(JOB_ROUTE)
 
+    def _may_read(self, scope: Scope) -> bool:
+        if not self.auth_required:
+            return True
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                kind, _, secret = value.decode("latin-1").partition(" ")
+                return kind.lower() == "bearer" and self.tokens.cached(secret) is not None
+        return False
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and not self.auth_required:
+        if scope["type"] == "http" and scope["method"] == "GET":
             match = _JOB_PATH.fullmatch(scope["path"])
-            body = self.cache.body(int(match[1])) if match is not None else None
+            body = None
+            if match is not None and self._may_read(scope):
+                body = self.cache.body(int(match[1]))
             if body is not None:
                 scope["route"] = self.route
                 await send(

@@ -16,7 +16,7 @@ from maskops_api.job_cache import JobCache
 from maskops_api.main import create_app
 from maskops_api.services.tokens import create_token
 from maskops_api.token_cache import TokenCache
-from maskops_core.db.models import ApiToken, TokenScope, utcnow
+from maskops_core.db.models import ApiToken, Job, TokenScope, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
 
@@ -98,3 +98,36 @@ def test_a_kept_token_stops_working_when_it_expires(
 
 def test_unknown_tokens_are_refused(two_apis: list[TestClient]) -> None:
     _status_within(two_apis, "mko_not-a-token", 401, 1)
+
+
+def test_authenticated_polls_come_from_memory_until_the_token_is_revoked(
+    two_apis: list[TestClient], clean_db: Settings
+) -> None:
+    token_id, secret = _token(clean_db)
+    auth = {"Authorization": f"Bearer {secret}"}
+    first = two_apis[0]
+    with first.app.state.session_factory() as session:  # type: ignore[attr-defined]
+        job = Job(action="train", queue="gpu", options={})
+        session.add(job)
+        session.commit()
+        job_id = job.id
+    jobs: JobCache = first.app.state.job_cache  # type: ignore[attr-defined]
+    assert first.get(f"/jobs/{job_id}", headers=auth).status_code == 200  # fills both caches
+    hits, misses = jobs.hits, jobs.misses
+    for _ in range(10):
+        assert first.get(f"/jobs/{job_id}", headers=auth).json()["status"] == "queued"
+    assert (jobs.hits - hits, jobs.misses) == (10, misses)
+    # No token, or an unknown one, is never answered from memory.
+    assert first.get(f"/jobs/{job_id}").status_code == 401
+    assert first.get(f"/jobs/{job_id}", headers={"Authorization": "Bearer x"}).status_code == 401
+    engine = create_engine(
+        clean_db.database_url,
+        connect_args={"options": f"-csearch_path={clean_db.database_schema}"},
+    )
+    with engine.begin() as conn:
+        conn.execute(update(ApiToken).where(ApiToken.id == token_id).values(revoked_at=utcnow()))
+    engine.dispose()
+    started = time.monotonic()
+    while first.get(f"/jobs/{job_id}", headers=auth).status_code != 401:
+        assert time.monotonic() - started < 1.0, "a revoked token still read the job"
+        time.sleep(0.02)
