@@ -188,7 +188,7 @@ async def submit_all(
     async def submit(i: int) -> None:
         nonlocal mismatches, failures
         key = f"bench-{i}"
-        body = {"action": "train", "experiment_id": experiment_id, "options": {"n": i}}
+        body = {"action": "train", "experiment_id": experiment_id}
         async with semaphore:
             # The request and its retry race each other on purpose.
             first, retry = await asyncio.gather(post(body, key), post(body, key))
