@@ -27,8 +27,10 @@ PROJECT = "maskops"
 OWN_PACKAGES = {
     "api": {"maskops_worker", "maskops_triton"},
     "worker": {"maskops_api", "maskops_triton"},
+    # The served models are copied into the model repository with their one helper file.
+    "triton": {"maskops", "maskops_api", "maskops_core", "maskops_worker", "maskops_triton"},
 }
-"""The project's own packages a service must not import (they ship in the same wheel)."""
+"""The project's own packages a service must not import (they ship in one wheel)."""
 
 
 def _normal(name: str) -> str:
@@ -65,7 +67,7 @@ def modules_outside(extra: str) -> set[str]:
         for module, dists in metadata.packages_distributions().items()
         if not any(_normal(d) in allowed for d in dists)
     }
-    return (blocked | OWN_PACKAGES.get(extra, set())) - {PROJECT}
+    return (blocked - {PROJECT}) | OWN_PACKAGES.get(extra, set())
 
 
 def guard_env(extra: str, env: dict[str, str]) -> dict[str, str]:

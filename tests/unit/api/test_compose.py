@@ -109,7 +109,11 @@ def test_volumes_are_declared_and_shared(compose: dict[str, Any]) -> None:
         v for n in ("api", "worker-gpu0", "worker-cpu") for v in compose["services"][n]["volumes"]
     }
     assert {"data:/data", "models:/models"} <= mounts
-    assert "models:/models" in compose["services"]["triton"]["volumes"]
+    services = compose["services"]
+    assert all("data:/data" in services[n]["volumes"] for n in ("api", "worker-gpu0", "worker-cpu"))
+    # Publish jobs write the model repository on the workers; Triton serves it.
+    assert all("models:/models" in services[n]["volumes"] for n in ("worker-gpu0", "worker-cpu"))
+    assert "models:/models" in services["triton"]["volumes"]
 
 
 def test_no_secrets_in_the_file_and_env_example_complete(compose: dict[str, Any]) -> None:
