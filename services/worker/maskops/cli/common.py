@@ -42,6 +42,22 @@ def warn_if_key_given(args: argparse.Namespace) -> None:
         notice("-k/--key", "is ignored (maskops artifacts are not encrypted)")
 
 
+MODEL_HELP = (
+    "model file, or a training results directory: RESULTS_DIR/best, RESULTS_DIR/latest "
+    "(RESULTS_DIR alone: best if kept, else latest)"
+)
+
+
+def model_argument(path: Path) -> Path:
+    """The model file ``-m`` names (see maskops.engine.checkpointing.resolve_model_path)."""
+    from maskops.engine.checkpointing import resolve_model_path
+
+    try:
+        return resolve_model_path(path)
+    except FileNotFoundError as exc:
+        raise CLIError(f"-m {exc}") from None
+
+
 def load_resolved_spec(path: Path) -> ExperimentSpec:
     """The spec at ``path`` with its relative paths resolved against its directory."""
     from maskops.spec import SpecError, load_spec

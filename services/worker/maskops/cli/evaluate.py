@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import (
     EXIT_OK,
+    MODEL_HELP,
     CLIError,
     add_key_argument,
     engine_errors,
     load_resolved_spec,
+    model_argument,
     notice,
     tee_log,
 )
@@ -37,9 +39,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("-e", "--experiment_spec", required=True, type=Path, help="spec file")
-    parser.add_argument(
-        "-m", "--model", required=True, type=Path, help="maskops checkpoint (or exported model)"
-    )
+    parser.add_argument("-m", "--model", required=True, type=Path, help=MODEL_HELP)
     parser.add_argument("--gpu_index", type=int, default=0, help="CUDA device (CPU if none)")
     parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
     parser.add_argument(
@@ -93,6 +93,7 @@ def image_dir(args: argparse.Namespace, spec: ExperimentSpec) -> Path | None:
 def run(args: argparse.Namespace) -> int:
     from maskops.evaluation.runner import run_evaluation
 
+    args.model = model_argument(args.model)
     spec = load_resolved_spec(args.experiment_spec)
     out_json, log_file = outputs(args)
     with tee_log(log_file) as log:

@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from maskops.cli.common import EXIT_OK, CLIError, add_key_argument, notice
+from maskops.cli.common import (
+    EXIT_OK,
+    MODEL_HELP,
+    CLIError,
+    add_key_argument,
+    model_argument,
+    notice,
+)
 
 IGNORED_FLAGS: dict[str, str] = {
     "force_ptq": "is implied: maskops never trains quantization-aware models, so int8 is "
@@ -43,7 +50,7 @@ def register(subparsers: Any) -> None:
             "a GPU exist (elsewhere the Triton service builds it at start)."
         ),
     )
-    parser.add_argument("-m", "--model", required=True, type=Path, help="maskops checkpoint")
+    parser.add_argument("-m", "--model", required=True, type=Path, help=MODEL_HELP)
     parser.add_argument("-e", "--experiment_spec", required=True, type=Path, help="spec file")
     parser.add_argument(
         "-o",
@@ -143,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     from maskops.cli.common import engine_errors, load_resolved_spec, tee_log
     from maskops.export import ExportError, export_onnx
 
+    args.model = model_argument(args.model)
     spec = load_resolved_spec(args.experiment_spec)
     bad_input: tuple[type[BaseException], ...] = (ExportError, *engine_errors())
     with tee_log(args.log_file) as log:

@@ -13,10 +13,12 @@ from typing import Any
 
 from maskops.cli.common import (
     EXIT_OK,
+    MODEL_HELP,
     CLIError,
     add_key_argument,
     engine_errors,
     load_resolved_spec,
+    model_argument,
 )
 
 ANNOTATED_DIR = "images_annotated"
@@ -60,9 +62,7 @@ def register(subparsers: Any) -> None:
         help=f"TAO's output directory: {ANNOTATED_DIR}/ and {LABEL_DIR}/ are written there",
     )
     parser.add_argument("-e", "--experiment_spec", required=True, type=Path, help="spec file")
-    parser.add_argument(
-        "-m", "--model", required=True, type=Path, help="maskops checkpoint (or exported model)"
-    )
+    parser.add_argument("-m", "--model", required=True, type=Path, help=MODEL_HELP)
     parser.add_argument(
         "-l",
         "--out_label_dir",
@@ -105,6 +105,7 @@ def output_dirs(args: argparse.Namespace) -> tuple[Path, Path | None]:
 def run(args: argparse.Namespace) -> int:
     from maskops.evaluation.inference import read_class_map, run_inference
 
+    args.model = model_argument(args.model)
     spec = load_resolved_spec(args.experiment_spec)
     out_images, labels = output_dirs(args)
     try:

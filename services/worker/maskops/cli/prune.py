@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
+from maskops.cli.common import EXIT_OK, MODEL_HELP, CLIError, add_key_argument, model_argument
 
 MODEL_FILE_SUFFIXES = (".pth", ".pt", ".tlt", ".hdf5")
 
@@ -37,7 +37,7 @@ def register(subparsers: Any) -> None:
             "Writes OUT/model.pth and OUT/prune_report.json."
         ),
     )
-    parser.add_argument("-m", "--model", required=True, type=Path, help="maskops checkpoint")
+    parser.add_argument("-m", "--model", required=True, type=Path, help=MODEL_HELP)
     parser.add_argument(
         "-o",
         "--output_dir",
@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from maskops.prune import PruneError
     from maskops.prune.run import run_prune
 
+    args.model = model_argument(args.model)
     out_dir, model_filename = output_location(args.output)
     if out_dir.exists() and not out_dir.is_dir():
         raise CLIError(f"-o {args.output}: {out_dir} exists and is not a directory")

@@ -24,6 +24,9 @@ from maskops.engine.state import capture_rng_state, restore_rng_state
 from maskops.spec.models import ExperimentSpec
 
 _NAME = re.compile(r"^model\.step-(\d+)\.pth$")
+BEST_NAME = "model.best.pth"
+"""The best checkpoint by the validation metric (see BestCheckpointHook): weights only."""
+CHOICES = ("best", "latest")
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -45,6 +48,30 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 def latest_checkpoint(directory: Path) -> Path | None:
     checkpoints = list_checkpoints(directory)
     return checkpoints[-1][1] if checkpoints else None
+
+
+def resolve_model_path(path: Path) -> Path:
+    """The model file a ``-m`` argument names: a file as is; ``RESULTS_DIR/best`` or
+    ``RESULTS_DIR/latest`` (a training results directory and a choice) the best or newest
+    checkpoint in it; a bare ``RESULTS_DIR`` its best, or its newest when no best was kept.
+
+    Raises:
+        FileNotFoundError: nothing to resolve to (the message says what is missing).
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        directory, choice = path, "best" if (path / BEST_NAME).is_file() else "latest"
+    elif path.name in CHOICES and path.parent.is_dir():
+        directory, choice = path.parent, path.name
+    else:
+        raise FileNotFoundError(f"{path}: model file not found (nor a training results directory)")
+    found = directory / BEST_NAME if choice == "best" else latest_checkpoint(directory)
+    if found is None or not found.is_file():
+        what = BEST_NAME if choice == "best" else "model.step-N.pth checkpoint"
+        raise FileNotFoundError(f"{directory}: no {what} (is it a training results directory?)")
+    return found
 
 
 @dataclass
@@ -81,6 +108,16 @@ class Checkpointer:
         )
         self._prune()
         return path
+
+    def save_best(self, step: int) -> Path:
+        """Write the model (weights, spec, label map; no training state) as BEST_NAME."""
+        return save_checkpoint(
+            self.directory / BEST_NAME,
+            model=self.model,
+            spec=self.spec,
+            label_map=self.label_map,
+            step=step,
+        )
 
     def _prune(self) -> None:
         checkpoints = list_checkpoints(self.directory)

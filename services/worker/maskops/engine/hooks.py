@@ -190,6 +190,77 @@ class EvalHook(HookBase):
             self._run()
 
 
+BEST_FILE = "best_checkpoint.json"
+"""Next to the checkpoints: which step and value ``model.best.pth`` holds."""
+
+
+class BestCheckpointHook(HookBase):
+    """Keeps the checkpoint with the best validation ``metric`` seen so far.
+
+    After each evaluation of ``eval_hook`` (periodic and final), a value better than the
+    best so far (higher, or lower when ``lower_is_better``) saves the model with
+    ``save(step)`` and records ``{"metric", "value", "step", "checkpoint", "history"}`` in
+    :data:`BEST_FILE` in ``directory``; ``history`` lists every evaluated ``[step, value]``.
+    A resumed run continues from the recorded best.
+    """
+
+    def __init__(
+        self,
+        metric: str,
+        eval_hook: EvalHook,
+        save: Callable[[int], Path],
+        directory: Path,
+        *,
+        lower_is_better: bool = False,
+    ) -> None:
+        self.metric = metric
+        self.eval_hook = eval_hook
+        self.save = save
+        self.path = directory / BEST_FILE
+        self.sign = -1.0 if lower_is_better else 1.0
+        self.record: dict[str, Any] = {"metric": metric, "history": []}
+        self._seen_step = -1
+        self._warned = False
+
+    def before_train(self) -> None:
+        try:
+            previous = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        if previous.get("metric") == self.metric:
+            self.record = previous
+
+    def _better(self, value: float) -> bool:
+        best = self.record.get("value")
+        return best is None or self.sign * value > self.sign * float(best)
+
+    def _check(self) -> None:
+        trainer = self.trainer
+        step = self.eval_hook.last_eval_step
+        if step != trainer.iter or step == self._seen_step:
+            return
+        self._seen_step = step
+        value = trainer.latest_metrics.get(self.metric)
+        if value is None or not math.isfinite(value):
+            if not self._warned:
+                logger.warning("best checkpoint: the evaluation reports no %s", self.metric)
+                self._warned = True
+            return
+        self.record["history"].append([step, value])
+        if self._better(value):
+            path = self.save(step)
+            self.record.update(value=value, step=step, checkpoint=path.name)
+            logger.info("best %s so far: %.5f at step %d (%s)", self.metric, value, step, path.name)
+        write_json_atomic(self.path, self.record)
+
+    def after_step(self) -> None:
+        self._check()
+
+    def after_train(self) -> None:
+        if self.trainer.exception is None:
+            self._check()
+
+
 class EarlyStopHook(HookBase):
     """Stops once validation ``AP`` >= target_box_ap and ``mask_AP`` >= target_mask_ap.
 

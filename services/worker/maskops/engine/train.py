@@ -38,6 +38,7 @@ from maskops.engine.distributed import RankInfo, launch, torchrun_env
 from maskops.engine.errors import TrainingCancelled, TrainingError
 from maskops.engine.hooks import (
     PER_CLASS_KEYS,
+    BestCheckpointHook,
     CheckpointHook,
     EarlyStopHook,
     EvalFn,
@@ -63,7 +64,7 @@ from maskops.engine.state import seed_everything
 from maskops.engine.trackers import check_trackers, tracker_writers
 from maskops.engine.trainer import AmpSettings, Batch, HookBase, Trainer
 from maskops.engine.validation import validation_loss
-from maskops.spec.models import ExperimentSpec
+from maskops.spec.models import VALIDATION_LOSS, ExperimentSpec
 
 logger = logging.getLogger("maskops.train")
 
@@ -238,6 +239,18 @@ def _summary_images(spec: ExperimentSpec, label_map: LabelMap) -> list[torch.Ten
     return list(images)
 
 
+def best_checkpoint_metric(spec: ExperimentSpec, *, custom_eval: bool = False) -> str:
+    """The metric ``model.best.pth`` is kept by; a COCO metric needs val_json_file (the
+    evaluation without it reports the validation loss) unless ``custom_eval`` replaces it."""
+    metric = spec.resolved_best_checkpoint_metric
+    if metric != VALIDATION_LOSS and not spec.data_config.val_json_file and not custom_eval:
+        raise TrainingError(
+            f"best_checkpoint_metric {metric!r} needs data_config.val_json_file (without it "
+            f"training evaluates the validation loss: use {VALIDATION_LOSS!r})"
+        )
+    return metric
+
+
 def label_map_of(spec: ExperimentSpec) -> LabelMap:
     from maskops.data.manifest import load_label_map
 
@@ -384,6 +397,10 @@ def _train_rank_inner(
     trainer.last_checkpoint = resume_from
     hooks: list[HookBase] = []
     if info.is_main:
+        eval_hook = EvalHook(
+            spec.num_steps_per_eval, eval_fn or default_eval_fn(spec, info, amp, label_map)
+        )
+        best_metric = best_checkpoint_metric(spec, custom_eval=eval_fn is not None)
         tensorboard = TensorBoardWriter(results_dir / EVENTS_DIR)
         events: list[MetricWriter] = [
             LogWriter(total_steps),
@@ -398,8 +415,13 @@ def _train_rank_inner(
             CheckpointHook(
                 spec.save_checkpoints_steps or spec.num_steps_per_eval, checkpointer.save
             ),
-            EvalHook(
-                spec.num_steps_per_eval, eval_fn or default_eval_fn(spec, info, amp, label_map)
+            eval_hook,
+            BestCheckpointHook(
+                best_metric,
+                eval_hook,
+                checkpointer.save_best,
+                results_dir,
+                lower_is_better=best_metric == VALIDATION_LOSS,
             ),
             EarlyStopHook(target_box_ap=spec.target_box_ap, target_mask_ap=spec.target_mask_ap),
         ]

@@ -37,6 +37,11 @@ MIN_IMAGE_SIDE = 128
 BACKBONE_MIN_LEVELS = (2, 5)
 """min_level range: the finest FPN level comes from a ResNet stage (C2..C5)."""
 MAX_LEVEL_LIMIT = 8
+_COCO_METRIC = re.compile(r"(mask_)?(AP|AP50|AP75|APs|APm|APl|ARmax1|ARmax10|ARmax100|ARs|ARm|ARl)")
+"""The evaluation's metric names (maskops.evaluation.coco.metric_names; not imported here so
+that the spec stays free of the evaluation's dependencies)."""
+VALIDATION_LOSS = "val/Total loss"
+"""The metric training evaluates without val_json_file (lower is better)."""
 L1_WEIGHT_DECAY_LAYERS = ("all", "prunable")
 """Values of ``l1_weight_decay_layers``: see :attr:`ExperimentSpec.l1_weight_decay_layers`."""
 
@@ -375,6 +380,11 @@ class ExperimentSpec(_SpecModel):
     """maskops extension: the kernels l1_weight_decay applies to. "all" (TAO): every conv and
     linear kernel. "prunable": only those ``maskops prune`` may cut (backbone, FPN, RPN conv),
     the sparsity training that leaves the RoI heads' large layers alone."""
+    best_checkpoint_metric: str = ""
+    """maskops extension: the validation metric by which training keeps ``model.best.pth``:
+    a COCO metric (``mask_AP``, ``AP50``, ...; higher is better) or ``val/Total loss``
+    (lower is better). "" = mask_AP (AP without masks), or val/Total loss when the spec
+    has no val_json_file."""
 
     data_config: DataConfig = Field(default_factory=DataConfig)
     maskrcnn_config: MaskRCNNConfig = Field(default_factory=MaskRCNNConfig)
@@ -395,6 +405,7 @@ class ExperimentSpec(_SpecModel):
         "target_box_ap",
         "target_mask_ap",
         "l1_weight_decay_layers",
+        "best_checkpoint_metric",
     )
 
     _decode = field_validator("learning_rate_steps", "learning_rate_decay_levels", mode="before")(
@@ -430,6 +441,25 @@ class ExperimentSpec(_SpecModel):
         if value not in L1_WEIGHT_DECAY_LAYERS:
             raise ValueError(f"{value!r} must be one of {', '.join(L1_WEIGHT_DECAY_LAYERS)}")
         return value
+
+    @field_validator("best_checkpoint_metric")
+    @classmethod
+    def _best_checkpoint_metric(cls, value: str) -> str:
+        if value and value != VALIDATION_LOSS and not _COCO_METRIC.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a validation metric (a COCO metric such as mask_AP, AP50, "
+                f"ARmax100, or {VALIDATION_LOSS!r})"
+            )
+        return value
+
+    @property
+    def resolved_best_checkpoint_metric(self) -> str:
+        """The metric ``model.best.pth`` is chosen by (see best_checkpoint_metric)."""
+        if self.best_checkpoint_metric:
+            return self.best_checkpoint_metric
+        if not self.data_config.val_json_file:
+            return VALIDATION_LOSS
+        return "mask_AP" if self.maskrcnn_config.include_mask else "AP"
 
     @field_validator("seed")
     @classmethod
@@ -494,6 +524,16 @@ class ExperimentSpec(_SpecModel):
                     f"{self.num_epochs} epochs of {self.num_examples_per_epoch} examples at "
                     f"batch {self.train_batch_size} is less than one step",
                 )
+        if (
+            self.best_checkpoint_metric.startswith("mask_")
+            and not self.maskrcnn_config.include_mask
+        ):
+            raise FieldIssue(
+                "best_checkpoint_metric",
+                f"{self.best_checkpoint_metric!r} needs masks, but maskrcnn_config.include_mask "
+                "is false",
+                related=("maskrcnn_config.include_mask",),
+            )
         stride = 2**self.maskrcnn_config.max_level
         height, width = self.data_config.image_size
         if height % stride or width % stride:
