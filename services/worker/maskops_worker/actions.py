@@ -322,13 +322,12 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     """Write the parent export into the Triton model repository and roll it out.
 
     The new version is listed only once Triton serves it (or no Triton is configured): when
-    Triton cannot load it, the version is taken out of the repository again, the version
-    before it keeps serving, and the job fails saying why.
+    Triton cannot load it, the publish is undone, the version before it keeps serving, and
+    the job fails saying why.
     """
     from maskops.serving import PublishError
     from maskops.serving import publish as publish_export
     from maskops.serving.client import TritonError, roll_out
-    from maskops.serving.repository import withdraw
 
     job, settings = ctx.job, ctx.settings
     name = job_options(ctx, PublishOptions).name
@@ -338,29 +337,58 @@ def publish(ctx: JobContext) -> dict[str, Any]:
         str((job.parent_result or {}).get("onnx", "")),
         f"the ONNX of export job {job.parent_job_id}",
     )
+
+    def load(version: int) -> None:
+        # Inside the publish: if Triton cannot load the version, the repository goes back
+        # to what it was (and is loaded again below).
+        _append(ctx, f"wrote {name} version {version}; loading it in Triton")
+        try:
+            roll_out(settings.triton_url, name, version)
+        except TritonError as exc:
+            raise TritonLoadFailed(
+                f"Triton did not load {name} version {version}; the repository is as it was"
+                f" before: {exc}"
+            ) from None
+
     try:
         version = publish_export(
-            onnx, settings.model_repository, name, net_backend=settings.triton_net_backend
+            onnx,
+            settings.model_repository,
+            name,
+            net_backend=settings.triton_net_backend,
+            activate=load if settings.triton_url else None,
         )
     except PublishError as exc:
         raise JobInputError(f"publish {name!r}: {exc}") from None
-    _append(ctx, f"wrote {name} version {version} into the model repository")
-    served, note = False, "no Triton configured; the version is in the repository"
-    if settings.triton_url:
-        try:
-            roll_out(settings.triton_url, name)
-        except TritonError as exc:
-            withdraw(settings.model_repository, name, version)
-            raise JobInputError(
-                f"Triton did not load {name} version {version} (taken out of the repository; "
-                f"the version before it keeps serving): {exc}"
-            ) from None
-        served, note = True, ""
+    except TritonLoadFailed as failed:
+        raise JobInputError(f"{failed} {_restore(ctx, name)}") from None
+    served = bool(settings.triton_url)
+    note = "" if served else "no Triton configured; the version is in the repository"
     state.record_published_model(
         ctx.factory, name=name, version=version, export_job_id=job.parent_job_id
     )
     ctx.report(1, 1)
     return {"name": name, "version": version, "served": served, "note": note}
+
+
+class TritonLoadFailed(Exception):
+    """Triton did not serve a version just written (the publish is undone)."""
+
+
+def _restore(ctx: JobContext, name: str) -> str:
+    """Load what the repository holds again: Triton may have unloaded the serving version
+    of a part whose new version failed. Returns a sentence for the job's error."""
+    from maskops.serving import existing_versions
+    from maskops.serving.client import TritonError, roll_out
+
+    versions = existing_versions(ctx.settings.model_repository, name)
+    if not versions:
+        return "No earlier version exists."
+    try:
+        roll_out(ctx.settings.triton_url, name, versions[-1])
+    except TritonError as exc:
+        return f"Reloading version {versions[-1]} failed too: {exc}"
+    return f"Version {versions[-1]} serves again."
 
 
 ACTIONS: dict[str, Action] = {

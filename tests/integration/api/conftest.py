@@ -78,6 +78,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MASKOPS_HEARTBEAT_TIMEOUT_S=str(settings.heartbeat_timeout_s),
         MASKOPS_TRITON_URL=settings.triton_url,
         MASKOPS_MODEL_REPOSITORY=str(settings.model_repository),
+        MASKOPS_TRITON_NET_BACKEND=settings.triton_net_backend,
         OMP_NUM_THREADS="1",
     )
     return env

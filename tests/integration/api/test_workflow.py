@@ -13,6 +13,7 @@ import pytest
 
 from maskops_core.settings import Settings
 from tests.integration.api.conftest import ApiProcess, Worker, wait_for
+from tests.support.extras import guard_env
 
 pytestmark = pytest.mark.integration
 
@@ -95,11 +96,16 @@ class Stack:
 
 
 @pytest.fixture
-def stack(clean_db: Settings, tmp_path: Path, api_extra_python: Path) -> Iterator[Stack]:
+def stack(
+    clean_db: Settings, tmp_path: Path, api_extra_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Stack]:
     """The API from a virtualenv with only the ``api`` extra (no torch, no onnx) serving
-    /models and /infer through a real Triton (the PyPI server)."""
+    /models and /infer through a real Triton (the PyPI server) whose python models can
+    import only what the ``triton`` extra installs."""
     from maskops_triton.launcher import TritonServer
 
+    for key, value in guard_env("triton", {}).items():
+        monkeypatch.setenv(key, value)  # the server's environment is the test process's
     repository = tmp_path / "model_repository"
     repository.mkdir()
     with TritonServer(repository, log_file=tmp_path / "triton.log") as server:
@@ -108,8 +114,9 @@ def stack(clean_db: Settings, tmp_path: Path, api_extra_python: Path) -> Iterato
         )
         api = ApiProcess(api_extra_python, settings, tmp_path)
         try:
-            with api.start() as client:
-                yield Stack(client, settings)
+            client = api.start()
+            yield Stack(client, settings)
+            client.close()
         finally:
             api.stop()
 
@@ -205,8 +212,27 @@ def test_whole_workflow_over_http(
     bad = client.post(
         "/infer", params={"model": "shapes"}, files=[("images", ("x.jpg", b"nope", "image/jpeg"))]
     )
-    assert bad.status_code == 422 and "image 0" in bad.json()["detail"]
+    assert bad.status_code == 415 and "image 0" in bad.json()["detail"]
     missing = client.post(
         "/infer", params={"model": "nope"}, files=[("images", (image.name, image.read_bytes()))]
     )
     assert missing.status_code == 404
+
+    # A version Triton cannot load (a backend this Triton lacks) is undone: the job says
+    # why, the repository and the model list are as before, version 1 keeps answering.
+    repository = stack.settings.model_repository
+    before = sorted(str(p.relative_to(repository)) for p in repository.rglob("*"))
+    worker.stop()
+    onnxruntime_backend = stack.settings.model_copy(update={"triton_net_backend": "onnxruntime"})
+    worker = workers("w2", onnxruntime_backend)
+    again = client.post("/models/shapes/publish", json={"job_id": exported["id"]})
+    failed = wait_for(client, again.json()["id"], {"succeeded", "failed"}, worker=worker)
+    assert failed["status"] == "failed", client.get(f"/jobs/{failed['id']}/logs").text
+    assert "Triton did not load shapes version 2" in failed["error"], failed["error"]
+    assert "Version 1 serves again" in failed["error"], failed["error"]
+    assert sorted(str(p.relative_to(repository)) for p in repository.rglob("*")) == before
+    assert [v["version"] for v in client.get("/models/shapes").json()] == [1]
+    still = client.post(
+        "/infer", params={"model": "shapes"}, files=[("images", (image.name, image.read_bytes()))]
+    )
+    assert still.status_code == 200 and still.json() == answer.json()

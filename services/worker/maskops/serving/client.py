@@ -119,14 +119,31 @@ def unload_model(url: str, model: str) -> None:
     _call(url, model, "unload_model")
 
 
-def roll_out(url: str, name: str) -> None:
+def roll_out(url: str, name: str, version: int | None = None) -> None:
     """Serve the newest published version of ensemble ``name``.
 
     Loading an ensemble in explicit mode (re)loads its composing models with it (measured:
     loading them one by one first only makes Triton load them twice). Each model's new
     version comes up next to the serving one, which is unloaded once it is ready.
+
+    Triton answers the ensemble's load with success even when a composing model failed to
+    load (measured with Triton 2.51: the part then serves nothing at all), so with
+    ``version`` every part is checked to serve it.
+
+    Raises:
+        InferenceFailed: a part does not serve ``version`` after the load.
     """
     load_model(url, name)
+    if version is None:
+        return
+    wrong = {
+        model: served
+        for model in EnsembleNames(name).load_order
+        if (served := served_version(url, model)) != str(version)
+    }
+    if wrong:
+        listed = ", ".join(f"{m} serves {v or 'nothing'}" for m, v in wrong.items())
+        raise InferenceFailed(f"version {version} of {name} did not load: {listed}")
 
 
 def retire(url: str, name: str) -> None:

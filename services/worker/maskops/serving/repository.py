@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -419,6 +419,7 @@ def publish(
     net_backend: NetBackend = "python",
     max_batch_size: int | None = None,
     instances: int = 1,
+    activate: Callable[[int], None] | None = None,
 ) -> int:
     """Add the export as a new version of ``name`` in ``repository``; return the version.
 
@@ -431,6 +432,8 @@ def publish(
             "tensorrt" (official Triton image; see module doc).
         max_batch_size: Triton max_batch_size (default: the export's).
         instances: model instances per composing model.
+        activate: called with the new version once it is written (to load it in Triton);
+            if it raises, the publish is undone and the exception propagates.
 
     All or nothing: the version folders are complete (staged, then moved) before the
     configs change, and any failure undoes every move and write, so the repository is
@@ -489,6 +492,8 @@ def publish(
             label_json = json.dumps(meta.label_map.to_json(), indent=1)
             changes.write(repository / name / "label_map.json", label_json)
             changes.write(history_path, json.dumps(history, indent=1))
+            if activate is not None:
+                activate(version)
     except OSError as exc:
         raise PublishError(
             f"could not publish {name} version {version} into {repository}: {exc} "
