@@ -212,3 +212,20 @@ def test_training_evaluation_publishes_per_class_ap(
     step_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
     assert step_lines and not any("AP/circle" in line for line in step_lines)
     assert any("per-class AP" in r.getMessage() for r in caplog.records)
+
+
+def test_wandb_offline_run_receives_the_training_metrics(
+    spec_factory: SpecFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Runs only where the optional extra is installed (maskops[wandb]); OFFLINE mode
+    # writes the run locally, no account or network involved.
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    wandb_dir = tmp_path / "wandb_runs"
+    wandb_dir.mkdir()
+    config = {"enabled": True, "project": "p", "mode": "OFFLINE", "wandb_dir": str(wandb_dir)}
+    spec = spec_factory(total_steps=2, logging_frequency=1, wandb_config=config)
+    run_training(spec, tmp_path / "run", eval_fn=lambda model, step: {"mask_AP": 0.25})
+    runs = list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    assert b"Total loss" in runs[0].read_bytes() and b"mask_AP" in runs[0].read_bytes()
