@@ -173,3 +173,21 @@ def test_a_job_that_keeps_losing_its_worker_fails(
     assert report.failed == [job_id] and report.requeued == [] and dispatcher.sent == []
     job = _get(factory, job_id)
     assert job.status == "failed" and "lost 5 times" in (job.error or "")
+
+
+def test_an_input_missing_from_the_data_root_fails_naming_it(settings: Settings, factory) -> None:
+    """A parent's checkpoint written on a host that does not share the data root."""
+    from maskops_worker.actions import ACTIONS
+
+    parent = _job(
+        factory, status="succeeded", result={"checkpoint": "jobs/99/results/model.step-4.pth"}
+    )
+    job_id = _job(factory, parent_job_id=parent)
+    with factory() as s, s.begin():
+        s.execute(update(Job).where(Job.id == job_id).values(action="prune", options={}))
+
+    assert run_job(job_id, settings=settings, actions=ACTIONS) == "failed"
+    error = _get(factory, job_id).error or ""
+    assert "'jobs/99/results/model.step-4.pth' is not in the data root" in error
+    assert "MASKOPS_DATA_ROOT" in error and "Traceback" not in error
+    assert str(settings.data_root) not in error  # no absolute server path
