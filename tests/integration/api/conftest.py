@@ -110,6 +110,19 @@ def client(clean_db: Settings) -> Iterator[TestClient]:
         yield test_client
 
 
+def stop_group(process: subprocess.Popen[bytes] | None, *, grace_s: float = 30) -> None:
+    """SIGTERM the process group of ``process`` (started in a session of its own), then
+    SIGKILL it if it outlives ``grace_s``."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+
+
 class Worker:
     """A real ``celery worker`` process (its own process group, so SIGKILL takes it all)
     that can import only what the worker image installs (the ``worker`` extra)."""
@@ -144,12 +157,7 @@ class Worker:
             self.process.wait(30)
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_group(self.process)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -259,10 +267,4 @@ class ApiProcess:
         raise AssertionError(f"the API did not start: {self.log_path.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(30)
+        stop_group(self.process)

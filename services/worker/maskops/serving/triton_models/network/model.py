@@ -10,32 +10,20 @@ threads.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
-
-def _load_ops() -> ModuleType:
-    """``maskops_serving_ops.py``, which publish copies next to this file."""
-    path = Path(__file__).resolve().with_name("maskops_serving_ops.py")
-    spec = importlib.util.spec_from_file_location("maskops_serving_ops", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ops = _load_ops()
+# maskops_serving_ops.py is copied next to this file by publish (Triton runs each model in
+# its own stub process, so the plain module name cannot collide).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import maskops_serving_ops as ops
 
 
 class TritonPythonModel:
