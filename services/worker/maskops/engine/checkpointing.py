@@ -51,22 +51,22 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 
 def resolve_model_path(path: Path) -> Path:
-    """The model file a ``-m`` argument names: a file as is; ``RESULTS_DIR/best`` or
+    """The model file a ``-m`` argument names: ``RESULTS_DIR/best`` or
     ``RESULTS_DIR/latest`` (a training results directory and a choice) the best or newest
     checkpoint in it; a bare ``RESULTS_DIR`` its best, or its newest when no best was kept.
+    Anything else (a model file, or a path that does not exist) is returned unchanged, for
+    the loader to open or to report.
 
     Raises:
-        FileNotFoundError: nothing to resolve to (the message says what is missing).
+        FileNotFoundError: the results directory holds no such checkpoint.
     """
     path = Path(path)
-    if path.is_file():
-        return path
     if path.is_dir():
         directory, choice = path, "best" if (path / BEST_NAME).is_file() else "latest"
-    elif path.name in CHOICES and path.parent.is_dir():
+    elif path.name in CHOICES and not path.exists() and path.parent.is_dir():
         directory, choice = path.parent, path.name
     else:
-        raise FileNotFoundError(f"{path}: model file not found (nor a training results directory)")
+        return path
     found = directory / BEST_NAME if choice == "best" else latest_checkpoint(directory)
     if found is None or not found.is_file():
         what = BEST_NAME if choice == "best" else "model.step-N.pth checkpoint"
