@@ -7,6 +7,8 @@ field/line message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -14,8 +16,16 @@ from pydantic import ValidationError
 import maskops.spec as spec_pkg
 from maskops.spec.errors import SpecError
 from maskops.spec.models import ExperimentSpec
+from maskops_core.paths import check_client_path
 
-__all__ = ["SpecError", "check_limits", "spec_from_json", "spec_from_text", "spec_to_text"]
+__all__ = [
+    "SpecError",
+    "check_limits",
+    "check_paths",
+    "spec_from_json",
+    "spec_from_text",
+    "spec_to_text",
+]
 
 # What this service agrees to run, beyond what the engine's spec model checks: values the
 # engine accepts but a worker cannot hold in memory (num_classes 10^9 made one try to
@@ -55,6 +65,21 @@ def check_limits(spec: ExperimentSpec, *, source: str) -> None:
                 source=source,
                 field=field,
             )
+
+
+def check_paths(spec: ExperimentSpec, *, source: str, allowed_dirs: Sequence[Path]) -> None:
+    """Raise :class:`SpecError` naming the first path field that leaves the data root
+    (``checkpoint`` may also name the operator's pretrained weights, ``allowed_dirs``)."""
+    fields = [(name, getattr(spec, name), allowed_dirs) for name in spec.PATH_FIELDS]
+    data = spec.data_config
+    fields += [(f"data_config.{name}", getattr(data, name), ()) for name in data.PATH_FIELDS]
+    for field, value, allowed in fields:
+        if not value:
+            continue
+        try:
+            check_client_path(value, allowed_dirs=allowed if field == "checkpoint" else ())
+        except ValueError as exc:
+            raise SpecError(f"{value!r} {exc}", source=source, field=field) from None
 
 
 def spec_from_json(data: dict[str, Any]) -> ExperimentSpec:

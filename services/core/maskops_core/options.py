@@ -11,24 +11,17 @@ Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are no
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from maskops_core.paths import relative_data_path
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 """A published model's name (the Triton ensemble users call)."""
 
 
-def _relative(value: str) -> str:
-    path = PurePosixPath(value.replace("\\", "/"))
-    parts = path.parts
-    if "\x00" in value or not parts or path.is_absolute() or ".." in parts or ":" in parts[0]:
-        raise ValueError("must be a path relative to the data root without '..'")
-    return value
-
-
-DataPath = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_relative)]
+DataPath = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(relative_data_path)]
 """A file or folder under the server's data root."""
 GpuIndex = Annotated[int, Field(ge=0, le=63, description="Which GPU of the worker.")]
 Score = Annotated[float, Field(ge=0.0, le=1.0)]

@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     """Prepended to the queue names ``gpu`` and ``cpu`` (lets test sessions share a Redis)."""
     data_root: Path = Path("./.maskops/data")
     """Datasets are registered relative to this; job outputs live under ``data_root/jobs``."""
+    pretrained_dirs: list[Path] = Field(default_factory=list)
+    """Folders outside the data root whose files experiment specs sent over REST may name
+    (``checkpoint``: pretrained weights the operator provides), as a JSON list."""
     triton_url: str = ""
     """Triton HTTP endpoint (``host:port``); empty = no Triton (``/readyz`` skips it)."""
     model_repository: Path = Path("./model_repository")

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core import jobs as state
+from maskops_core.paths import relative_data_path
 from maskops_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,11 @@ class JobContext:
         A missing input is usually a data root that is not shared: the file was written by
         the API or a worker on another host. The error says so, naming the path as stored.
         """
+        if relative:
+            try:
+                relative_data_path(relative)
+            except ValueError as exc:
+                raise JobInputError(f"{what} {relative!r} {exc}") from None
         path = self.data_path(relative)
         if not relative or not path.exists():
             raise JobInputError(

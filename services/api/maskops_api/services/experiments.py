@@ -9,18 +9,22 @@ from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import NotFound
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate
 from maskops_api.services import idempotency
-from maskops_api.specs import check_limits, spec_from_json, spec_from_text
+from maskops_api.specs import check_limits, check_paths, spec_from_json, spec_from_text
 from maskops_core.db.models import Dataset, Experiment, ExperimentVersion, utcnow
+from maskops_core.settings import Settings
 
 
-def _parse(spec: dict[str, object] | None, spec_text: str | None) -> ExperimentSpec:
+def _parse(
+    spec: dict[str, object] | None, spec_text: str | None, settings: Settings
+) -> ExperimentSpec:
+    """The spec, held to this server's limits and paths (SpecError naming the field)."""
     if spec_text is not None:
-        parsed = spec_from_text(spec_text)
-        check_limits(parsed, source="spec_text")
-        return parsed
-    assert spec is not None
-    parsed = spec_from_json(dict(spec))
-    check_limits(parsed, source="spec")
+        parsed, source = spec_from_text(spec_text), "spec_text"
+    else:
+        assert spec is not None
+        parsed, source = spec_from_json(dict(spec)), "spec"
+    check_limits(parsed, source=source)
+    check_paths(parsed, source=source, allowed_dirs=settings.pretrained_dirs)
     return parsed
 
 
@@ -28,7 +32,11 @@ ENDPOINT = "POST /experiments"
 
 
 def create_experiment(
-    session: Session, body: ExperimentCreate, *, idempotency_key: str | None = None
+    session: Session,
+    settings: Settings,
+    body: ExperimentCreate,
+    *,
+    idempotency_key: str | None = None,
 ) -> Experiment:
     body_hash = idempotency.request_hash(body.model_dump(mode="json"))
     if idempotency_key:
@@ -37,7 +45,7 @@ def create_experiment(
         )
         if existing is not None:
             return get_experiment(session, existing)
-    parsed = _parse(body.spec, body.spec_text)
+    parsed = _parse(body.spec, body.spec_text, settings)
     if body.dataset_id is not None and session.get(Dataset, body.dataset_id) is None:
         raise NotFound(f"dataset {body.dataset_id} not found")
     experiment = Experiment(name=body.name, dataset_id=body.dataset_id, latest_version=1)
@@ -60,12 +68,14 @@ def create_experiment(
     return experiment
 
 
-def update_experiment(session: Session, experiment_id: int, body: ExperimentUpdate) -> Experiment:
+def update_experiment(
+    session: Session, settings: Settings, experiment_id: int, body: ExperimentUpdate
+) -> Experiment:
     experiment = get_experiment(session, experiment_id)
     if body.name is not None:
         experiment.name = body.name
     if body.spec is not None or body.spec_text is not None:
-        parsed = _parse(body.spec, body.spec_text)
+        parsed = _parse(body.spec, body.spec_text, settings)
         experiment.latest_version += 1
         session.add(
             ExperimentVersion(
