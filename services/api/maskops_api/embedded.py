@@ -2,9 +2,10 @@
 
 SQLite for the database, a broker needing no server (Celery's SQLAlchemy transport on a
 SQLite file; Redis when one answers on 127.0.0.1:6379), the API (uvicorn), one real Celery
-worker process consuming both queues, and Triton from the PyPI wheel when it can start.
-The demo dataset is generated and registered; ``--demo`` then walks the whole workflow over
-HTTP. Ctrl-C or SIGTERM stops everything (worker and Triton included).
+worker process consuming both queues, and Triton from the PyPI wheel when it can start;
+both are restarted when they die (:mod:`maskops_api.supervisor`). The demo dataset is
+generated and registered; ``--demo`` then walks the whole workflow over HTTP. Ctrl-C or
+SIGTERM stops everything (worker and Triton included).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.reconciler import reconcile
+from maskops_api.supervisor import Supervision, TritonSupervisor, WorkerSupervisor
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import utcnow
 from maskops_core.db.session import make_engine, make_session_factory
@@ -134,20 +136,31 @@ def requeue_orphans(settings: Settings, dispatcher: Dispatcher) -> list[int]:
     return report.requeued
 
 
-def start_triton(settings: Settings, log_file: Path, say: Callable[[str], None]) -> Any:
+def triton_supervisor(
+    settings: Settings, log_file: Path, say: Callable[[str], None]
+) -> TritonSupervisor | None:
+    """Triton on ports fixed for the life of the stack (the API and the worker keep one
+    URL across restarts), loading only published models; None without the launcher."""
     try:
-        from maskops_triton.launcher import TritonServer
+        from maskops_triton.launcher import TritonServer, free_port
     except ImportError:
         say("triton: launcher not available in this build; /infer is disabled")
         return None
     settings.model_repository.mkdir(parents=True, exist_ok=True)
-    server = TritonServer(settings.model_repository, log_file=log_file)
-    try:
-        server.start()
-    except Exception as exc:
-        say(f"triton: could not start ({exc}); /infer is disabled")
-        return None
-    return server
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+
+    def make_server() -> Any:
+        # models=[]: nothing loads at start; the supervisor loads what is published.
+        return TritonServer(
+            settings.model_repository,
+            models=[],
+            http_port=http_port,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+            log_file=log_file,
+        )
+
+    return TritonSupervisor(make_server, settings, say)
 
 
 def ensure_demo_dataset(settings: Settings) -> Path:
@@ -211,12 +224,24 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     requeued = requeue_orphans(settings, dispatcher)
     if requeued:
         say(f"resuming jobs interrupted by the last stop: {requeued}")
-    worker = start_worker(settings, logs / "worker.log")
-    say(f"worker:   pid {worker.pid} (log {logs / 'worker.log'})")
-    triton = start_triton(settings, logs / "triton.log", say) if config.triton else None
+    triton = triton_supervisor(settings, logs / "triton.log", say) if config.triton else None
     if triton is not None:
-        settings = settings.model_copy(update={"triton_url": triton.http_url})
-        say(f"triton:   http://{triton.http_url}")
+        url = triton.make_server().http_url
+        settings = settings.model_copy(update={"triton_url": url})
+        say(f"triton:   http://{url} (starting; log {logs / 'triton.log'})")
+
+    def launch_worker() -> subprocess.Popen[bytes]:
+        process = start_worker(settings, logs / "worker.log")
+        say(f"worker:   pid {process.pid} (log {logs / 'worker.log'})")
+        return process
+
+    def requeue_lost() -> None:
+        if lost := requeue_orphans(settings, dispatcher):
+            say(f"worker: requeued the jobs it was running: {lost}")
+
+    supervision = Supervision(
+        WorkerSupervisor(launch_worker, stop_worker, requeue_lost, say), triton
+    )
     token = None
     if settings.auth_required:
         # Listening beyond loopback: the demo (and the user) need a token.
@@ -226,6 +251,7 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
             say(f"token:    {token}  (admin, expires in {ADMIN_TOKEN_DAYS} days)")
         say(f"token:    stored in {token_file} (--new-token replaces it)")
     app = create_app(settings, dispatcher=dispatcher, run_reconciler=True)
+    app.state.supervisor = supervision
     server = uvicorn.Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
     )
@@ -260,13 +286,12 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
         sig: signal.signal(sig, lambda signum, _frame: stop_signals.append(signum))
         for sig in (signal.SIGINT, signal.SIGTERM)
     }
+    supervision.start()
     try:
         server.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         say("stopping: worker" + (", triton" if triton is not None else ""))
-        stop_worker(worker)
-        if triton is not None:
-            triton.stop()
+        supervision.stop()
     return outcome.get("code", 0)

@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -30,6 +31,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+
+from maskops_core.processes import kill_group, signal_group
 
 PYTHON_TAG = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -96,7 +99,8 @@ class TritonServer:
     Args:
         repository: the model repository folder.
         models: models to load at start (explicit model control; others load on request).
-            None loads every model in the repository (what a restarted service wants).
+            None loads every model in the repository; ``maskops serve`` passes ``[]`` and
+            loads what is published once the server is up.
         http_port, grpc_port, metrics_port: 0 picks free ports.
         backend_dir: where the prepared backends live (default: a per-user cache folder).
         log_file: server stdout/stderr go here (default: a temporary file).
@@ -154,6 +158,16 @@ class TritonServer:
         return cmd
 
     def start(self) -> TritonServer:
+        self.launch()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def launch(self) -> None:
+        """Start the process and return at once (a supervisor polls :meth:`is_ready`)."""
         if not self.repository.is_dir():
             raise TritonLaunchError(f"model repository {self.repository} is not a directory")
         prepare_backends(self.backend_dir)
@@ -163,6 +177,8 @@ class TritonServer:
             self.log_file = Path(name)
         log = self.log_file.open("ab")
         self._log_handle = log
+        # Its own session: the python backend stubs join the server's process group, which
+        # stop() kills as one, also after the server itself died (the stubs outlive it).
         self._process = subprocess.Popen(
             self.command(),
             stdout=log,
@@ -170,16 +186,25 @@ class TritonServer:
             env=server_environment(),
             start_new_session=True,
         )
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def poll(self) -> int | None:
+        """The exit code once the server exited (it is reaped then), else None."""
+        return None if self._process is None else self._process.poll()
+
+    def is_ready(self) -> bool:
         try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+            url = f"http://{self.http_url}/v2/health/ready"
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
-        url = f"http://{self.http_url}/v2/health/ready"
         while time.monotonic() < deadline:
             assert self._process is not None
             if self._process.poll() is not None:
@@ -187,12 +212,8 @@ class TritonServer:
                     f"tritonserver exited with code {self._process.returncode} during start; "
                     f"last log lines:\n{self.log_tail()}"
                 )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+            if self.is_ready():
+                return
             time.sleep(0.2)
         raise TritonLaunchError(
             f"tritonserver not ready after {self.startup_timeout_s:.0f} s; "
@@ -211,14 +232,16 @@ class TritonServer:
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (Triton drains in-flight requests), then SIGKILL after ``timeout_s``."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            # The python stubs are children of the server: signal the whole session.
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        if process is not None:
+            if process.poll() is None:
+                # The python stubs are children of the server: signal the whole session.
+                signal_group(process.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=timeout_s)
+            # Whatever is left of the group (all of it after a SIGTERM timeout, the stubs
+            # of a server that was killed) goes now; the server itself is reaped.
+            kill_group(process.pid)
+            process.wait()
         if self._log_handle is not None:
             self._log_handle.close()  # type: ignore[attr-defined]
             self._log_handle = None

@@ -9,6 +9,7 @@ from celery.signals import worker_process_init
 
 from maskops_core.broker import make_celery
 from maskops_core.settings import get_settings
+from maskops_worker import liveness  # noqa: F401  (connects the heartbeat signals)
 
 
 @worker_process_init.connect

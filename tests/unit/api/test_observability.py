@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from maskops_api.main import create_app
-from maskops_core.db.models import Job
+from maskops_core.db.models import Job, WorkerHeartbeat, utcnow
 from maskops_core.settings import Settings
+from maskops_core.workers import beat
 from tests.unit.api.conftest import DATASET_BODY, RecordingDispatcher
 
 
@@ -18,7 +20,27 @@ def test_healthz_and_readyz(client: TestClient, settings: Settings) -> None:
     assert client.get("/healthz").json() == {"status": "ok", "checks": {}}
     ready = client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
+    assert ready.json()["checks"] == {"database": "ok", "worker": "ok", "broker": "ok"}
+
+
+def test_readyz_names_a_queue_with_work_and_no_live_worker(
+    client: TestClient, settings: Settings, factory
+) -> None:
+    client.post("/datasets", json=DATASET_BODY)  # a dataset_convert job on the cpu queue
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["worker"] == (
+        "queue t_cpu has 1 job(s) and no worker heartbeat in the last 30 s"
+    )
+    # A worker on the other queue does not help; one on this queue does, while it beats.
+    beat(factory, "gpu@host", queues=["t_gpu"], pid=1, started_at=utcnow())
+    assert client.get("/readyz").status_code == 503
+    beat(factory, "cpu@host", queues=["t_gpu", "t_cpu"], pid=2, started_at=utcnow())
+    assert client.get("/readyz").json()["checks"]["worker"] == "ok"
+    stale = utcnow() - timedelta(seconds=31)
+    with factory() as s, s.begin():
+        s.execute(update(WorkerHeartbeat).values(last_seen=stale))
+    assert client.get("/readyz").status_code == 503
 
 
 def test_readyz_reports_what_is_down(settings: Settings) -> None:

@@ -1,15 +1,20 @@
-"""``/healthz`` (the process answers), ``/readyz`` (database, broker, Triton), ``/metrics``."""
+"""``/healthz`` (the process answers), ``/readyz`` (database, worker, broker, Triton),
+``/metrics``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from maskops_api.deps import FactoryDep, SettingsDep
 from maskops_api.schemas import Health
 from maskops_core.settings import Settings
+from maskops_core.workers import check_workers
 
 router = APIRouter(tags=["health"])
 
@@ -42,8 +47,19 @@ def check_triton(settings: Settings) -> str:
     return "ok" if response.status_code == 200 else f"not ready ({response.status_code})"
 
 
+def check_worker(session: Session, settings: Settings, supervisor: Any) -> str:
+    """A queue with work and no live worker; under ``maskops serve`` also a worker process
+    that is down or has not beaten yet (the supervisor knows which one should)."""
+    if supervisor is None:
+        return check_workers(session, settings)
+    return supervisor.worker.problem or check_workers(
+        session, settings, expected_pid=supervisor.worker.pid
+    )
+
+
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
-def readyz(settings: SettingsDep, factory: FactoryDep) -> JSONResponse:
+def readyz(request: Request, settings: SettingsDep, factory: FactoryDep) -> JSONResponse:
+    supervisor = getattr(request.app.state, "supervisor", None)
     checks: dict[str, str] = {}
     try:
         with factory() as session:
@@ -51,8 +67,16 @@ def readyz(settings: SettingsDep, factory: FactoryDep) -> JSONResponse:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
+    try:
+        with factory() as session:
+            checks["worker"] = check_worker(session, settings, supervisor)
+    except Exception as exc:
+        checks["worker"] = f"unknown (the database did not answer: {type(exc).__name__})"
     checks["broker"] = check_broker(settings)
-    if settings.triton_url:
+    triton = None if supervisor is None else supervisor.triton
+    if triton is not None and triton.problem:
+        checks["triton"] = triton.problem
+    elif settings.triton_url:
         checks["triton"] = check_triton(settings)
     ok = all(v == "ok" for v in checks.values())
     body = Health(status="ok" if ok else "degraded", checks=checks)

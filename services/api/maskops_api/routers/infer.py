@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, File, Query, UploadFile
+from fastapi import APIRouter, File, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -49,6 +49,7 @@ _OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
     },
 )
 async def infer(
+    request: Request,
     settings: SettingsDep,
     factory: FactoryDep,
     images: Annotated[list[UploadFile], File(description="JPEG or PNG images")],
@@ -95,7 +96,11 @@ async def infer(
     except ModelNotFound as exc:
         raise NotFound(_readable(exc)) from None
     except TritonUnavailable as exc:
-        raise Unavailable(_readable(exc)) from None
+        # Under ``maskops serve`` the supervisor knows why ("Triton is starting", "Triton
+        # exited with code -9, restarting in 2 s").
+        supervisor = getattr(request.app.state, "supervisor", None)
+        triton = None if supervisor is None else supervisor.triton
+        raise Unavailable((triton and triton.problem) or _readable(exc)) from None
     except TritonError as exc:
         raise BadGateway(_readable(exc)) from None
     return [CocoResult.model_validate(d) for results in per_image for d in results]

@@ -192,3 +192,18 @@ class IdempotencyKey(Base):
     request_hash: Mapped[str] = mapped_column(String(64))
     resource_id: Mapped[int]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WorkerHeartbeat(Base):
+    """One row per running worker (its Celery node name), refreshed every heartbeat
+    interval: ``/readyz`` reports a queue with work but no live worker. A table rather than
+    Celery's remote control, which the SQLite broker of ``maskops serve`` does not carry."""
+
+    __tablename__ = "worker_heartbeats"
+
+    hostname: Mapped[str] = mapped_column(String(200), primary_key=True)
+    queues: Mapped[str] = mapped_column(Text)
+    """The queues it consumes, comma-separated."""
+    pid: Mapped[int]
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(default=utcnow)

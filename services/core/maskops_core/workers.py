@@ -1,0 +1,81 @@
+"""Worker liveness: each worker refreshes a ``worker_heartbeats`` row; the API's ``/readyz``
+names every queue that has work but no worker whose heartbeat is fresh.
+
+The same table serves the compose stack and ``maskops serve`` (whose SQLite broker carries
+no Celery remote control, so ``inspect ping`` is not an option there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from maskops_core.db.models import Job, JobStatus, WorkerHeartbeat, utcnow
+from maskops_core.db.session import transaction
+from maskops_core.settings import Settings
+
+WAITING_STATUSES = (JobStatus.queued, JobStatus.running, JobStatus.cancelling)
+"""Jobs that need a worker on their queue."""
+
+
+def beat(
+    factory: sessionmaker[Session],
+    hostname: str,
+    *,
+    queues: Sequence[str],
+    pid: int,
+    started_at: datetime,
+) -> None:
+    """Create or refresh this worker's row."""
+    with transaction(factory) as session:
+        row = session.get(WorkerHeartbeat, hostname)
+        if row is None:
+            row = WorkerHeartbeat(hostname=hostname)
+            session.add(row)
+        row.queues = ",".join(queues)
+        row.pid = pid
+        row.started_at = started_at
+        row.last_seen = utcnow()
+
+
+def forget(factory: sessionmaker[Session], hostname: str) -> None:
+    """A worker that stops cleanly removes its row (it is not missing, it is gone)."""
+    with transaction(factory) as session:
+        session.execute(delete(WorkerHeartbeat).where(WorkerHeartbeat.hostname == hostname))
+
+
+def check_workers(
+    session: Session,
+    settings: Settings,
+    *,
+    expected_pid: int | None = None,
+    now: datetime | None = None,
+) -> str:
+    """``"ok"``, or which queue has work and no live worker.
+
+    ``expected_pid``: the worker process a supervisor (``maskops serve``) started; until it
+    has beaten, an older worker's fresh row does not count.
+    """
+    now = now or utcnow()
+    fresh_after = now - timedelta(seconds=settings.heartbeat_timeout_s)
+    rows = session.scalars(select(WorkerHeartbeat).where(WorkerHeartbeat.last_seen >= fresh_after))
+    live = [r for r in rows if expected_pid is None or r.pid == expected_pid]
+    if expected_pid is not None and not live:
+        return f"worker (pid {expected_pid}) is starting: no heartbeat from it yet"
+    served = {queue for row in live for queue in row.queues.split(",")}
+    query = (
+        select(Job.queue, func.count())
+        .where(Job.status.in_([str(s) for s in WAITING_STATUSES]))
+        .group_by(Job.queue)
+    )
+    waiting: dict[str, int] = dict(session.execute(query).all())
+    missing = [
+        f"queue {queue} has {count} job(s) and no worker heartbeat in the last"
+        f" {settings.heartbeat_timeout_s:.0f} s"
+        for queue, count in sorted(waiting.items())
+        if queue not in served
+    ]
+    return "; ".join(missing) or "ok"

@@ -1,0 +1,197 @@
+"""``maskops serve`` supervises what it starts (issue #24): a worker or tritonserver killed
+with SIGKILL comes back, is reaped, leaves no process of its group behind, queued jobs run,
+``/readyz`` is 503 naming what is down meanwhile; Triton loads published models only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from maskops_api.embedded import EmbeddedConfig, embedded_settings
+from maskops_core.db.migrate import upgrade_head
+from maskops_core.db.models import Job, JobStatus, PublishedModel
+from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.processes import group_members
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("pytriton")
+
+MASKOPS = Path(sys.executable).with_name("maskops")
+
+TOY_CONFIG = """backend: "python"
+max_batch_size: 0
+input [{ name: "IN", data_type: TYPE_FP32, dims: [1] }]
+output [{ name: "OUTPUT", data_type: TYPE_FP32, dims: [1] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+"""
+TOY_MODEL = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+
+def _toy_model(repository: Path, name: str) -> None:
+    """The smallest python-backend model: loading it starts one backend stub process."""
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "config.pbtxt").write_text(TOY_CONFIG)
+    (repository / name / "1" / "model.py").write_text(TOY_MODEL)
+
+
+def _prepare_state(state: Path) -> None:
+    """A state dir whose repository holds a published and an unpublished model."""
+    settings = embedded_settings(EmbeddedConfig(state_dir=state, use_redis=False))
+    upgrade_head(settings)
+    for name in ("toy_published", "toy_unpublished"):
+        _toy_model(settings.model_repository, name)
+    engine = make_engine(settings)
+    with make_session_factory(engine)() as session, session.begin():
+        export = Job(action="export", status=JobStatus.succeeded, queue="gpu")
+        session.add(export)
+        session.flush()
+        session.add(PublishedModel(name="toy_published", version=1, job_id=export.id))
+        session.add(PublishedModel(name="toy_unpublished", version=1, job_id=export.id))
+        session.flush()
+        session.get_one(PublishedModel, 2).published = False
+    engine.dispose()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(what: str, probe: Callable[[], Any], timeout_s: float, log: Path) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout_s:.0f} s\n{log.read_text()[-4000:]}")
+
+
+def _readyz(base: str) -> tuple[int, dict[str, str]]:
+    try:
+        response = httpx.get(f"{base}/readyz", timeout=10)
+    except httpx.HTTPError:
+        return 0, {}
+    return response.status_code, response.json().get("checks", {})
+
+
+def _children(pid: int, name: str) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[1]) == pid and comm.startswith(name):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _model_states(triton: str) -> dict[str, str]:
+    index = httpx.post(f"http://{triton}/v2/repository/index", json={}, timeout=10).json()
+    return {entry["name"]: entry.get("state", "") for entry in index}
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path, list[int]]]:
+    """serve's process, its URL, its output and a list of process groups (its children's)
+    that must be empty once it stopped."""
+    state = tmp_path / "state"
+    _prepare_state(state)
+    port = _free_port()
+    out = tmp_path / "serve.out"
+    with out.open("wb") as handle:
+        process = subprocess.Popen(
+            [str(MASKOPS), "serve", "--port", str(port), "--state-dir", str(state), "--no-redis"],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+    groups: list[int] = []
+    try:
+        yield process, f"http://127.0.0.1:{port}", out, groups
+    finally:
+        groups += _children(process.pid, "")
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(120)
+        assert code == 0, out.read_text()[-4000:]
+        left = {pgid: members for pgid in groups if (members := group_members(pgid))}
+        assert not left, f"processes outlived maskops serve: {left}"
+
+
+def test_serve_restarts_a_killed_worker_and_triton(
+    serve: tuple[subprocess.Popen[bytes], str, Path, list[int]],
+) -> None:
+    process, base, out, groups = serve
+    _wait("ready", lambda: _readyz(base)[0] == 200, 300, out)
+    assert _readyz(base)[1] == {"database": "ok", "worker": "ok", "broker": "ok", "triton": "ok"}
+    triton = out.read_text().split("triton:   http://")[1].split()[0]
+    states = _model_states(triton)
+    assert states["toy_published"] == "READY"
+    assert states.get("toy_unpublished") != "READY", states
+
+    # tritonserver killed: 503 naming Triton, its stubs are killed, it comes back.
+    [server] = _children(process.pid, "tritonserver")
+    stubs = [pid for pid in group_members(server) if pid != server]
+    assert stubs, "the published model runs no backend stub"
+    groups.append(server)
+    os.kill(server, signal.SIGKILL)
+    # Within a poll of the supervisor (0.5 s) /readyz says "unreachable", then why.
+    _wait(
+        "503 naming Triton",
+        lambda: (r := _readyz(base))[0] == 503 and "Triton" in r[1]["triton"],
+        10,
+        out,
+    )
+    _wait("stubs gone", lambda: not any(Path(f"/proc/{p}").exists() for p in stubs), 15, out)
+    _wait("ready again", lambda: _readyz(base)[0] == 200, 180, out)
+    states = _model_states(triton)
+    assert states["toy_published"] == "READY" and states.get("toy_unpublished") != "READY"
+    assert "triton: exited with code -9; restarting in" in out.read_text()
+
+    # The worker's main process killed: reaped (no zombie), 503, back, a queued job runs.
+    worker = int(out.read_text().split("worker:   pid ")[-1].split()[0])
+    groups.append(worker)
+    os.kill(worker, signal.SIGKILL)
+    _wait(
+        "503 naming the worker",
+        lambda: (r := _readyz(base))[0] == 503 and "orker" in r[1]["worker"],
+        10,
+        out,
+    )
+    job = httpx.post(f"{base}/jobs", json={"action": "dataset_convert", "dataset_id": 1}).json()
+    _wait("reaped", lambda: not Path(f"/proc/{worker}").exists(), 10, out)
+    finished = _wait(
+        "the queued job ran",
+        lambda: httpx.get(f"{base}/jobs/{job['id']}").json()["status"] in ("succeeded", "failed"),
+        180,
+        out,
+    )
+    assert finished and httpx.get(f"{base}/jobs/{job['id']}").json()["status"] == "succeeded"
+    _wait("ready again", lambda: _readyz(base)[0] == 200, 60, out)
+    assert "worker: exited with code -9; restarting in" in out.read_text()
