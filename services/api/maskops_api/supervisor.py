@@ -86,6 +86,9 @@ class SupervisedChild(threading.Thread):
                 reason = self.watch()
             if self.stopping.is_set() or reason is None:
                 return
+            # Said before the cleanup, which may take seconds (a group to kill, jobs to
+            # requeue): meanwhile the dead worker's last heartbeat still looks fresh.
+            self.problem = f"{self.what} {reason}"
             with self._lock:
                 self.cleanup()
             delay = self.backoff.delay(time.monotonic() - started)
