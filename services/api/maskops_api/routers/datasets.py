@@ -14,6 +14,7 @@ from maskops_api.deps import (
     DispatcherDep,
     FactoryDep,
     IdempotencyKeyDep,
+    JobCacheDep,
     ReadAccess,
     SessionDep,
     SettingsDep,
@@ -24,6 +25,7 @@ from maskops_api.errors import ERROR_RESPONSES
 from maskops_api.routers import uploads
 from maskops_api.schemas import DatasetCreate, DatasetOut, Page
 from maskops_api.services import datasets as service
+from maskops_api.services import deletion
 from maskops_core.db.models import Dataset
 
 router = APIRouter(
@@ -111,3 +113,13 @@ def list_datasets(
 def get_dataset(dataset_id: DatasetId, session: SessionDep) -> DatasetOut:
     """Counts, label map and conversion warnings once its dataset_convert job is done."""
     return service.dataset_out(session, service.get_dataset(session, dataset_id))
+
+
+@router.delete("/{dataset_id:int}", status_code=204, dependencies=[WriteAccess])
+def delete_dataset(
+    dataset_id: DatasetId, session: SessionDep, settings: SettingsDep, cache: JobCacheDep
+) -> None:
+    """Delete a dataset with its shards and conversion jobs (and its extracted upload).
+    409 while experiments or other jobs use it, or while it is being converted."""
+    for job_id in deletion.delete_dataset(session, settings, dataset_id):
+        cache.forget(job_id)

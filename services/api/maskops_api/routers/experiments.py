@@ -18,6 +18,7 @@ from maskops_api.deps import (
 )
 from maskops_api.errors import ERROR_RESPONSES
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate, Page
+from maskops_api.services import deletion
 from maskops_api.services import experiments as service
 from maskops_api.specs import spec_to_text
 from maskops_core.db.models import Experiment
@@ -70,6 +71,12 @@ def update_experiment(
     """A new spec makes a new version; earlier versions stay readable (``?version=``)."""
     experiment = service.update_experiment(session, experiment_id, body)
     return service.experiment_out(experiment, service.get_version(session, experiment, None))
+
+
+@router.delete("/{experiment_id}", status_code=204, dependencies=[WriteAccess])
+def delete_experiment(experiment_id: ExperimentId, session: SessionDep) -> None:
+    """Delete an experiment and all its spec versions; 409 while jobs use it."""
+    deletion.delete_experiment(session, experiment_id)
 
 
 @router.get(

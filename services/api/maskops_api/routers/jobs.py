@@ -27,6 +27,7 @@ from maskops_api.deps import (
 from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES, NotFound
 from maskops_api.schemas import Artifact, JobCreate, JobOut, MetricPoint, Page
+from maskops_api.services import deletion
 from maskops_api.services import jobs as service
 from maskops_core.actions import JobAction
 from maskops_core.db.models import TERMINAL_STATUSES, Job, JobMetric, JobStatus
@@ -86,6 +87,16 @@ async def get_job(job_id: JobId, cache: JobCacheDep) -> Response:
     # one trip to the threadpool; either way as JSON rendered once (returning the model
     # would make FastAPI validate and serialise it again).
     return Response(await cache.fetch_body(job_id), media_type="application/json")
+
+
+@router.delete("/{job_id}", status_code=204, dependencies=[WriteAccess])
+def delete_job(
+    job_id: JobId, session: SessionDep, settings: SettingsDep, cache: JobCacheDep
+) -> None:
+    """Delete a finished job with its artifacts. 409 while it is queued, running or
+    cancelling (cancel it first), or while a job, model or dataset still refers to it."""
+    deletion.delete_job(session, settings, job_id)
+    cache.forget(job_id)
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, dependencies=[WriteAccess])

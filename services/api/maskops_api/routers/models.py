@@ -19,6 +19,7 @@ from maskops_api.deps import (
 from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES, NotFound
 from maskops_api.schemas import MODEL_NAME_PATTERN, JobOut, ModelOut, PublishRequest
+from maskops_api.services import deletion
 from maskops_api.services import models as service
 from maskops_api.services.jobs import job_out
 from maskops_core.db.models import PublishedModel
@@ -71,3 +72,10 @@ def publish(
 def unpublish(name: ModelName, session: SessionDep, settings: SettingsDep) -> list[ModelOut]:
     """Stop serving ``name``; its versions stay listed, marked unpublished."""
     return [ModelOut.model_validate(r) for r in service.unpublish_model(session, settings, name)]
+
+
+@router.delete("/{name}", status_code=204, dependencies=[WriteAccess])
+def delete_model(name: ModelName, session: SessionDep, settings: SettingsDep) -> None:
+    """Delete every version of an unpublished model: its rows and its folders in the model
+    repository. 409 while it is published (unpublish it first) or being published."""
+    deletion.delete_model(session, settings, name)
