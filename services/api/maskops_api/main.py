@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from maskops_api.body_limit import BodyLimit
+from maskops_api.dashboard import install_dashboard
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.docs_ui import install_docs_ui
 from maskops_api.errors import install_handlers
@@ -74,6 +75,7 @@ def create_app(
     app.state.token_cache = token_cache
     install_handlers(app)
     install_docs_ui(app)
+    install_dashboard(app)
     # Added before the metrics middleware, so that it sits inside it and is timed too.
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(JobStatusShortcut, cache=job_cache, settings=settings, tokens=token_cache)
