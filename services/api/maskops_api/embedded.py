@@ -10,6 +10,7 @@ SIGTERM stops everything (worker and Triton included).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -27,6 +28,7 @@ from maskops_api.supervisor import Supervision, TritonSupervisor, WorkerSupervis
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import utcnow
 from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.processes import group_members, kill_group
 from maskops_core.settings import Settings
 
 DEMO_IMAGES = 48
@@ -34,6 +36,7 @@ DEMO_IMAGE_SIZE = (256, 256)
 ADMIN_TOKEN_FILE = "admin-token"
 """Under the state dir: the stack's admin token (mode 0600), kept across starts."""
 ADMIN_TOKEN_DAYS = 30
+CHILDREN_FILE = "children.json"
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,45 @@ def triton_supervisor(
     return TritonSupervisor(make_server, settings, say)
 
 
+class ChildRecord:
+    """``<state-dir>/children.json``: the process group of each child, so that the next
+    start kills what a ``maskops serve`` that was itself killed (SIGKILL, OOM) left running."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.path = state_dir / CHILDREN_FILE
+        self._groups: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def kill_leftovers(self, say: Callable[[str], None]) -> None:
+        try:
+            recorded = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        for what, pgid in recorded.items():
+            # Only a group that is still ours: a member mentions this state dir.
+            if any(self._mentions_state(pid) for pid in group_members(int(pgid))):
+                say(f"{what.lower()}: killing process group {pgid}, left by an earlier run")
+                kill_group(int(pgid))
+
+    def _mentions_state(self, pid: int) -> bool:
+        needle = str(self.state_dir).encode()
+        for name in ("cmdline", "environ"):
+            try:
+                if needle in Path(f"/proc/{pid}/{name}").read_bytes():
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def record(self, what: str, pgid: int) -> None:
+        with self._lock:
+            self._groups[what] = pgid
+            partial = self.path.with_suffix(".part")
+            partial.write_text(json.dumps(self._groups))
+            partial.replace(self.path)
+
+
 def ensure_demo_dataset(settings: Settings) -> Path:
     root = settings.data_root / "demo"
     if not (root / "annotations" / "val.json").is_file():
@@ -220,6 +262,8 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     say(f"database: {settings.database_url}")
     say(f"broker:   {settings.broker_url}")
     ensure_demo_dataset(settings)
+    children = ChildRecord(config.state_dir.resolve())
+    children.kill_leftovers(say)  # before their jobs are requeued
     dispatcher = CeleryDispatcher(settings)
     requeued = requeue_orphans(settings, dispatcher)
     if requeued:
@@ -242,6 +286,9 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     supervision = Supervision(
         WorkerSupervisor(launch_worker, stop_worker, requeue_lost, say), triton
     )
+    for child in (supervision.worker, triton):
+        if child is not None:
+            child.on_launch = children.record
     token = None
     if settings.auth_required:
         # Listening beyond loopback: the demo (and the user) need a token.

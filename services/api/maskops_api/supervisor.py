@@ -55,6 +55,12 @@ class SupervisedChild(threading.Thread):
         # Held while starting or stopping the child, so that stop() never races a start.
         self._lock = threading.Lock()
         self.backoff = Backoff()
+        self.on_launch: Callable[[str, int], None] | None = None
+        """Called with :attr:`what` and the pid (= process group) of each new child."""
+
+    @property
+    def pid(self) -> int | None:
+        raise NotImplementedError
 
     def launch(self) -> None:
         raise NotImplementedError
@@ -80,6 +86,8 @@ class SupervisedChild(threading.Thread):
                 try:
                     self.launch()
                     reason: str | None = None
+                    if self.on_launch is not None and self.pid is not None:
+                        self.on_launch(self.what, self.pid)
                 except Exception as exc:
                     reason = f"could not start ({exc})"
             if reason is None:
@@ -175,6 +183,11 @@ class TritonSupervisor(SupervisedChild):
         self.settings = settings
         self.startup_timeout_s = startup_timeout_s
         self.server: Any = None
+
+    @property
+    def pid(self) -> int | None:
+        pid = None if self.server is None else self.server.pid
+        return None if pid is None else int(pid)
 
     def launch(self) -> None:
         self.problem = "Triton is starting"

@@ -117,6 +117,16 @@ def _model_states(triton: str) -> dict[str, str]:
     return {entry["name"]: entry.get("state", "") for entry in index}
 
 
+def _start_serve(state: Path, port: int, out: Path) -> subprocess.Popen[bytes]:
+    with out.open("ab") as handle:
+        return subprocess.Popen(
+            [str(MASKOPS), "serve", "--port", str(port), "--state-dir", str(state), "--no-redis"],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+
+
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path, list[int]]]:
     """serve's process, its URL, its output and a list of process groups (its children's)
@@ -125,21 +135,15 @@ def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path, 
     _prepare_state(state)
     port = _free_port()
     out = tmp_path / "serve.out"
-    with out.open("wb") as handle:
-        process = subprocess.Popen(
-            [str(MASKOPS), "serve", "--port", str(port), "--state-dir", str(state), "--no-redis"],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
+    process = _start_serve(state, port, out)
     groups: list[int] = []
     try:
         yield process, f"http://127.0.0.1:{port}", out, groups
     finally:
-        groups += _children(process.pid, "")
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(120)
-        assert code == 0, out.read_text()[-4000:]
+        if process.poll() is None:  # (a test may have killed it on purpose)
+            groups += _children(process.pid, "")
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(120) == 0, out.read_text()[-4000:]
         left = {pgid: members for pgid in groups if (members := group_members(pgid))}
         assert not left, f"processes outlived maskops serve: {left}"
 
@@ -195,3 +199,26 @@ def test_serve_restarts_a_killed_worker_and_triton(
     assert finished and httpx.get(f"{base}/jobs/{job['id']}").json()["status"] == "succeeded"
     _wait("ready again", lambda: _readyz(base)[0] == 200, 60, out)
     assert "worker: exited with code -9; restarting in" in out.read_text()
+
+
+def test_serve_kills_what_a_killed_serve_left_running(
+    serve: tuple[subprocess.Popen[bytes], str, Path, list[int]],
+) -> None:
+    process, base, out, groups = serve
+    _wait("ready", lambda: _readyz(base)[0] == 200, 300, out)
+    [server] = _children(process.pid, "tritonserver")
+    leftovers = [server, int(out.read_text().split("worker:   pid ")[-1].split()[0])]
+    # serve itself killed: its children, in sessions of their own, run on (stubs included).
+    process.kill()
+    process.wait()
+    assert all(group_members(pgid) for pgid in leftovers)
+    state = Path(out.read_text().split("database: sqlite:///")[1].split()[0]).parent
+    again = _start_serve(state, int(base.rsplit(":", 1)[1]), out)
+    try:
+        _wait("leftovers killed", lambda: not any(map(group_members, leftovers)), 60, out)
+        _wait("ready", lambda: _readyz(base)[0] == 200, 300, out)
+        assert "left by an earlier run" in out.read_text()
+    finally:
+        groups += leftovers + _children(again.pid, "")
+        again.send_signal(signal.SIGTERM)
+        assert again.wait(120) == 0, out.read_text()[-4000:]
