@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -104,6 +104,16 @@ def install_handlers(app: FastAPI) -> None:
         # The database refused a value the schema let through (a NUL byte in a string).
         first = str(exc.orig).splitlines()[0] if exc.orig else "invalid value"
         return JSONResponse({"detail": f"invalid value: {first}"}, status_code=422)
+
+    @app.exception_handler(IntegrityError)
+    async def _conflicting_write(_: Request, exc: IntegrityError) -> JSONResponse:
+        # A row this write refers to went away meanwhile (deleted by another request), or a
+        # concurrent write took the same key: the state changed, so 409 and retry.
+        log.info("integrity error answered 409: %s", exc.orig)
+        return JSONResponse(
+            {"detail": "a resource this request refers to changed meanwhile; try again"},
+            status_code=409,
+        )
 
     @app.exception_handler(OperationalError)
     async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:

@@ -193,3 +193,25 @@ def test_experiment_creation_is_idempotent(client: TestClient) -> None:
     assert first.status_code == again.status_code == 201
     assert first.json()["id"] == again.json()["id"]
     assert client.get("/experiments").json()["total"] == 1
+
+
+def test_an_idempotency_key_is_scoped_to_its_route(
+    client: TestClient, factory: sessionmaker[Session]
+) -> None:
+    """The publish route and POST /jobs both create jobs: one key on each is two requests."""
+    with factory() as s, s.begin():
+        export = Job(action="export", status="succeeded", queue="t_gpu", options={})
+        s.add(export)
+        s.flush()
+        export_id = export.id
+    headers = {"Idempotency-Key": "k-1"}
+    published = client.post("/models/m/publish", json={"job_id": export_id}, headers=headers)
+    assert published.status_code == 202, published.text
+    again = client.post("/models/m/publish", json={"job_id": export_id}, headers=headers)
+    assert again.json()["id"] == published.json()["id"]
+    dataset_id = client.post("/datasets", json=DATASET_BODY).json()["id"]
+    body = {"action": "dataset_convert", "dataset_id": dataset_id}
+    converted = client.post("/jobs", json=body, headers=headers)
+    assert converted.status_code == 202, converted.text
+    assert converted.json()["id"] != published.json()["id"]
+    assert converted.json()["action"] == "dataset_convert"

@@ -29,13 +29,21 @@ ENDPOINT = "POST /jobs"
 
 
 def create_job(
-    session: Session, settings: Settings, body: JobCreate, *, idempotency_key: str | None
+    session: Session,
+    settings: Settings,
+    body: JobCreate,
+    *,
+    idempotency_key: str | None,
+    endpoint: str = ENDPOINT,
 ) -> tuple[Job, bool]:
-    """Insert a queued job; returns ``(job, created)`` (False when replaying a key)."""
+    """Insert a queued job; returns ``(job, created)`` (False when replaying a key).
+
+    ``endpoint`` scopes the key: one key sent to two routes names two requests.
+    """
     body_hash = idempotency.request_hash(body.model_dump(mode="json"))
     if idempotency_key:
         existing = idempotency.lookup(
-            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
+            session, key=idempotency_key, endpoint=endpoint, body_hash=body_hash
         )
         if existing is not None:
             return session.get_one(Job, existing), False
@@ -43,7 +51,7 @@ def create_job(
     session.add(job)
     session.flush()
     winner = idempotency.commit_remembering(
-        session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash, resource_id=job.id
+        session, key=idempotency_key, endpoint=endpoint, body_hash=body_hash, resource_id=job.id
     )
     if winner is not None:
         return session.get_one(Job, winner), False

@@ -25,7 +25,13 @@ def publish_model(
     lists the version once Triton serves it.
     """
     body = JobCreate(action=JobAction.publish, parent_job_id=job_id, options={"name": name})
-    return create_job(session, settings, body, idempotency_key=idempotency_key)
+    return create_job(
+        session,
+        settings,
+        body,
+        idempotency_key=idempotency_key,
+        endpoint=f"POST /models/{name}/publish",
+    )
 
 
 def unpublish_model(session: Session, settings: Settings, name: str) -> list[PublishedModel]:
