@@ -14,6 +14,7 @@ from maskops_api.deps import (
     IdempotencyKeyDep,
     ReadAccess,
     SessionDep,
+    SettingsDep,
     WriteAccess,
 )
 from maskops_api.errors import ERROR_RESPONSES
@@ -34,11 +35,14 @@ VersionQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
 @router.post("", status_code=201, response_model=ExperimentOut, dependencies=[WriteAccess])
 def create_experiment(
-    body: ExperimentCreate, session: SessionDep, idempotency_key: IdempotencyKeyDep = None
+    body: ExperimentCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKeyDep = None,
 ) -> ExperimentOut:
     """A spec as JSON (``spec``) or in TAO's text format (``spec_text``); a bad field comes
     back as 422 with its name (and line, for text)."""
-    experiment = service.create_experiment(session, body, idempotency_key=idempotency_key)
+    experiment = service.create_experiment(session, settings, body, idempotency_key=idempotency_key)
     return service.experiment_out(experiment, service.get_version(session, experiment, None))
 
 
@@ -66,10 +70,10 @@ def get_experiment(
 
 @router.put("/{experiment_id}", response_model=ExperimentOut, dependencies=[WriteAccess])
 def update_experiment(
-    experiment_id: ExperimentId, body: ExperimentUpdate, session: SessionDep
+    experiment_id: ExperimentId, body: ExperimentUpdate, session: SessionDep, settings: SettingsDep
 ) -> ExperimentOut:
     """A new spec makes a new version; earlier versions stay readable (``?version=``)."""
-    experiment = service.update_experiment(session, experiment_id, body)
+    experiment = service.update_experiment(session, settings, experiment_id, body)
     return service.experiment_out(experiment, service.get_version(session, experiment, None))
 
 
