@@ -229,3 +229,21 @@ def test_wandb_offline_run_receives_the_training_metrics(
     runs = list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(runs) == 1
     assert b"Total loss" in runs[0].read_bytes() and b"mask_AP" in runs[0].read_bytes()
+
+
+def test_clearml_offline_task_receives_the_training_metrics(
+    spec_factory: SpecFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Runs only where maskops[clearml] is installed; offline mode needs no server (and is
+    # read when clearml is first imported).
+    monkeypatch.setenv("CLEARML_OFFLINE_MODE", "1")
+    monkeypatch.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml"))
+    pytest.importorskip("clearml")
+    spec = spec_factory(
+        total_steps=2, logging_frequency=1, clearml_config={"project": "p", "task": "t"}
+    )
+    run_training(spec, tmp_path / "run", eval_fn=lambda model, step: {"mask_AP": 0.25})
+    logged = list((tmp_path / "clearml" / "offline").glob("*/metrics.jsonl"))
+    assert len(logged) == 1
+    text = logged[0].read_text()
+    assert "Total loss" in text and "mask_AP" in text

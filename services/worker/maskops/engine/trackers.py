@@ -86,6 +86,9 @@ class ClearMLWriter:
             reuse_last_task_id=config.reuse_last_task_id,
             continue_last_task=config.continue_last_task,
             deferred_init=config.deferred_init,
+            # maskops reports its metrics itself; hooking torch.save would register (and
+            # offline, copy) every checkpoint as an output model.
+            auto_connect_frameworks=False,
         )
         self.logger = self.task.get_logger()
 
