@@ -4,9 +4,8 @@
 nothing but 127.0.0.1 (see test_docs_ui.py), and for the job page a real ``celery worker``
 training on the demo data. Without a token the pages show a token form and no data; with
 one, a running job's loss curve grows on the page, and the "try an image" form draws the
-masks and boxes of a COCO result (the answer of ``/infer`` is a fixed COCO result JSON
-made with pycocotools: no model is published through Triton here; the form's real request
-is checked to reach the API and be refused only for want of a Triton server).
+masks and boxes of a COCO result: a fixed one made with pycocotools (checked pixel by
+pixel), and the answer of a model trained, exported and published through a real Triton.
 
 Screenshots for docs/dashboard.md are written when ``MASKOPS_DASHBOARD_SCREENSHOTS`` names
 a folder (``docs/images``).
@@ -35,7 +34,12 @@ from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
 from tests.integration.api.conftest import REPO, Worker, settings_env, wait_for
 from tests.integration.api.test_docs_ui import _free_port, _wait, browser  # noqa: F401
-from tests.integration.api.test_workflow import create_experiment, register_demo
+from tests.integration.api.test_workflow import (  # noqa: F401
+    Stack,
+    create_experiment,
+    register_demo,
+    stack,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -447,6 +451,87 @@ def test_try_an_image_draws_the_masks_of_a_coco_result(
         assert result["category_name"] in table
     _no_csp_violations(browser)
     _screenshot(browser, "dashboard-try-image.png", 1000)
+
+
+def test_try_an_image_draws_what_a_model_published_through_triton_found(
+    stack: Stack,  # noqa: F811
+    browser: Any,  # noqa: F811
+    workers: Callable[..., Worker],
+    demo_root: str,
+) -> None:
+    """The whole way: the API as its image runs it (installed from the ``api`` extra, so the
+    dashboard's files must be in the package), a real Triton, a model trained, exported and
+    published by a real worker; the form's answer is drawn. (Loopback: no token needed.)"""
+    from pycocotools import mask as mask_utils
+
+    client = stack.client
+    worker = workers("dash2", stack.settings)
+    dataset_id = register_demo(client, demo_root, worker)
+    experiment_id = create_experiment(client, dataset_id, steps=2, every=2)
+
+    def run(body: dict[str, Any], path: str = "/jobs") -> dict[str, Any]:
+        submitted = client.post(path, json=body)
+        assert submitted.status_code == 202, submitted.text
+        done = wait_for(client, submitted.json()["id"], {"succeeded", "failed"}, worker=worker)
+        assert done["status"] == "succeeded", client.get(f"/jobs/{done['id']}/logs").text
+        return done
+
+    train = run({"action": "train", "experiment_id": experiment_id})
+    export = run({"action": "export", "parent_job_id": train["id"]})
+    run({"job_id": export["id"]}, "/models/shapes/publish")
+
+    image = sorted((stack.settings.data_root / demo_root / "images" / "val").glob("*.jpg"))[0]
+    expected = client.post(
+        "/infer",
+        params={"model": "shapes", "score_threshold": 0},
+        files=[("images", (image.name, image.read_bytes(), "image/jpeg"))],
+    ).json()
+    assert expected and all(r["segmentation"] for r in expected), expected
+
+    base = str(client.base_url).rstrip("/")
+    _open(browser, f"{base}/ui/models", None)
+    _wait(
+        browser,
+        lambda: "shapes" in browser.find_element("id", "models").text,
+        "the models page did not list the published model",
+    )
+    browser.find_element("id", "try-image").send_keys(str(image))
+    browser.find_element("id", "try-threshold").clear()
+    browser.find_element("id", "try-threshold").send_keys("0")
+    browser.find_element("css selector", "#try-form button").click()
+    _wait(
+        browser,
+        lambda: (
+            _js(browser, "return document.getElementById('try-canvas').dataset.detections")
+            == str(len(expected))
+        ),
+        f"the page did not draw the {len(expected)} detections /infer returns",
+        timeout=120,
+    )
+    drawn = _canvas(browser, "try-canvas")
+    scale = int(_js(browser, "return +document.getElementById('try-canvas').dataset.scale"))
+    _js(
+        browser,
+        """const c = document.createElement('canvas'); c.id = 'plain';
+        const img = new Image(); img.onload = () => {
+          MaskOps.drawDetections(c, img, []); c.dataset.ready = '1'; };
+        img.src = 'data:image/jpeg;base64,' + arguments[0]; document.body.append(c);""",
+        base64.b64encode(image.read_bytes()).decode(),
+    )
+    _wait(
+        browser,
+        lambda: _js(browser, "return document.getElementById('plain').dataset.ready") == "1",
+        "the plain image was not drawn",
+    )
+    plain = _canvas(browser, "plain")
+    union = np.zeros(plain.shape[:2], bool)
+    for result in expected:
+        union |= np.kron(mask_utils.decode(result["segmentation"]), np.ones((scale, scale))) > 0
+    assert union.any(), "the model's masks are all empty"
+    tinted = np.abs(drawn[union].astype(int) - plain[union].astype(int)).sum(axis=1) > 0
+    assert tinted.mean() > 0.9
+    table = browser.find_element("id", "try-results").text
+    assert all(str(r["category_name"] or r["category_id"]) in table for r in expected)
 
 
 def _canvas(driver: Any, element_id: str) -> np.ndarray:
