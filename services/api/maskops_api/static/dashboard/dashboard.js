@@ -403,6 +403,10 @@ const MaskOps = (() => {
     });
     $("datasets").replaceChildren(...cards);
     $("datasets-total").textContent = `${page.items.length} of ${page.total} datasets`;
+    // Again while a conversion is under way (not otherwise: it would fold open warnings).
+    if (page.items.some((d) => ["queued", "running", "cancelling"].includes(d.status))) {
+      timers.push(setTimeout(() => datasetsPage().catch(fail), 3000));
+    }
   }
 
   /* ---- models and try an image ---- */
