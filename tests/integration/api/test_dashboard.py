@@ -245,6 +245,9 @@ def test_job_page_curve_grows_while_the_job_runs(
         _wait(browser, lambda: points() > first, "the loss curve did not grow", timeout=240)
         assert _js(browser, "return window.__sameDocument === true"), "the page reloaded"
         grown_while = status()
+        fields = browser.find_element("id", "job-fields").text
+        if grown_while == "running":  # the ETA of a running job, from its progress
+            assert "ETA" in fields and "/ 30 steps" in fields, fields
 
         job = wait_for(api, job_id, {"succeeded", "failed"}, timeout=600, worker=worker)
         assert job["status"] == "succeeded", api.get(f"/jobs/{job_id}/logs").text
