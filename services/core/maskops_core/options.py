@@ -11,7 +11,7 @@ Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are no
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -45,10 +45,23 @@ class TrainOptions(ActionOptions):
     gpu_index: GpuIndex = 0
 
 
-class _FromModel(ActionOptions):
+class ModelSource(ActionOptions):
+    """Which model a follow-up job works on: its parent's, or another file."""
+
     model_path: DataPath | None = Field(
         default=None, description="A checkpoint under the data root instead of the parent's."
     )
+    checkpoint: Literal["best", "latest"] | None = Field(
+        default=None,
+        description="Of a parent train job: its best checkpoint (by the spec's "
+        "best_checkpoint_metric) or its latest; default: the one it ended with.",
+    )
+
+    SOURCE_FIELDS: ClassVar[frozenset[str]] = frozenset({"model_path", "checkpoint"})
+    """Read by the worker, not passed on to the engine."""
+
+
+class _FromModel(ModelSource):
     gpu_index: GpuIndex = 0
 
 
@@ -56,8 +69,7 @@ class EvaluateOptions(_FromModel):
     pass
 
 
-class PruneOptions(ActionOptions):
-    model_path: DataPath | None = None
+class PruneOptions(ModelSource):
     norm: Literal["max", "L2"] = "max"
     equalization: Literal["union", "intersection", "arithmetic_mean", "geometric_mean"] = "union"
     granularity: int = Field(default=8, ge=1, le=4096)
@@ -76,8 +88,7 @@ class InferenceOptions(_FromModel):
     include_mask: bool = True
 
 
-class ExportOptions(ActionOptions):
-    model_path: DataPath | None = None
+class ExportOptions(ModelSource):
     data_type: Literal["fp32", "fp16", "int8"] = "fp32"
     max_batch_size: int = Field(default=16, ge=1, le=1024)
     batches: int = Field(default=10, ge=1, le=10_000)

@@ -21,6 +21,7 @@ from maskops_core.options import (
     EvaluateOptions,
     ExportOptions,
     InferenceOptions,
+    ModelSource,
     PruneOptions,
     PublishOptions,
     TrainOptions,
@@ -181,12 +182,14 @@ def _checkpoint_result(ctx: JobContext, step: int, checkpoint: Path | None) -> d
     }
 
 
-def parent_model(ctx: JobContext) -> Path:
+def parent_model(ctx: JobContext, source: ModelSource) -> Path:
     """The model file a follow-up job (evaluate, prune, export, inference) works on."""
     job = ctx.job
-    if "model_path" in job.options:
-        return ctx.input_path(str(job.options["model_path"]), "model_path")
+    if source.model_path is not None:
+        return ctx.input_path(source.model_path, "model_path")
     result = job.parent_result or {}
+    if source.checkpoint is not None:
+        return _chosen_checkpoint(ctx, result, source.checkpoint)
     for key in ("checkpoint", "model", "onnx"):
         if result.get(key):
             what = f"the {key} of job {job.parent_job_id} ({job.parent_action})"
@@ -194,6 +197,21 @@ def parent_model(ctx: JobContext) -> Path:
     raise JobInputError(
         f"job {job.id} ({job.action}) needs parent_job_id of a succeeded train/prune job"
     )
+
+
+def _chosen_checkpoint(ctx: JobContext, result: dict[str, Any], choice: str) -> Path:
+    """The best or latest checkpoint of the parent training's results directory."""
+    from maskops.engine.checkpointing import resolve_model_path
+
+    job = ctx.job
+    if job.parent_action != "train" or not result.get("results_dir"):
+        raise JobInputError(f"options.checkpoint needs a parent train job (job {job.id})")
+    results = ctx.input_path(str(result["results_dir"]), f"the results of job {job.parent_job_id}")
+    try:
+        return resolve_model_path(results / choice)
+    except FileNotFoundError:
+        kept = "no best checkpoint (it evaluates nothing)" if choice == "best" else "no checkpoint"
+        raise JobInputError(f"job {job.parent_job_id} kept {kept}") from None
 
 
 def _relative(ctx: JobContext, path: Path) -> str:
@@ -208,13 +226,14 @@ def evaluate(ctx: JobContext) -> dict[str, Any]:
     from maskops.evaluation.runner import run_evaluation
 
     spec = job_spec(ctx, need="validation_file_pattern")
-    model = parent_model(ctx)
+    options = job_options(ctx, EvaluateOptions)
+    model = parent_model(ctx, options)
     report = ctx.work_dir / "metrics.json"
     metrics = run_evaluation(
         spec,
         model,
         out_json=report,
-        gpu_index=job_options(ctx, EvaluateOptions).gpu_index,
+        gpu_index=options.gpu_index,
         progress=False,
         log=_logger(ctx),
     )
@@ -228,10 +247,10 @@ def prune(ctx: JobContext) -> dict[str, Any]:
     options = job_options(ctx, PruneOptions)
     out_dir = ctx.work_dir / "pruned"
     report = run_prune(
-        parent_model(ctx),
+        parent_model(ctx, options),
         out_dir,
         excluded_layers=tuple(options.excluded_layers),
-        **options.given(exclude={"model_path", "excluded_layers"}),
+        **options.given(exclude={*options.SOURCE_FIELDS, "excluded_layers"}),
     )
     _append(ctx, f"params {report.params_before} -> {report.params_after}")
     ctx.report(1, 1, {"params_ratio": report.params_ratio})
@@ -259,7 +278,7 @@ def inference(ctx: JobContext) -> dict[str, Any]:
     out_images, labels = ctx.work_dir / "images", ctx.work_dir / "labels"
     summary = run_inference(
         spec,
-        parent_model(ctx),
+        parent_model(ctx, options),
         image_dir,
         out_images,
         label_dir=labels,
@@ -288,13 +307,13 @@ def export(ctx: JobContext) -> dict[str, Any]:
     spec = job_spec(ctx, need="")
     out_dir = ctx.work_dir / "export"
     out_dir.mkdir(parents=True, exist_ok=True)
-    kwargs: dict[str, Any] = options.given(exclude={"model_path", "cal_image_dir"})
+    kwargs: dict[str, Any] = options.given(exclude={*options.SOURCE_FIELDS, "cal_image_dir"})
     if options.cal_image_dir is not None:
         kwargs["cal_image_dir"] = _inside_data_root(ctx, options.cal_image_dir)
     if data_type == "int8":
         kwargs["cal_cache_file"] = out_dir / "cal.bin"
     result = export_onnx(
-        parent_model(ctx),
+        parent_model(ctx, options),
         spec,
         out_dir / f"model.{data_type}.onnx",
         log=_logger(ctx),

@@ -172,6 +172,8 @@ def test_whole_workflow_over_http(
 
     evaluation = follow_up("evaluate", job["id"])
     assert {"AP", "mask_AP"} <= set(evaluation["result"]["metrics"])
+    best = follow_up("evaluate", job["id"], checkpoint="best")  # TAO's checkpoint_choose_method
+    assert best["result"]["model"].endswith("results/model.best.pth")
     assert (clean_db.data_root / evaluation["result"]["report"]).is_file()
     pruned = follow_up("prune", job["id"], threshold=0.7)
     assert pruned["result"]["params_after"] <= pruned["result"]["params_before"]
