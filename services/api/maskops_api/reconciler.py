@@ -5,6 +5,8 @@
   its last checkpoint) unless it already had ``max_attempts`` attempts (then it fails), a
   cancelling one becomes cancelled. The takeover clears the lease, so
   a worker that was merely slow can no longer write to the job.
+- A published model Triton does not serve (it restarted: it loads nothing by itself) is
+  loaded again (:mod:`maskops_api.published`).
 - A queued job whose message is in no broker queue (Redis lost it, or the broker was down
   when the job was created) is re-sent once it is older than ``redispatch_after_s``.
 
@@ -24,6 +26,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.dispatch import Dispatcher, dispatch_job
+from maskops_api.published import serve_published
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import rowcount, transaction
 from maskops_core.settings import Settings
@@ -153,6 +156,11 @@ class ReconcilerThread(threading.Thread):
         while not self.stopped.wait(self.settings.reconcile_interval_s):
             try:
                 reconcile(self.factory, self.dispatcher, self.settings)
+                if self.settings.triton_url:
+                    # A restarted Triton serves nothing until the published models load.
+                    served = serve_published(self.factory, self.settings.triton_url)
+                    if served.loaded or served.failed:
+                        log.info("Triton loaded %s; failed %s", served.loaded, served.failed)
             except Exception:
                 log.exception("reconciler pass failed")
 

@@ -16,9 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
-
-from maskops_core.db.models import PublishedModel
+from maskops_api.published import published_names, serve_published
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.processes import kill_group
 from maskops_core.settings import Settings
@@ -209,17 +207,16 @@ class TritonSupervisor(SupervisedChild):
         return None
 
     def load_published(self) -> None:
-        from maskops.serving.client import TritonError, roll_out
-
-        names = self.published_names()
-        if names:
-            self.problem = f"Triton is loading the published models {', '.join(names)}"
-        failed = []
-        for name in names:
-            try:
-                roll_out(self.server.http_url, name)
-            except TritonError as exc:
-                failed.append(f"{name} ({exc})")
+        engine = make_engine(self.settings)
+        try:
+            factory = make_session_factory(engine)
+            names = published_names(factory)
+            if names:
+                self.problem = f"Triton is loading the published models {', '.join(names)}"
+            served = serve_published(factory, self.server.http_url)
+        finally:
+            engine.dispose()
+        failed = served.failed
         self.problem = f"published models did not load: {'; '.join(failed)}" if failed else None
         if self.stopping.is_set():
             return
@@ -227,15 +224,6 @@ class TritonSupervisor(SupervisedChild):
             f"triton: ready at http://{self.server.http_url}; loaded {names or 'no models'}"
             + (f"; failed: {failed}" if failed else "")
         )
-
-    def published_names(self) -> list[str]:
-        engine = make_engine(self.settings)
-        try:
-            with make_session_factory(engine)() as session:
-                query = select(PublishedModel.name).where(PublishedModel.published).distinct()
-                return sorted(session.scalars(query))
-        finally:
-            engine.dispose()
 
     def cleanup(self) -> None:
         server, self.server = self.server, None

@@ -21,37 +21,12 @@ from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus, PublishedModel
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.processes import group_members
+from tests.support.triton_toy import toy_model
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("pytriton")
 
 MASKOPS = Path(sys.executable).with_name("maskops")
-
-TOY_CONFIG = """backend: "python"
-max_batch_size: 0
-input [{ name: "IN", data_type: TYPE_FP32, dims: [1] }]
-output [{ name: "OUTPUT", data_type: TYPE_FP32, dims: [1] }]
-instance_group [{ kind: KIND_CPU, count: 1 }]
-"""
-TOY_MODEL = """import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
-
-
-def _toy_model(repository: Path, name: str) -> None:
-    """The smallest python-backend model: loading it starts one backend stub process."""
-    (repository / name / "1").mkdir(parents=True)
-    (repository / name / "config.pbtxt").write_text(TOY_CONFIG)
-    (repository / name / "1" / "model.py").write_text(TOY_MODEL)
 
 
 def _prepare_state(state: Path) -> None:
@@ -59,7 +34,7 @@ def _prepare_state(state: Path) -> None:
     settings = embedded_settings(EmbeddedConfig(state_dir=state, use_redis=False))
     upgrade_head(settings)
     for name in ("toy_published", "toy_unpublished"):
-        _toy_model(settings.model_repository, name)
+        toy_model(settings.model_repository, name)
     engine = make_engine(settings)
     with make_session_factory(engine)() as session, session.begin():
         export = Job(action="export", status=JobStatus.succeeded, queue="gpu")

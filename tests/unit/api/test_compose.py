@@ -95,6 +95,8 @@ def test_gpu_workers_reserve_one_gpu_and_run_one_job(compose: dict[str, Any]) ->
     assert gpu_command[gpu_command.index("-Q") + 1] == "gpu"
     assert gpu_command[gpu_command.index("-c") + 1] == "1"
     assert gpu_command[gpu_command.index("--prefetch-multiplier") + 1] == "1"
+    # The control plane loads what is published; the repository holds unpublished versions.
+    assert not any(arg.startswith("--load-model") for arg in services["triton"]["command"])
     cpu_command = services["worker-cpu"]["command"]
     assert cpu_command[cpu_command.index("-Q") + 1] == "cpu"
 
