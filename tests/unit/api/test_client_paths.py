@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from fastapi.testclient import TestClient
@@ -34,8 +34,8 @@ def api(settings: Settings, pretrained: Path) -> Iterator[TestClient]:
 
 
 def _spec(**top: Any) -> dict[str, Any]:
-    data = dict(SMALL_SPEC["data_config"], **top.pop("data_config", {}))  # type: ignore[arg-type]
-    return {**SMALL_SPEC, **top, "data_config": data}
+    base = cast(dict[str, Any], SMALL_SPEC["data_config"])
+    return {**SMALL_SPEC, **top, "data_config": {**base, **top.pop("data_config", {})}}
 
 
 @pytest.mark.parametrize(
