@@ -15,15 +15,18 @@ format; :func:`load_model` rebuilds its smaller layers from the stored tensor sh
 :func:`load_weights_into` is the trainer's ``checkpoint`` / ``skip_checkpoint_variables``:
 it accepts a maskops checkpoint, a torchvision detection state dict (e.g.
 ``maskrcnn_resnet50_fpn``'s, whose parameter names this model shares), a
-``{"model": state_dict, ...}`` training checkpoint, or an ImageNet ResNet state dict
-(loaded into ``backbone.body``).
+``{"model": state_dict, ...}`` training checkpoint, an ImageNet ResNet state dict
+(loaded into ``backbone.body``), or a TAO Toolkit pretrained ResNet backbone in Keras HDF5
+(``.hdf5``; converted by :mod:`maskops.modeling.tao_keras`, also into ``backbone.body``).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,15 +34,27 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 from torch import Tensor, nn
+from torchvision.ops.misc import FrozenBatchNorm2d
 
 from maskops.data.labels import LabelMap
 from maskops.modeling import SpecMaskRCNN, build_model, resize_to_state_dict
+from maskops.modeling.tao_keras import (
+    TaoBackbone,
+    TaoWeightsError,
+    convert_tao_resnet,
+    is_hdf5,
+    matching_depths,
+)
 from maskops.spec.models import ExperimentSpec
 
 FORMAT = "maskops"
 VERSION = 1
 _RESERVED_KEYS = frozenset({"format", "version", "model", "spec", "label_map", "step"})
 _CLASS_LOGITS_KEY = "roi_heads.box_predictor.cls_score.weight"
+_BODY = "backbone.body."
+_BODY_BLOCK = re.compile(r"^backbone\.body\.layer(\d+)\.(\d+)\.conv1\.weight$")
+
+logger = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -71,7 +86,10 @@ class LoadReport:
     """Model keys the file does not have (they keep their initial values); BatchNorm2d's
     ``num_batches_tracked`` counters are not listed."""
     unexpected: list[str] = field(default_factory=list)
-    """File keys the model does not have."""
+    """File keys the model does not have; for a TAO ``.hdf5``, the torch name it would
+    have followed by the Keras weight in parentheses, or the bare Keras weight name."""
+    notes: list[str] = field(default_factory=list)
+    """What a conversion did to the file's values (TAO ``.hdf5``), one sentence each."""
 
     def summary(self) -> str:
         return (
@@ -79,6 +97,28 @@ class LoadReport:
             f"regex, {len(self.shape_mismatch)} with other shapes, {len(self.missing)} "
             f"missing from the file, {len(self.unexpected)} not in the model"
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every list, plus ``summary``."""
+        return {
+            "summary": self.summary(),
+            "loaded": self.loaded,
+            "skipped_by_regex": self.skipped_by_regex,
+            "shape_mismatch": [
+                {"key": key, "file_shape": list(a), "model_shape": list(b)}
+                for key, a, b in self.shape_mismatch
+            ],
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "notes": self.notes,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`to_dict` as JSON to ``path``; returns the path."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return target
 
 
 def _check_safe(value: Any, where: str) -> None:
@@ -296,9 +336,23 @@ def load_weights_into(
         pattern = re.compile(skip_regex) if skip_regex else None
     except re.error as exc:
         raise ValueError(f"skip_checkpoint_variables: invalid regex {skip_regex!r}: {exc}") from exc
-    source = _extract_state_dict(_torch_load(file, "cpu"), file)
     target = model.state_dict()
-    report = LoadReport(unexpected=sorted(set(source) - set(target)))
+    origins: dict[str, str] = {}
+    tao: TaoBackbone | None = None
+    if is_hdf5(file):
+        tao = _read_tao_backbone(model, file, target)
+        source = {_BODY + k: v for k, v in tao.state_dict.items()}
+        origins = {_BODY + k: v for k, v in tao.source_names.items()}
+    else:
+        source = _extract_state_dict(_torch_load(file, "cpu"), file)
+    report = LoadReport(
+        unexpected=[
+            f"{k} ({origins[k]})" if k in origins else k for k in sorted(set(source) - set(target))
+        ]
+    )
+    if tao is not None:
+        report.unexpected.extend(tao.ignored)
+        report.notes.extend(tao.notes)
     to_load: dict[str, Tensor] = {}
     for key, current in target.items():
         if key not in source:
@@ -319,4 +373,66 @@ def load_weights_into(
             "is it a Mask R-CNN/ResNet weights file?"
         )
     model.load_state_dict(to_load, strict=False)
+    if tao is not None:
+        _log_tao_report(file, report)
     return report
+
+
+def _log_tao_report(file: Path, report: LoadReport) -> None:
+    body_missing = [k for k in report.missing if k.startswith(_BODY)]
+    logger.info("%s (TAO Keras ResNet): %s", file, report.summary())
+    for note in report.notes:
+        logger.info("%s: %s", file, note)
+    if report.unexpected:
+        logger.warning("%s: not loaded (not in this model): %s", file, report.unexpected)
+    if report.shape_mismatch:
+        logger.warning(
+            "%s: not loaded (other shapes): %s", file, [k for k, _, _ in report.shape_mismatch]
+        )
+    if body_missing:
+        logger.warning("%s: backbone tensors the file lacks: %s", file, body_missing)
+
+
+def _model_resnet(keys: Collection[str]) -> tuple[tuple[int, ...], bool]:
+    """``(blocks per stage, bottleneck)`` of the model's ``backbone.body``."""
+    blocks: dict[int, int] = {}
+    for key in keys:
+        match = _BODY_BLOCK.match(key)
+        if match:
+            stage, index = int(match.group(1)), int(match.group(2))
+            blocks[stage] = max(blocks.get(stage, 0), index + 1)
+    bottleneck = any(k.startswith(_BODY) and k.endswith(".conv3.weight") for k in keys)
+    return tuple(blocks[s] for s in sorted(blocks)), bottleneck
+
+
+def _resnet_name(stage_blocks: tuple[int, ...], bottleneck: bool) -> str:
+    """``ResNet-50`` (or ``ResNet-50/101`` when only the first stages are known)."""
+    depths = matching_depths(stage_blocks, bottleneck=bottleneck)
+    if depths:
+        return "ResNet-" + "/".join(str(d) for d in depths)
+    kind = "Bottleneck" if bottleneck else "BasicBlock"
+    return f"ResNet with {list(stage_blocks)} {kind} blocks per stage"
+
+
+def _read_tao_backbone(model: nn.Module, file: Path, target: Mapping[str, Tensor]) -> TaoBackbone:
+    """The TAO ``.hdf5`` converted, after checking it is the model's ResNet."""
+    eps = next(
+        (m.eps for m in model.modules() if isinstance(m, nn.BatchNorm2d | FrozenBatchNorm2d)),
+        1e-5,
+    )
+    try:
+        tao = convert_tao_resnet(file, target_bn_eps=float(eps))
+    except TaoWeightsError as exc:
+        raise CheckpointError(str(exc)) from exc
+    stages, bottleneck = _model_resnet(list(target))
+    if not stages:
+        raise CheckpointError(f"{file}: a TAO ResNet backbone, but the model has no ResNet body")
+    if bottleneck != tao.bottleneck or tao.stage_blocks[: len(stages)] != stages:
+        theirs = _resnet_name(tao.stage_blocks, tao.bottleneck)
+        ours = _resnet_name(stages, bottleneck)
+        raise CheckpointError(
+            f"{file}: a TAO {theirs} backbone, but the spec's model is {ours} "
+            f"(maskrcnn_config.nlayers); use the {ours} pretrained model or set nlayers to "
+            f"{theirs.removeprefix('ResNet-')}"
+        )
+    return tao
