@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "inference",
     "prune",
     "export",
+    "gen_trt_engine",
     "publish",
 )
 

@@ -39,6 +39,35 @@ class EngineBuildError(RuntimeError):
     """TensorRT rejected the network or the build failed."""
 
 
+def onnx_engine_inputs(onnx_path: Path) -> tuple[tuple[int, int], bool]:
+    """``((H, W), is_qdq)`` of a maskops ONNX: its ``images`` input ``[1, 3, H, W]`` and
+    whether it holds QuantizeLinear nodes (the int8 export's explicit quantisation).
+
+    Raises:
+        EngineBuildError: not an ONNX file, or no static ``images [1, 3, H, W]`` input.
+    """
+    import onnx
+
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as exc:
+        raise EngineBuildError(f"{onnx_path}: not a readable ONNX model ({exc})") from None
+    for graph_input in model.graph.input:
+        if graph_input.name != INPUT_NAME:
+            continue
+        dims = [
+            d.dim_value if d.HasField("dim_value") else 0
+            for d in graph_input.type.tensor_type.shape.dim
+        ]
+        if len(dims) == 4 and dims[1] == 3 and dims[2] > 0 and dims[3] > 0:
+            is_qdq = any(node.op_type == "QuantizeLinear" for node in model.graph.node)
+            return (dims[2], dims[3]), is_qdq
+        break
+    raise EngineBuildError(
+        f"{onnx_path}: no static input '{INPUT_NAME}' [1, 3, H, W]; is it a maskops export?"
+    )
+
+
 def build_engine(
     onnx_path: Path,
     engine_path: Path,
@@ -47,6 +76,7 @@ def build_engine(
     image_size: tuple[int, int],
     workspace_bytes: int = 4 << 30,
     strict_types: bool = False,
+    verbose: bool = False,
 ) -> Path:
     """Parse ``onnx_path`` and serialise a TensorRT engine to ``engine_path``.
 
@@ -54,11 +84,11 @@ def build_engine(
     the scales are in the graph, no calibrator). The graph's batch dimension is 1 (see
     :mod:`maskops.export.graph`), so the optimisation profile is that one shape.
     ``strict_types`` (TAO's ``--strict_type_constraints``) makes TensorRT obey the layer
-    precisions instead of picking faster ones.
+    precisions instead of picking faster ones; ``verbose`` logs at TensorRT's VERBOSE level.
     """
     import tensorrt as trt
 
-    logger = trt.Logger(trt.Logger.WARNING)
+    logger = trt.Logger(trt.Logger.VERBOSE if verbose else trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)

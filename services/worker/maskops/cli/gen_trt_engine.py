@@ -1,0 +1,170 @@
+"""``maskops gen_trt_engine -m MODEL.onnx -r RESULTS_DIR [--engine_file E] ...``: tao-deploy's
+``mask_rcnn gen_trt_engine`` with its flags, on the ONNX ``maskops export`` writes.
+
+The engine is built where the ``tensorrt`` package and a CUDA GPU exist; elsewhere the
+command fails with one line saying why (exit 1) after checking the ONNX. int8 engines use
+the QDQ graph of ``maskops export --data_type int8`` (explicit quantisation: the scales were
+calibrated at export), so tao-deploy's calibration flags are accepted with a notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from maskops.cli.common import EXIT_FAILURE, EXIT_OK, CLIError, add_key_argument, notice
+
+GB = 1 << 30
+
+_CALIBRATION_WHY = (
+    "is ignored: a maskops int8 engine takes its scales from the QDQ ONNX; calibrate with "
+    "`maskops export --data_type int8 --cal_image_dir ...`"
+)
+_BATCH_WHY = (
+    "is ignored: a maskops graph runs one image (batch 1), so the engine profile is batch 1; "
+    "Triton batches requests (maskops export --max_batch_size)"
+)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "gen_trt_engine",
+        help="build a TensorRT engine from an exported ONNX (tao-deploy's gen_trt_engine)",
+        description=(
+            "Build a TensorRT engine from the ONNX `maskops export` wrote (fp32, fp16, or "
+            "int8 from the int8 QDQ export). Needs the tensorrt package and a CUDA GPU; "
+            "elsewhere it exits 1 with the reason (the Triton service builds engines on the "
+            "GPU host at start)."
+        ),
+    )
+    parser.add_argument("-m", "--model_path", required=True, type=Path, help="the .onnx file")
+    parser.add_argument(
+        "-r", "--results_dir", required=True, type=Path, help="output directory (created)"
+    )
+    parser.add_argument(
+        "-e",
+        "--experiment_spec_file",
+        "--experiment_spec",
+        dest="experiment_spec",
+        type=Path,
+        default=None,
+        help="spec file (optional): its data_config.image_size must match the ONNX input",
+    )
+    parser.add_argument(
+        "--engine_file",
+        type=Path,
+        default=None,
+        help="engine to write (default: RESULTS_DIR/<model name>.<data_type>.engine)",
+    )
+    parser.add_argument("--data_type", choices=("fp32", "fp16", "int8"), default="fp32")
+    parser.add_argument(
+        "--max_workspace_size",
+        type=float,
+        default=2,
+        help="TensorRT builder workspace in GB (default 2, as tao-deploy)",
+    )
+    parser.add_argument(
+        "-s",
+        "--strict_type_constraints",
+        action="store_true",
+        help="TensorRT obeys the layer precisions instead of picking faster ones",
+    )
+    # tao-deploy flags that change nothing here; each prints why when given.
+    for flag in ("max_batch_size", "min_batch_size", "opt_batch_size"):
+        parser.add_argument(f"--{flag}", type=int, default=1, help="accepted; the graph is batch 1")
+    parser.add_argument("--batch_size", type=int, default=1, help="accepted; calibrate at export")
+    parser.add_argument("--batches", type=int, default=10, help="accepted; calibrate at export")
+    for flag in ("cal_image_dir", "cal_data_file", "cal_cache_file"):
+        parser.add_argument(f"--{flag}", default=None, help="accepted; calibrate at export")
+    parser.add_argument("-v", "--verbose", action="store_true", help="TensorRT's verbose log")
+    parser.add_argument("--gpu_index", type=int, default=0, help="accepted for TAO; unused")
+    add_key_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def ignored_flag_notices(args: argparse.Namespace) -> list[str]:
+    """Print a notice for each tao-deploy flag given that changes nothing; return them."""
+    given: list[str] = []
+    for flag in ("cal_image_dir", "cal_data_file", "cal_cache_file"):
+        if getattr(args, flag):
+            notice(f"--{flag}", _CALIBRATION_WHY)
+            given.append(flag)
+    if args.batches != 10 or args.batch_size != 1:
+        notice("--batches/--batch_size", _CALIBRATION_WHY)
+        given.append("batches")
+    for flag in ("max_batch_size", "min_batch_size", "opt_batch_size"):
+        if getattr(args, flag) != 1:
+            notice(f"--{flag}", _BATCH_WHY)
+            given.append(flag)
+    return given
+
+
+def engine_path(args: argparse.Namespace) -> Path:
+    """``--engine_file``, or ``RESULTS_DIR/<onnx stem>.<data_type>.engine``."""
+    if args.engine_file is not None:
+        return Path(args.engine_file)
+    stem = args.model_path.stem
+    suffix = f".{args.data_type}"
+    return args.results_dir / f"{stem.removesuffix(suffix)}{suffix}.engine"
+
+
+def _check_inputs(args: argparse.Namespace) -> tuple[int, int]:
+    """The ONNX's image size, after the checks that need no GPU."""
+    from maskops.cli.common import load_resolved_spec
+    from maskops.export.tensorrt import EngineBuildError, onnx_engine_inputs
+
+    model: Path = args.model_path
+    if not model.is_file():
+        raise CLIError(f"-m {model}: no such file")
+    if model.suffix in (".etlt", ".tlt"):
+        raise CLIError(
+            f"-m {model}: TAO's encrypted {model.suffix} models are not read; export the "
+            "maskops model with `maskops export` and pass its .onnx"
+        )
+    try:
+        image_size, is_qdq = onnx_engine_inputs(model)
+    except EngineBuildError as exc:
+        raise CLIError(str(exc)) from None
+    if args.data_type == "int8" and not is_qdq:
+        raise CLIError(
+            f"-m {model}: --data_type int8 needs the QDQ ONNX of "
+            "`maskops export --data_type int8` (this graph has no QuantizeLinear nodes)"
+        )
+    if args.experiment_spec is not None:
+        spec_size = tuple(load_resolved_spec(args.experiment_spec).data_config.image_size)
+        if spec_size != image_size:
+            raise CLIError(
+                f"-e {args.experiment_spec}: data_config.image_size {list(spec_size)} differs "
+                f"from the ONNX input {list(image_size)}"
+            )
+    if args.max_workspace_size <= 0:
+        raise CLIError("--max_workspace_size must be positive (GB)")
+    return image_size
+
+
+def run(args: argparse.Namespace) -> int:
+    from maskops.export.tensorrt import EngineBuildError, build_engine, tensorrt_unavailable_reason
+
+    ignored_flag_notices(args)
+    image_size = _check_inputs(args)
+    reason = tensorrt_unavailable_reason()
+    if reason is not None:
+        raise CLIError(f"no TensorRT engine built: {reason}", exit_code=EXIT_FAILURE)
+    try:
+        args.results_dir.mkdir(parents=True, exist_ok=True)
+        target = build_engine(
+            args.model_path,
+            engine_path(args),
+            data_type=args.data_type,
+            image_size=image_size,
+            workspace_bytes=int(args.max_workspace_size * GB),
+            strict_types=args.strict_type_constraints,
+            verbose=args.verbose,
+        )
+    except EngineBuildError as exc:
+        raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None
+    except OSError as exc:
+        raise CLIError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    print(f"TensorRT engine built: {target}")
+    return EXIT_OK
