@@ -353,6 +353,18 @@ def load_weights_into(
     if tao is not None:
         report.unexpected.extend(tao.ignored)
         report.notes.extend(tao.notes)
+        projected = sorted(
+            {
+                v.split("/")[0]
+                for k, v in origins.items()
+                if k not in target and "_conv_shortcut" in v
+            }
+        )
+        if projected:
+            report.notes.append(
+                f"the file projects the shortcut of {', '.join(projected)} (1x1 conv) where "
+                "maskops' ResNet adds the block input unchanged: those projections are not loaded"
+            )
     to_load: dict[str, Tensor] = {}
     for key, current in target.items():
         if key not in source:

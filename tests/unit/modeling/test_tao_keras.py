@@ -168,6 +168,11 @@ def test_every_backbone_tensor_equals_the_keras_source(
         }
     assert set(report.unexpected) == not_loaded
     assert any("epsilon" in note for note in report.notes)
+    projected = [note for note in report.notes if "projects the shortcut" in note]
+    if depth == 18:
+        assert len(projected) == 1 and "of block_1a_conv_shortcut (1x1 conv)" in projected[0]
+    else:
+        assert not projected
     assert any("stride" in note for note in report.notes) == (depth == 50)
     saved = json.loads(report.save(tmp_path / "report.json").read_text())
     assert saved["unexpected"] == report.unexpected and saved["loaded"] == report.loaded
