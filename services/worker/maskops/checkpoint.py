@@ -343,6 +343,11 @@ def load_weights_into(
         tao = _read_tao_backbone(model, file, target)
         source = {_BODY + k: v for k, v in tao.state_dict.items()}
         origins = {_BODY + k: v for k, v in tao.source_names.items()}
+    elif file.suffix in (".tlt", ".etlt") and file.is_file():
+        raise CheckpointError(
+            f"{file}: TAO's encrypted {file.suffix} models cannot be read; start from TAO's "
+            "pretrained .hdf5 backbone or a torchvision/maskops weights file"
+        )
     else:
         source = _extract_state_dict(_torch_load(file, "cpu"), file)
     report = LoadReport(

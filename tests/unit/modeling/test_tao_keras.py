@@ -221,6 +221,10 @@ def test_wrong_architecture_and_foreign_hdf5_fail_in_one_line(
     write_keras_hdf5(foreign, {"dense_1": {"kernel": np.ones((4, 2), np.float32)}})
     with pytest.raises(CheckpointError, match=r"other\.h5: an HDF5 file without TAO ResNet layers"):
         load_weights_into(model, foreign)
+    encrypted = tmp_path / "resnet_18.tlt"
+    encrypted.write_bytes(b"\x00encrypted")
+    with pytest.raises(CheckpointError, match=r"resnet_18\.tlt: TAO's encrypted \.tlt models"):
+        load_weights_into(model, encrypted)
 
 
 def test_maskops_train_starts_from_a_tao_backbone(
