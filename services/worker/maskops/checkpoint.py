@@ -52,6 +52,7 @@ VERSION = 1
 _RESERVED_KEYS = frozenset({"format", "version", "model", "spec", "label_map", "step"})
 _CLASS_LOGITS_KEY = "roi_heads.box_predictor.cls_score.weight"
 _BODY = "backbone.body."
+_SUMMARY_ITEMS = 20
 _BODY_BLOCK = re.compile(r"^backbone\.body\.layer(\d+)\.(\d+)\.conv1\.weight$")
 
 logger = logging.getLogger(__name__)
@@ -92,11 +93,18 @@ class LoadReport:
     """What a conversion did to the file's values (TAO ``.hdf5``), one sentence each."""
 
     def summary(self) -> str:
-        return (
+        """One line; for a converted file (notes), also what did not load and the notes."""
+        text = (
             f"loaded {len(self.loaded)} tensors, skipped {len(self.skipped_by_regex)} by "
             f"regex, {len(self.shape_mismatch)} with other shapes, {len(self.missing)} "
             f"missing from the file, {len(self.unexpected)} not in the model"
         )
+        if self.notes:
+            shown = self.unexpected[:_SUMMARY_ITEMS]
+            more = len(self.unexpected) - len(shown)
+            listed = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+            text += f" ({listed or 'none'}); " + "; ".join(self.notes)
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every list, plus ``summary``."""

@@ -27,7 +27,7 @@ from maskops.spec.text import spec_to_text
 IMAGE_SIZE = (128, 128)
 KerasWeights = dict[str, dict[str, np.ndarray]]
 
-_LAYOUT = {10: [1, 1, 1, 1], 18: [2, 2, 2, 2], 50: [3, 4, 6, 3]}
+_LAYOUT = {10: [1, 1, 1, 1], 18: [2, 2, 2, 2], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3]}
 
 
 def _letters(index: int) -> str:
@@ -127,7 +127,7 @@ def test_tao_names_map_to_torchvision_modules() -> None:
     assert torch_module_name("predictions") is None
 
 
-@pytest.mark.parametrize("depth", [18, 50])
+@pytest.mark.parametrize("depth", [18, 50, 101])
 def test_every_backbone_tensor_equals_the_keras_source(
     depth: int, tmp_path: Path, tiny_config: Callable[..., MaskRCNNConfig]
 ) -> None:
@@ -171,9 +171,12 @@ def test_every_backbone_tensor_equals_the_keras_source(
     projected = [note for note in report.notes if "projects the shortcut" in note]
     if depth == 18:
         assert len(projected) == 1 and "of block_1a_conv_shortcut (1x1 conv)" in projected[0]
+        # The trainer logs summary(): it carries what did not load and the notes.
+        assert "(block_1a_conv_shortcut/kernel)" in report.summary()
+        assert projected[0] in report.summary()
     else:
         assert not projected
-    assert any("stride" in note for note in report.notes) == (depth == 50)
+    assert any("stride" in note for note in report.notes) == (depth >= 50)
     saved = json.loads(report.save(tmp_path / "report.json").read_text())
     assert saved["unexpected"] == report.unexpected and saved["loaded"] == report.loaded
 
