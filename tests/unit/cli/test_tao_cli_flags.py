@@ -258,3 +258,19 @@ def test_target_opset_is_the_exported_graphs_opset(
     assert opsets[""] == 13
     assert main([*args, "--target_opset", "12", "--data_type", "int8"]) == 2
     assert main([*args, "--target_opset", "99"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        (["train", "--experiment_spec_file", "s.txt", "-d", "r"], "experiment_spec", "s.txt"),
+        (["train", "-e", "s.txt", "--model_dir", "r"], "results_dir", "r"),
+        (["evaluate", "-e", "s.txt", "--model_path", "m.pth"], "model", "m.pth"),
+        (["inference", "-i", "d", "-e", "s", "--model_path", "m.pth", "-r", "o"], "model", "m.pth"),
+    ],
+)
+def test_tao_long_option_names_are_aliases(argv: list[str], dest: str, value: str) -> None:
+    """TAO 5.3's docs spell these flags both ways; either reaches the same option."""
+    from maskops.cli.main import build_parser
+
+    assert str(getattr(build_parser().parse_args(argv), dest)) == value

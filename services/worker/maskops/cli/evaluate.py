@@ -38,8 +38,15 @@ def register(subparsers: Any) -> None:
             "as JSON."
         ),
     )
-    parser.add_argument("-e", "--experiment_spec", required=True, type=Path, help="spec file")
-    parser.add_argument("-m", "--model", required=True, type=Path, help=MODEL_HELP)
+    parser.add_argument(
+        "-e",
+        "--experiment_spec",
+        "--experiment_spec_file",
+        required=True,
+        type=Path,
+        help="spec file",
+    )
+    parser.add_argument("-m", "--model", "--model_path", required=True, type=Path, help=MODEL_HELP)
     parser.add_argument("--gpu_index", type=int, default=0, help="CUDA device (CPU if none)")
     parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
     parser.add_argument(

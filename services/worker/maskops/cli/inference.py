@@ -61,8 +61,15 @@ def register(subparsers: Any) -> None:
         default=None,
         help=f"TAO's output directory: {ANNOTATED_DIR}/ and {LABEL_DIR}/ are written there",
     )
-    parser.add_argument("-e", "--experiment_spec", required=True, type=Path, help="spec file")
-    parser.add_argument("-m", "--model", required=True, type=Path, help=MODEL_HELP)
+    parser.add_argument(
+        "-e",
+        "--experiment_spec",
+        "--experiment_spec_file",
+        required=True,
+        type=Path,
+        help="spec file",
+    )
+    parser.add_argument("-m", "--model", "--model_path", required=True, type=Path, help=MODEL_HELP)
     parser.add_argument(
         "-l",
         "--out_label_dir",

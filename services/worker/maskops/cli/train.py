@@ -38,9 +38,21 @@ def register(subparsers: Any) -> None:
             "same command resumes from the last checkpoint."
         ),
     )
-    parser.add_argument("-e", "--experiment_spec", required=True, type=Path, help="spec file")
     parser.add_argument(
-        "-d", "--results_dir", required=True, type=Path, help="checkpoints, logs, status.json"
+        "-e",
+        "--experiment_spec",
+        "--experiment_spec_file",
+        required=True,
+        type=Path,
+        help="spec file",
+    )
+    parser.add_argument(
+        "-d",
+        "--results_dir",
+        "--model_dir",
+        required=True,
+        type=Path,
+        help="checkpoints, logs, status.json",
     )
     parser.add_argument(
         "--gpus",
