@@ -57,7 +57,7 @@ def test_unparsable_json_is_422(client: TestClient, body: bytes, says: str) -> N
     [
         ("DELETE", "/datasets", "GET, POST"),
         ("PUT", "/jobs", "GET, POST"),
-        ("DELETE", "/experiments/1", "GET, PUT"),
+        ("PATCH", "/experiments/1", "DELETE, GET, PUT"),
         ("GET", "/datasets/upload", "POST"),
     ],
 )
