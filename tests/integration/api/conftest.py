@@ -225,10 +225,14 @@ def api_extra_python() -> Path:
 
 
 class ApiProcess:
-    """``python -m maskops_api.server`` (the API container's command) from ``python``."""
+    """``python -m maskops_api.server`` (the API container's command) from ``python``, on a
+    free loopback port; ``env`` adds settings (``MASKOPS_AUTH=required``, say)."""
 
-    def __init__(self, python: Path, settings: Settings, work_dir: Path) -> None:
+    def __init__(
+        self, python: Path, settings: Settings, work_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.python, self.settings, self.work_dir = python, settings, work_dir
+        self.extra_env = env or {}
         self.log_path = work_dir / "api.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -242,6 +246,7 @@ class ApiProcess:
             MASKOPS_PORT=str(port),
             MASKOPS_MIGRATIONS_DIR=str(REPO / "migrations"),
         )
+        env.update(self.extra_env)
         with self.log_path.open("ab") as log:
             # Not the repository as working directory: the API must run from what the
             # virtualenv installed, not from source files that happen to be importable.

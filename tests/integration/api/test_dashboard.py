@@ -16,11 +16,9 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +30,8 @@ from maskops_api.services.tokens import create_token
 from maskops_core.db.models import Job, PublishedModel, TokenScope
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
-from tests.integration.api.conftest import REPO, Worker, settings_env, wait_for
-from tests.integration.api.test_docs_ui import _free_port, _wait, browser  # noqa: F401
+from tests.integration.api.conftest import ApiProcess, Worker, wait_for
+from tests.integration.api.test_docs_ui import _wait, browser  # noqa: F401
 from tests.integration.api.test_workflow import (  # noqa: F401
     Stack,
     create_experiment,
@@ -46,42 +44,16 @@ pytestmark = pytest.mark.integration
 SCREENSHOTS = os.environ.get("MASKOPS_DASHBOARD_SCREENSHOTS", "")
 
 
-@contextmanager
-def _uvicorn(settings: Settings, log: Path) -> Iterator[str]:
-    port = _free_port()
-    env = settings_env(settings) | {"MASKOPS_AUTH": "required"}
-    command = [sys.executable, "-m", "uvicorn", "maskops_api.main:app",
-               "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]  # fmt: skip
-    with log.open("wb") as handle:
-        process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, f"uvicorn exited:\n{log.read_text()}"
-            try:
-                if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"uvicorn not up in 120 s:\n{log.read_text()}"
-            time.sleep(0.5)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
-
-
 @pytest.fixture
 def server(clean_db: Settings, tmp_path: Path) -> Iterator[str]:
-    with _uvicorn(clean_db, tmp_path / "uvicorn.log") as base:
-        yield base
+    """The API (the full environment) on a free loopback port, auth required; its URL."""
+    api = ApiProcess(Path(sys.executable), clean_db, tmp_path, {"MASKOPS_AUTH": "required"})
+    try:
+        client = api.start()
+        yield str(client.base_url).rstrip("/")
+        client.close()
+    finally:
+        api.stop()
 
 
 @pytest.fixture

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from maskops_core.settings import Settings
-from tests.integration.api.conftest import REPO, settings_env
+from tests.integration.api.conftest import ApiProcess
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +41,6 @@ CHROME_ARGS = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _browser_binaries() -> tuple[str, str]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     chromedriver = shutil.which("chromedriver")
@@ -64,37 +57,16 @@ def _browser_binaries() -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def server(api_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``uvicorn maskops_api.main:app`` on a free loopback port, auth required; its URL."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("docs_server") / "uvicorn.log"
-    env = settings_env(api_settings) | {"MASKOPS_AUTH": "required"}
-    command = [sys.executable, "-m", "uvicorn", "maskops_api.main:app",
-               "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]  # fmt: skip
-    with log.open("wb") as handle:
-        process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT
-        )
-    base = f"http://127.0.0.1:{port}"
+    """The API (the full environment) on a free loopback port, auth required; its URL."""
+    work_dir = tmp_path_factory.mktemp("docs_server")
+    api = ApiProcess(Path(sys.executable), api_settings, work_dir, {"MASKOPS_AUTH": "required"})
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, f"uvicorn exited:\n{log.read_text()}"
-            try:
-                if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"uvicorn not up in 120 s:\n{log.read_text()}"
-            time.sleep(0.5)
-        assert httpx.get(f"{base}/datasets", timeout=10).status_code == 401  # tokens required
-        yield base
+        client = api.start()
+        assert client.get("/datasets").status_code == 401  # tokens required
+        yield str(client.base_url).rstrip("/")
+        client.close()
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
+        api.stop()
 
 
 @pytest.fixture(scope="module")
