@@ -392,21 +392,7 @@ def test_try_an_image_draws_the_masks_of_a_coco_result(
     # (drawn by the same function with no detection: same scale, same decoding).
     drawn = _canvas(browser, "try-canvas")
     scale = int(_js(browser, "return +document.getElementById('try-canvas').dataset.scale"))
-    _js(
-        browser,
-        """const c = document.createElement('canvas'); c.id = 'plain';
-        const img = new Image(); img.onload = () => {
-          MaskOps.drawDetections(c, img, []); c.dataset.ready = '1'; };
-        img.src = 'data:image/jpeg;base64,' + arguments[0]; document.body.append(c);""",
-        base64.b64encode(image_path.read_bytes()).decode(),
-    )
-    _wait(
-        browser,
-        lambda: _js(browser, "return document.getElementById('plain').dataset.ready") == "1",
-        "the plain image was not drawn",
-    )
-    plain = _canvas(browser, "plain")
-    _js(browser, "document.getElementById('plain').remove()")
+    plain = _plain_drawing(browser, image_path.read_bytes())
     assert drawn.shape == plain.shape and scale >= 1
     union = np.zeros(drawn.shape[:2], bool)
     marks = np.zeros(drawn.shape[:2], bool)
@@ -485,20 +471,7 @@ def test_try_an_image_draws_what_a_model_published_through_triton_found(
     )
     drawn = _canvas(browser, "try-canvas")
     scale = int(_js(browser, "return +document.getElementById('try-canvas').dataset.scale"))
-    _js(
-        browser,
-        """const c = document.createElement('canvas'); c.id = 'plain';
-        const img = new Image(); img.onload = () => {
-          MaskOps.drawDetections(c, img, []); c.dataset.ready = '1'; };
-        img.src = 'data:image/jpeg;base64,' + arguments[0]; document.body.append(c);""",
-        base64.b64encode(image.read_bytes()).decode(),
-    )
-    _wait(
-        browser,
-        lambda: _js(browser, "return document.getElementById('plain').dataset.ready") == "1",
-        "the plain image was not drawn",
-    )
-    plain = _canvas(browser, "plain")
+    plain = _plain_drawing(browser, image.read_bytes())
     union = np.zeros(plain.shape[:2], bool)
     for result in expected:
         union |= np.kron(mask_utils.decode(result["segmentation"]), np.ones((scale, scale))) > 0
@@ -507,6 +480,27 @@ def test_try_an_image_draws_what_a_model_published_through_triton_found(
     assert tinted.mean() > 0.9
     table = browser.find_element("id", "try-results").text
     assert all(str(r["category_name"] or r["category_id"]) in table for r in expected)
+
+
+def _plain_drawing(driver: Any, jpeg: bytes) -> np.ndarray:
+    """The image drawn by the page's own function with no detection (same scale, same
+    decoding): what the canvas shows outside every mask, box and label."""
+    _js(
+        driver,
+        """const c = document.createElement('canvas'); c.id = 'plain';
+        const img = new Image(); img.onload = () => {
+          MaskOps.drawDetections(c, img, []); c.dataset.ready = '1'; };
+        img.src = 'data:image/jpeg;base64,' + arguments[0]; document.body.append(c);""",
+        base64.b64encode(jpeg).decode(),
+    )
+    _wait(
+        driver,
+        lambda: _js(driver, "return document.getElementById('plain').dataset.ready") == "1",
+        "the plain image was not drawn",
+    )
+    plain = _canvas(driver, "plain")
+    _js(driver, "document.getElementById('plain').remove()")
+    return plain
 
 
 def _canvas(driver: Any, element_id: str) -> np.ndarray:
