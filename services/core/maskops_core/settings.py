@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
     heartbeat_timeout_s: float = Field(default=60.0, gt=0)
     """A running job whose heartbeat is older than this is considered orphaned."""
+    worker_row_retention_s: float = Field(default=7 * 24 * 3600, gt=0)
+    """A ``worker_heartbeats`` row not refreshed for this long (a worker killed without a
+    clean stop) is deleted by the next beat of any worker."""
     redispatch_after_s: float = Field(default=30.0, ge=0)
     """A queued job whose message is not in the broker after this long is re-sent."""
     reconcile_interval_s: float = Field(default=15.0, gt=0)

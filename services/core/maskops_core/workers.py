@@ -28,9 +28,13 @@ def beat(
     queues: Sequence[str],
     pid: int,
     started_at: datetime,
+    retention_s: float,
 ) -> None:
-    """Create or refresh this worker's row."""
+    """Create or refresh this worker's row, and delete the rows of workers that have not
+    beaten for ``retention_s`` (killed without a clean stop: nothing else removes them)."""
     with transaction(factory) as session:
+        expired = utcnow() - timedelta(seconds=retention_s)
+        session.execute(delete(WorkerHeartbeat).where(WorkerHeartbeat.last_seen < expired))
         row = session.get(WorkerHeartbeat, hostname)
         if row is None:
             row = WorkerHeartbeat(hostname=hostname)

@@ -43,6 +43,7 @@ class _Beater(threading.Thread):
                     queues=self.queues,
                     pid=os.getpid(),
                     started_at=self.started_at,
+                    retention_s=self.settings.worker_row_retention_s,
                 )
             except SQLAlchemyError as exc:
                 log.warning("worker heartbeat failed: %s", exc)

@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from maskops_api.main import create_app
 from maskops_core.db.models import Job, WorkerHeartbeat, utcnow
@@ -33,14 +33,33 @@ def test_readyz_names_a_queue_with_work_and_no_live_worker(
         "queue t_cpu has 1 job(s) and no worker heartbeat in the last 30 s"
     )
     # A worker on the other queue does not help; one on this queue does, while it beats.
-    beat(factory, "gpu@host", queues=["t_gpu"], pid=1, started_at=utcnow())
+    beat(factory, "gpu@host", queues=["t_gpu"], pid=1, started_at=utcnow(), retention_s=3600)
     assert client.get("/readyz").status_code == 503
-    beat(factory, "cpu@host", queues=["t_gpu", "t_cpu"], pid=2, started_at=utcnow())
+    beat(
+        factory, "cpu@host", queues=["t_gpu", "t_cpu"], pid=2, started_at=utcnow(), retention_s=3600
+    )
     assert client.get("/readyz").json()["checks"]["worker"] == "ok"
     stale = utcnow() - timedelta(seconds=31)
     with factory() as s, s.begin():
         s.execute(update(WorkerHeartbeat).values(last_seen=stale))
     assert client.get("/readyz").status_code == 503
+
+
+def test_a_beat_deletes_rows_older_than_the_retention(factory) -> None:
+    for name in ("killed@host", "stale@host", "live@host"):
+        beat(factory, name, queues=["t_cpu"], pid=1, started_at=utcnow(), retention_s=3600)
+    ages = {"killed@host": 3601, "stale@host": 3599}
+    with factory() as s, s.begin():
+        for name, age in ages.items():
+            s.execute(
+                update(WorkerHeartbeat)
+                .where(WorkerHeartbeat.hostname == name)
+                .values(last_seen=utcnow() - timedelta(seconds=age))
+            )
+    beat(factory, "live@host", queues=["t_cpu"], pid=1, started_at=utcnow(), retention_s=3600)
+    with factory() as s:
+        left = set(s.scalars(select(WorkerHeartbeat.hostname)))
+    assert left == {"stale@host", "live@host"}
 
 
 def test_readyz_reports_what_is_down(settings: Settings) -> None:
