@@ -1,69 +1,72 @@
 """Benchmark: COCO evaluation of Mask R-CNN outputs, maskops vs torchvision's references.
 
-Model time excluded: both paths start from the same synthetic model outputs (per image
+Model time excluded: every arm starts from the same synthetic model outputs (per image
 ``--detections`` boxes, labels, scores and 28x28 mask probabilities, in the model frame)
-for ``--images`` images of 832x1344 with COCO-like ground truth (polygons, 20
-non-contiguous category ids), and end with the 24 COCO metrics.
+for ``--images`` images of ``--height`` x ``--width`` with COCO-like ground truth
+(polygons, 20 non-contiguous category ids), and ends with the 24 COCO metrics. Arms:
 
 - reference: torchvision's detection references (``coco_eval.py``): each image's masks
   pasted into full-size images with ``paste_masks_in_image``, thresholded at 0.5,
   ``pycocotools.mask.encode`` per detection, then pycocotools' COCOeval (bbox and segm).
+- hybrid: the same paste + encode, then faster-coco-eval (what maskops evaluates with):
+  the ratio hybrid / maskops is what the box-region pasting and crop RLE alone are worth.
 - maskops: ``COCOEvaluator`` (box-region pasting and crop RLE in two threads, then
-  faster-coco-eval).
+  faster-coco-eval), end to end.
 
-Prints the end-to-end ratio (goal >= 5x), checks that the metrics are identical (1e-6)
-and the RLEs equal, and reports the mask paste+encode time per image of each path alone.
-Figures go to ``bench/results/bench_eval.json``.
+Paste + encode and COCOeval are timed separately, each arm once per round in turn
+(bench/timing.py), at torch's default threads and at one thread. Checks that the metrics
+are identical (1e-6) and the RLEs equal; records wall time and peak RSS. Figures go to
+``bench/results/bench_eval.json``.
 
-    .venv/bin/python bench/bench_eval.py            # 20 images, a couple of minutes
-    .venv/bin/python bench/bench_eval.py --full     # the issue's 500 images
+    .venv/bin/python bench/bench_eval.py              # 20 images, a few minutes
+    .venv/bin/python bench/bench_eval.py --images 5000 --rounds 1 \\
+        --out bench/results/bench_eval_5000.json
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import copy
-import io
 import json
-import os
+import resource
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pycocotools.mask as mask_util
 import torch
-from machine import describe_machine
-from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
+from machine import start_run, write_results
+from timing import Spread, alternated_seconds
 from torchvision.models.detection.roi_heads import paste_masks_in_image
 
 from maskops.data.labels import LabelMap
-from maskops.evaluation import COCOEvaluator, metric_names, paste_masks_rle
+from maskops.evaluation import COCOEvaluator, paste_masks_rle
+from maskops.evaluation.coco import CocoMetrics
 from maskops.evaluation.postprocess import boxes_to_original
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_eval.json"
-HEIGHT, WIDTH = 832, 1344
 CATEGORY_IDS = [1, 2, 3, 5, 7, 9, 11, 15, 18, 22, 27, 33, 40, 44, 52, 61, 67, 75, 84, 90]
 BATCH = 8
+Pairs = list[tuple[dict[str, Any], dict[str, torch.Tensor]]]
 
 
-def _polygon(rng: np.random.Generator, box: np.ndarray) -> list[float]:
+def _polygon(rng: np.random.Generator, box: np.ndarray, hw: tuple[int, int]) -> list[float]:
     """A wobbly ellipse inscribed in ``box`` (xyxy), as a COCO polygon."""
     cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
     rx, ry = (box[2] - box[0]) / 2, (box[3] - box[1]) / 2
     angles = np.linspace(0, 2 * np.pi, 16, endpoint=False)
     radius = rng.uniform(0.8, 1.0, angles.size)
-    xs = np.clip(cx + rx * radius * np.cos(angles), 0, WIDTH)
-    ys = np.clip(cy + ry * radius * np.sin(angles), 0, HEIGHT)
+    xs = np.clip(cx + rx * radius * np.cos(angles), 0, hw[1])
+    ys = np.clip(cy + ry * radius * np.sin(angles), 0, hw[0])
     return np.stack([xs, ys], 1).ravel().round(2).tolist()
 
 
-def _random_box(rng: np.random.Generator) -> np.ndarray:
-    w, h = np.exp(rng.uniform(np.log(8), np.log(600), 2))
-    x0, y0 = rng.uniform(0, WIDTH - w), rng.uniform(0, HEIGHT - h)
+def _random_box(rng: np.random.Generator, hw: tuple[int, int]) -> np.ndarray:
+    longest = max(9.0, min(600.0, 0.7 * min(hw)))
+    w, h = np.exp(rng.uniform(np.log(8), np.log(longest), 2))
+    x0, y0 = rng.uniform(0, hw[1] - w), rng.uniform(0, hw[0] - h)
     return np.array([x0, y0, x0 + w, y0 + h])
 
 
@@ -78,21 +81,21 @@ def _mask_probs(rng: np.random.Generator, n: int, size: int = 28) -> torch.Tenso
 
 
 def make_data(
-    num_images: int, detections: int, seed: int = 0
-) -> tuple[dict[str, Any], list[tuple[dict[str, Any], dict[str, torch.Tensor]]]]:
+    num_images: int, detections: int, hw: tuple[int, int], seed: int = 0
+) -> tuple[dict[str, Any], Pairs]:
     """COCO ground truth and per-image (target, model output) pairs."""
     rng = np.random.default_rng(seed)
     images: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
-    pairs: list[tuple[dict[str, Any], dict[str, torch.Tensor]]] = []
+    pairs: Pairs = []
+    height, width = hw
     for index in range(num_images):
         image_id = 100_000 + 13 * index
-        images.append({"id": image_id, "height": HEIGHT, "width": WIDTH, "file_name": f"{index}"})
+        images.append({"id": image_id, "height": height, "width": width, "file_name": f"{index}"})
         gt_boxes, gt_cats = [], []
         for _ in range(int(rng.integers(5, 26))):
-            box = _random_box(rng)
-            poly = _polygon(rng, box)
-            rle = mask_util.frPyObjects([poly], HEIGHT, WIDTH)[0]
+            poly = _polygon(rng, _random_box(rng, hw), hw)
+            rle = mask_util.frPyObjects([poly], height, width)[0]
             x, y, w, h = mask_util.toBbox(rle).tolist()
             category = int(rng.choice(CATEGORY_IDS))
             annotations.append(
@@ -120,8 +123,8 @@ def make_data(
                 )
                 category = gt_cats[k] if rng.random() < 0.8 else int(rng.choice(CATEGORY_IDS))
             else:
-                box, category = _random_box(rng), int(rng.choice(CATEGORY_IDS))
-            box = np.clip(box, 0, [WIDTH, HEIGHT, WIDTH, HEIGHT])
+                box, category = _random_box(rng, hw), int(rng.choice(CATEGORY_IDS))
+            box = np.clip(box, 0, [width, height, width, height])
             box[2:] = np.maximum(box[2:], box[:2] + 1)
             boxes.append(box)
             labels.append(CATEGORY_IDS.index(category) + 1)
@@ -131,147 +134,180 @@ def make_data(
             "scores": torch.from_numpy(rng.uniform(0.05, 1.0, detections)).float(),
             "masks": _mask_probs(rng, detections),
         }
-        target = {"image_id": image_id, "scale": 1.0, "orig_size": (HEIGHT, WIDTH)}
+        target = {"image_id": image_id, "scale": 1.0, "orig_size": hw}
         pairs.append((target, output))
     categories = [{"id": c, "name": f"c{c}"} for c in CATEGORY_IDS]
     return {"images": images, "annotations": annotations, "categories": categories}, pairs
 
 
-def reference_results(
-    pairs: list[tuple[dict[str, Any], dict[str, torch.Tensor]]], label_map: LabelMap
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
-    """torchvision references: full-image paste, threshold, encode; returns bbox and segm
-    results (segm without boxes, as ``prepare_for_coco_segmentation``) and the paste+encode
-    seconds."""
-    bbox_results, segm_results, paste_seconds = [], [], 0.0
+def _original_boxes(target: dict[str, Any], output: dict[str, torch.Tensor]) -> torch.Tensor:
+    return boxes_to_original(output["boxes"], scale=target["scale"], orig_hw=target["orig_size"])
+
+
+def reference_results(pairs: Pairs, label_map: LabelMap) -> list[dict[str, Any]]:
+    """torchvision references: full-image paste, threshold at 0.5, pycocotools encode."""
+    results = []
     for target, output in pairs:
-        h, w = target["orig_size"]
-        boxes = boxes_to_original(output["boxes"], scale=target["scale"], orig_hw=(h, w))
-        started = time.perf_counter()
-        masks = paste_masks_in_image(output["masks"], boxes, (h, w)) > 0.5
+        boxes = _original_boxes(target, output)
+        masks = paste_masks_in_image(output["masks"], boxes, target["orig_size"]) > 0.5
         rles = [
             mask_util.encode(np.array(m[0, :, :, np.newaxis], dtype=np.uint8, order="F"))[0]
             for m in masks
         ]
-        paste_seconds += time.perf_counter() - started
         xywh = boxes.clone()
         xywh[:, 2:] -= xywh[:, :2]
         ids = [label_map.category_id_of(int(v)) for v in output["labels"]]
-        for k, (box, score) in enumerate(
-            zip(xywh.tolist(), output["scores"].tolist(), strict=True)
-        ):
-            common = {"image_id": target["image_id"], "category_id": ids[k], "score": score}
-            bbox_results.append({**common, "bbox": box})
-            rle = rles[k]
+        scores = output["scores"].tolist()
+        for k, (box, rle) in enumerate(zip(xywh.tolist(), rles, strict=True)):
             rle["counts"] = rle["counts"].decode("utf-8")
-            segm_results.append({**common, "segmentation": rle})
-    return bbox_results, segm_results, paste_seconds
+            results.append(
+                {
+                    "image_id": target["image_id"],
+                    "category_id": ids[k],
+                    "score": scores[k],
+                    "bbox": box,
+                    "segmentation": rle,
+                }
+            )
+    return results
 
 
-def reference_metrics(
-    gt_path: Path, bbox: list[dict[str, Any]], segm: list[dict[str, Any]], image_ids: list[int]
-) -> dict[str, float]:
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco_gt = COCO(str(gt_path))
-    metrics: dict[str, float] = {}
-    for iou_type, results in (("bbox", bbox), ("segm", segm)):
-        with contextlib.redirect_stdout(io.StringIO()):
-            evaluator = COCOeval(coco_gt, coco_gt.loadRes(copy.deepcopy(results)), iou_type)
-            evaluator.params.imgIds = image_ids
-            evaluator.evaluate()
-            evaluator.accumulate()
-            evaluator.summarize()
-        names = metric_names([iou_type])
-        metrics.update({n: float(v) for n, v in zip(names, evaluator.stats[:12], strict=True)})
-    return metrics
+def maskops_rles(pairs: Pairs) -> list[dict[str, Any]]:
+    """maskops' paste + encode alone, one image at a time."""
+    return [
+        rle
+        for target, output in pairs
+        for rle in paste_masks_rle(
+            _original_boxes(target, output), output["masks"], target["orig_size"]
+        )
+    ]
+
+
+def maskops_end_to_end(gt_path: Path, pairs: Pairs, label_map: LabelMap) -> dict[str, float]:
+    evaluator = COCOEvaluator(gt_path, label_map)
+    for i in range(0, len(pairs), BATCH):
+        chunk = pairs[i : i + BATCH]
+        evaluator.process([t for t, _ in chunk], [o for _, o in chunk])
+    return evaluator.evaluate()
+
+
+def _at_threads(threads: int, fn: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        torch.set_num_threads(threads)
+        return fn()
+
+    return run
+
+
+def _keep(sink: list[Any], fn: Callable[[], Any]) -> Callable[[], None]:
+    """``fn``, its last answer kept in ``sink[0]`` (the timed calls' outputs are checked)."""
+
+    def run() -> None:
+        sink[:] = [fn()]
+
+    return run
+
+
+def _sum(a: Spread, b: Spread) -> Spread:
+    """Per round: two parts timed in the same round make that round's whole."""
+    return Spread(tuple(x + y for x, y in zip(a.values, b.values, strict=True)))
+
+
+def bench_threads(
+    threads: int, gt: dict[str, Any], gt_path: Path, pairs: Pairs, rounds: int
+) -> dict[str, Any]:
+    """Every arm at ``threads`` torch threads; the outputs of the last round compared."""
+    label_map = LabelMap.from_coco_categories(gt["categories"])
+    ref: list[Any] = []
+    ours_rles: list[Any] = []
+    ref_metrics: list[Any] = []
+    ours: list[Any] = []
+    arms = {
+        "reference_paste_encode": _keep(ref, lambda: reference_results(pairs, label_map)),
+        "maskops_paste_encode": _keep(ours_rles, lambda: maskops_rles(pairs)),
+        "pycocotools_cocoeval": _keep(
+            ref_metrics, lambda: CocoMetrics(gt, backend="pycocotools").compute(ref[0])
+        ),
+        "faster_coco_eval": lambda: CocoMetrics(gt, backend="faster").compute(ref[0]),
+        "maskops_end_to_end": _keep(ours, lambda: maskops_end_to_end(gt_path, pairs, label_map)),
+    }
+    timed = alternated_seconds([_at_threads(threads, f) for f in arms.values()], rounds, 0)
+    spreads = dict(zip(arms, timed, strict=True))
+    reference = _sum(spreads["reference_paste_encode"], spreads["pycocotools_cocoeval"])
+    hybrid = _sum(spreads["reference_paste_encode"], spreads["faster_coco_eval"])
+    maskops = spreads["maskops_end_to_end"]
+    identical = sum(
+        o["counts"] == r["segmentation"]["counts"]
+        for o, r in zip(ours_rles[0], ref[0], strict=True)
+    )
+    max_diff = max(abs(ours[0][k] - ref_metrics[0][k]) for k in ref_metrics[0])
+    n = len(pairs)
+    row: dict[str, Any] = {name: spread.summary("s", digits=3) for name, spread in spreads.items()}
+    row |= {
+        "reference_end_to_end": reference.summary("s", digits=3),
+        "hybrid_end_to_end": hybrid.summary("s", digits=3),
+        "speedup_vs_reference": round(reference.median / maskops.median, 2),
+        "speedup_vs_hybrid": round(hybrid.median / maskops.median, 2),
+        "paste_encode_speedup": round(
+            spreads["reference_paste_encode"].median / spreads["maskops_paste_encode"].median, 2
+        ),
+        "reference_paste_encode_ms_per_image": round(
+            1000 * spreads["reference_paste_encode"].median / n, 2
+        ),
+        "maskops_paste_encode_ms_per_image": round(
+            1000 * spreads["maskops_paste_encode"].median / n, 2
+        ),
+        "identical_rles": f"{identical}/{len(ref[0])}",
+        "metrics_max_abs_diff": max_diff,
+        "metrics_identical": max_diff <= 1e-6 and identical == len(ref[0]),
+    }
+    print(
+        f"{threads} thread(s): end to end {row['speedup_vs_reference']}x the reference, "
+        f"{row['speedup_vs_hybrid']}x the hybrid (torchvision paste + faster-coco-eval); "
+        f"paste+encode {row['reference_paste_encode_ms_per_image']} vs "
+        f"{row['maskops_paste_encode_ms_per_image']} ms/image "
+        f"({row['paste_encode_speedup']}x); RLEs {row['identical_rles']}, metrics "
+        f"max |diff| {max_diff:.1e}",
+        flush=True,
+    )
+    row["metrics"] = ours[0]
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=20)
-    parser.add_argument("--full", action="store_true", help="500 images (the issue's size)")
     parser.add_argument("--detections", type=int, default=100)
-    parser.add_argument(
-        "--reference-threads",
-        type=int,
-        default=0,
-        help="torch intra-op threads for the reference path (0 = torch's default); on a "
-        "busy machine the default's thread contention slows the full-image paste a lot",
-    )
+    parser.add_argument("--height", type=int, default=832)
+    parser.add_argument("--width", type=int, default=1344)
+    parser.add_argument("--rounds", type=int, default=3, help="each arm once per round")
+    parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    num_images = 500 if args.full else args.images
-
-    print(f"{num_images} images of {HEIGHT}x{WIDTH}, {args.detections} detections each")
-    gt, pairs = make_data(num_images, args.detections)
-    label_map = LabelMap.from_coco_categories(gt["categories"])
-    image_ids = [t["image_id"] for t, _ in pairs]
+    conditions = start_run(require_idle=args.require_idle)
+    started = time.perf_counter()
+    hw = (args.height, args.width)
+    print(f"{args.images} images of {hw[0]}x{hw[1]}, {args.detections} detections each")
+    gt, pairs = make_data(args.images, args.detections, hw)
+    default_threads = torch.get_num_threads()
+    by_threads = {}
     with tempfile.TemporaryDirectory() as tmp:
         gt_path = Path(tmp) / "gt.json"
         gt_path.write_text(json.dumps(gt))
-
-        default_threads = torch.get_num_threads()
-        if args.reference_threads:
-            torch.set_num_threads(args.reference_threads)
-        started = time.perf_counter()
-        bbox, segm, ref_paste = reference_results(pairs, label_map)
-        ref_metrics = reference_metrics(gt_path, bbox, segm, image_ids)
-        ref_seconds = time.perf_counter() - started
-        torch.set_num_threads(default_threads)
-        print(f"reference (torchvision + pycocotools): {ref_seconds:.1f} s")
-
-        started = time.perf_counter()
-        evaluator = COCOEvaluator(gt_path, label_map)
-        for i in range(0, len(pairs), BATCH):
-            chunk = pairs[i : i + BATCH]
-            evaluator.process([t for t, _ in chunk], [o for _, o in chunk])
-        ours = evaluator.evaluate()
-        our_seconds = time.perf_counter() - started
-        print(f"maskops (COCOEvaluator):               {our_seconds:.1f} s")
-
-    # Paste + encode alone, one image at a time on one thread, same boxes for both.
-    started = time.perf_counter()
-    our_rles = []
-    for target, output in pairs:
-        boxes = boxes_to_original(output["boxes"], scale=1.0, orig_hw=target["orig_size"])
-        our_rles.extend(paste_masks_rle(boxes, output["masks"], target["orig_size"]))
-    our_paste = time.perf_counter() - started
-    identical_rles = sum(
-        o["counts"] == r["segmentation"]["counts"] for o, r in zip(our_rles, segm, strict=True)
-    )
-    max_diff = max(abs(ours[k] - ref_metrics[k]) for k in ref_metrics)
+        for threads in sorted({default_threads, 1}, reverse=True):
+            by_threads[str(threads)] = bench_threads(threads, gt, gt_path, pairs, args.rounds)
+    torch.set_num_threads(default_threads)
     figures = {
-        "images": num_images,
+        "images": args.images,
         "detections_per_image": args.detections,
-        "image_hw": [HEIGHT, WIDTH],
-        "reference_torch_threads": args.reference_threads or default_threads,
-        "load_average_1min": round(os.getloadavg()[0], 2),
-        "machine": describe_machine(),
-        "reference_seconds": round(ref_seconds, 3),
-        "maskops_seconds": round(our_seconds, 3),
-        "speedup": round(ref_seconds / our_seconds, 2),
-        "reference_paste_encode_ms_per_image": round(1000 * ref_paste / num_images, 2),
-        "maskops_paste_encode_ms_per_image": round(1000 * our_paste / num_images, 2),
-        "paste_encode_speedup": round(ref_paste / our_paste, 2),
-        "identical_rles": f"{identical_rles}/{len(segm)}",
-        "metrics_max_abs_diff": max_diff,
-        "metrics_identical": max_diff <= 1e-6,
-        "metrics": ours,
+        "image_hw": list(hw),
+        "default_torch_threads": default_threads,
+        "by_threads": by_threads,
+        "metrics_identical": all(row["metrics_identical"] for row in by_threads.values()),
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
-    print(f"end-to-end speedup: {figures['speedup']}x (goal >= 5x)")
-    print(
-        f"paste+encode per image: reference {figures['reference_paste_encode_ms_per_image']} ms,"
-        f" maskops {figures['maskops_paste_encode_ms_per_image']} ms "
-        f"({figures['paste_encode_speedup']}x)"
-    )
-    print(
-        f"identical RLEs: {figures['identical_rles']}; metrics max |diff| {max_diff:.2e} "
-        f"({'identical' if figures['metrics_identical'] else 'DIFFERENT'}); "
-        f"AP {ours['AP']:.4f}, mask_AP {ours['mask_AP']:.4f}"
-    )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(figures, indent=1) + "\n")
-    print(f"figures written to {args.out}")
+    write_results(args.out, figures, conditions)
 
 
 if __name__ == "__main__":
