@@ -1,35 +1,41 @@
-"""Benchmark: training throughput of maskops' loop against a plain torchvision loop.
+"""Benchmark: training throughput of maskops' loop against a plain torchvision loop, like for like.
 
 Both train the same model (``build_model`` from the same spec, same seed) on the same
-synthetic data (demo shapes at ``--image-size``), ``--batch`` images per step:
+synthetic data (demo shapes at ``--image-size``), ``--batch`` images per step, with the
+same precision. Arms:
 
-- torchvision: the plain loop of torchvision's detection references: a default
+- ``torchvision-fp32``: the plain loop of torchvision's detection references: a
   ``DataLoader`` over the COCO JSON (pycocotools index, PIL decode, ``annToMask`` polygon
-  rasterisation per sample, resize+pad), fp32, NCHW, ``loss.item()`` every step.
-- maskops: ``run_training`` (shard pipeline, hooks, metrics every 10 steps) in each
-  configuration given by ``--variants``: ``fp32``, ``bf16`` (use_amp: bf16 autocast on
-  CPU), ``bf16-cl`` / ``fp32-cl`` (plus channels_last weights and inputs).
+  rasterisation per sample, resize+pad) with persistent workers, NCHW, ``loss.item()``
+  every step.
+- ``maskops-fp32``: ``run_training`` (shard pipeline, hooks, metrics every 10 steps).
+- ``torchvision-amp`` / ``maskops-amp``: the same two with the autocast maskops' ``use_amp``
+  picks for the device (``AmpSettings``: bf16 on a CPU with native bf16 kernels; on CUDA
+  bf16 where the GPU has it, else fp16 with a GradScaler), the baseline with exactly the
+  same autocast and scaler. On a CPU without native bf16 maskops declines AMP, so these
+  arms are skipped with a message.
 
-Each variant runs in its own process (so peak RSS is its own); images/s is measured over
-the steps after ``--warmup``. By default all variants of one backbone run at the same time
-with ``--threads`` split between them: on a shared machine whose load changes from minute
-to minute, only variants measured under the same load compare (``--sequential`` runs them
-one after another with all threads, for a quiet machine). Prints each variant's ratio to
-the torchvision loop and writes the figures to ``bench/results/bench_train.json``.
+Enough images are generated that neither loader starts a second epoch (or restarts its
+workers) inside the run. Each arm runs in its own process (its peak RSS, or peak CUDA
+memory, is its own), one at a time with every thread, once per round for ``--rounds``
+rounds (bench/timing.py): images/s over the steps after ``--warmup``, median and range.
+Figures go to ``bench/results/bench_train.json``.
 
-    .venv/bin/python bench/bench_train.py                       # resnet18, a few minutes
-    .venv/bin/python bench/bench_train.py --nlayers 18 50 --sequential --steps 8 --warmup 2
-    # on a GPU host: the issue's (832, 1344), resnet50, batch 4, with and without AMP
+    .venv/bin/python bench/bench_train.py                       # resnet18, 512², ~15 min
+    .venv/bin/python bench/bench_train.py --image-size 256 256 --steps 6 --warmup 2
+    # on a GPU host: resnet50 at 832x1344, batch 4, fp32 and AMP arms
     .venv/bin/python bench/bench_train.py --device cuda --nlayers 50 --image-size 832 1344 \\
-        --batch 4 --variants fp32 bf16 --steps 50 --warmup 10
+        --batch 4 --steps 50 --warmup 10 --out bench/results/bench_train_cuda.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,9 +46,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from machine import describe_machine
+from machine import start_run, write_results
 from PIL import Image
 from pycocotools.coco import COCO
+from timing import Spread, alternate
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms.functional import pil_to_tensor
 
@@ -51,10 +58,13 @@ from maskops.data.demo import generate_demo_dataset
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.engine import HookBase, run_training
+from maskops.engine.trainer import AmpSettings
 from maskops.modeling import build_model
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_train.json"
+ARMS = ("torchvision-fp32", "maskops-fp32", "torchvision-amp", "maskops-amp")
+VAL_FRACTION = 0.2
 
 
 def make_spec(root: Path, args: argparse.Namespace, *, use_amp: bool) -> ExperimentSpec:
@@ -73,13 +83,23 @@ def make_spec(root: Path, args: argparse.Namespace, *, use_amp: bool) -> Experim
             n_workers=args.workers,
             augment_input_data=False,
         ),
-        maskrcnn_config=MaskRCNNConfig(nlayers=args.nlayers_one),
+        maskrcnn_config=MaskRCNNConfig(nlayers=args.nlayers),
     )
+
+
+def images_needed(args: argparse.Namespace) -> int:
+    """Demo images so that the training split covers every step: no second epoch."""
+    train = (args.warmup + args.steps) * args.batch
+    return math.ceil(train / (1 - VAL_FRACTION)) + 1
 
 
 def prepare_data(root: Path, args: argparse.Namespace) -> None:
     demo = generate_demo_dataset(
-        root / "demo", num_images=args.images, image_size=tuple(args.image_size), seed=0
+        root / "demo",
+        num_images=images_needed(args),
+        image_size=tuple(args.image_size),
+        seed=0,
+        val_fraction=VAL_FRACTION,
     )
     convert_dataset(demo.train_images, demo.train_json, root / "shards", workers=1)
     convert_dataset(demo.val_images, demo.val_json, root / "shards", workers=1)
@@ -121,16 +141,29 @@ def _collate(batch: list[Any]) -> tuple[Any, ...]:
     return tuple(zip(*batch, strict=True))
 
 
-def run_torchvision(root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    spec = make_spec(root, args, use_amp=False)
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_torchvision(root: Path, args: argparse.Namespace, *, use_amp: bool) -> float:
+    """The references' loop for ``warmup + steps`` steps; images/s after the warm-up."""
+    spec = make_spec(root, args, use_amp=use_amp)
     device = torch.device(args.device)
+    amp = AmpSettings.for_device(device, enabled=use_amp)
+    scaler = torch.amp.GradScaler(device.type) if amp.needs_scaler else None
     dataset = CocoJsonDataset(
         root / "demo" / "images" / "train",
         root / "demo" / "annotations" / "train.json",
         spec.data_config.image_size,
     )
     loader = DataLoader(
-        dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, collate_fn=_collate
+        dataset,
+        batch_size=args.batch,
+        shuffle=True,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+        collate_fn=_collate,
     )
     torch.manual_seed(0)
     model = build_model(
@@ -139,29 +172,29 @@ def run_torchvision(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=0.002, momentum=0.9, weight_decay=1e-4)
     model.train()
-    total = args.warmup + args.steps
-    step, start = 0, 0.0
-    while step < total:
-        for images, targets in loader:
-            if step == args.warmup:
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-            images = [img.to(device) for img in images]
-            targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
+    batches = iter(loader)  # one epoch covers the run (images_needed): no restart
+    start = 0.0
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            _synchronize(device)
+            start = time.perf_counter()
+        images, targets = next(batches)
+        images = [img.to(device) for img in images]
+        targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
+        with amp.autocast():
             losses = model(images, targets)
-            loss = sum(losses.values())
-            optimizer.zero_grad()
+        loss = sum(losses.values())
+        optimizer.zero_grad()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
             loss.backward()
             optimizer.step()
-            loss.item()  # the references log the loss every step
-            step += 1
-            if step == total:
-                break
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-    return {"images_per_s": args.steps * args.batch / elapsed}
+        loss.item()  # the references log the loss every step
+    _synchronize(device)
+    return args.steps * args.batch / (time.perf_counter() - start)
 
 
 class _StepClock(HookBase):
@@ -172,133 +205,142 @@ class _StepClock(HookBase):
 
     def after_step(self) -> None:
         # after_step of step `warmup` marks the start; the run's final step the end.
-        if self.trainer.device.type == "cuda":
-            torch.cuda.synchronize()
+        _synchronize(self.trainer.device)
         now = time.perf_counter()
         if self.trainer.iter == self.warmup:
             self.start = now
         self.end = now
 
 
-def run_maskops(root: Path, args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    spec = make_spec(root, args, use_amp=variant.startswith("bf16"))
+def run_maskops(root: Path, args: argparse.Namespace, *, use_amp: bool) -> float:
+    """``run_training`` for ``warmup + steps`` steps; images/s after the warm-up."""
+    spec = make_spec(root, args, use_amp=use_amp)
     clock = _StepClock(args.warmup)
     out = Path(tempfile.mkdtemp(prefix="bench_train_"))
     try:
-        run_training(
-            spec,
-            out,
-            extra_hooks=[clock],
-            eval_fn=lambda model, step: {},
-            channels_last=variant.endswith("-cl"),
-        )
+        run_training(spec, out, extra_hooks=[clock], eval_fn=lambda model, step: {})
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return {"images_per_s": args.steps * args.batch / (clock.end - clock.start)}
+    return args.steps * args.batch / (clock.end - clock.start)
 
 
 def child(args: argparse.Namespace) -> None:
-    if args.device == "cpu":
-        torch.set_num_threads(args.threads)
-    root = Path(args.root)
-    if args.variant == "torchvision":
-        figures = run_torchvision(root, args)
-    else:
-        figures = run_maskops(root, args, args.variant)
+    """One arm in this process: prints ``RESULT {images_per_s, peak memory}``."""
+    torch.set_num_threads(args.threads)
+    loop, precision = args.arm.split("-")
+    run = run_torchvision if loop == "torchvision" else run_maskops
+    figures: dict[str, Any] = {
+        "images_per_s": run(Path(args.root), args, use_amp=precision == "amp")
+    }
     rss = max(
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
     )
-    figures["peak_rss_mb"] = rss / 1024
+    figures["peak_rss_mb"] = round(rss / 1024)
+    if args.device == "cuda":
+        figures["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated() / 2**20)
     print("RESULT " + json.dumps(figures), flush=True)
 
 
-_PIPES: dict[str, Any] = {
-    "stdout": subprocess.PIPE,
-    "stderr": subprocess.PIPE,
-    "text": True,
-}
-
-
-def _finish(variant: str, process: subprocess.Popen[str]) -> dict[str, Any]:
-    stdout, stderr = process.communicate()
-    lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+def run_arm(arm: str, root: Path, args: argparse.Namespace, peaks: dict[str, Any]) -> float:
+    """One arm in a fresh process; its images/s (peak memory kept, the max over rounds)."""
+    command = [sys.executable, __file__, "--arm", arm, "--root", str(root)]
+    for key in (
+        "nlayers",
+        "image_size",
+        "batch",
+        "steps",
+        "warmup",
+        "workers",
+        "threads",
+        "device",
+    ):
+        value = getattr(args, key)
+        command += [
+            f"--{key.replace('_', '-')}",
+            *map(str, value if isinstance(value, list) else [value]),
+        ]
+    process = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [x for x in process.stdout.splitlines() if x.startswith("RESULT ")]
     if process.returncode != 0 or not lines:
-        print(stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"variant {variant} failed")
-    figures: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
-    return figures
+        print(process.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"arm {arm} failed (exit {process.returncode})")
+    figures: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    for key in ("peak_rss_mb", "peak_cuda_mb"):
+        if key in figures:
+            peaks.setdefault(arm, {})[key] = max(figures[key], peaks.get(arm, {}).get(key, 0))
+    print(f"{arm:17s} {figures['images_per_s']:.4f} img/s", flush=True)
+    return float(figures["images_per_s"])
+
+
+def compare(spreads: dict[str, Spread], precision: str) -> dict[str, Any]:
+    """maskops / torchvision at one precision: ratio of medians and per-round range."""
+    ours, base = spreads[f"maskops-{precision}"], spreads[f"torchvision-{precision}"]
+    per_round = [a / b for a, b in zip(ours.values, base.values, strict=True)]
+    return {
+        "ratio": round(ours.median / base.median, 3),
+        "per_round_min": round(min(per_round), 3),
+        "per_round_max": round(max(per_round), 3),
+        "per_round_median": round(statistics.median(per_round), 3),
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nlayers", type=int, default=18)
+    parser.add_argument("--image-size", type=int, nargs=2, default=[512, 512])
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per arm")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--rounds", type=int, default=3, help="each arm once per round")
+    parser.add_argument("--workers", type=int, default=1, help="loader processes (both loops)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--arm", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here")
+    return args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nlayers", type=int, nargs="+", default=[18])
-    parser.add_argument("--image-size", type=int, nargs=2, default=[512, 512])
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per variant")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    parser.add_argument("--images", type=int, default=16, help="demo images generated")
-    parser.add_argument("--workers", type=int, default=1, help="loader processes (both loops)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument(
-        "--variants", nargs="+", default=["fp32", "bf16", "bf16-cl"], help="maskops configs"
-    )
-    parser.add_argument(
-        "--sequential", action="store_true", help="one variant at a time, all threads each"
-    )
-    parser.add_argument("--variant", help=argparse.SUPPRESS)
-    parser.add_argument("--root", help=argparse.SUPPRESS)
-    parser.add_argument("--nlayers-one", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.variant:
+    args = parse_args()
+    if args.arm:
         child(args)
         return
-
-    results: dict[str, Any] = {
-        "config": {k: v for k, v in vars(args).items() if k not in ("variant", "root")},
-        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "machine": describe_machine(),
-        "runs": {},
-    }
+    conditions = start_run(require_idle=args.require_idle)
+    amp = AmpSettings.for_device(torch.device(args.device), enabled=True)
+    arms = [a for a in args.arms if amp.enabled or not a.endswith("-amp")]
+    if amp.declined and len(arms) < len(args.arms):
+        print(f"AMP arms skipped: {amp.declined}")
+    peaks: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_train_data_") as tmp:
         root = Path(tmp)
         prepare_data(root, args)
-        for nlayers in args.nlayers:
-            variants = ["torchvision", *args.variants]
-            threads = args.threads if args.sequential else max(1, args.threads // len(variants))
-            commands = {}
-            for variant in variants:
-                command = [sys.executable, __file__, "--variant", variant, "--root", str(root)]
-                command += ["--nlayers-one", str(nlayers), "--threads", str(threads)]
-                for key in ("image_size", "batch", "steps", "warmup", "images", "workers"):
-                    value = getattr(args, key)
-                    values = value if isinstance(value, list) else [value]
-                    command += [f"--{key.replace('_', '-')}", *map(str, values)]
-                commands[variant] = [*command, "--device", args.device]
-            runs: dict[str, Any] = {}
-            started: dict[str, subprocess.Popen[str]] = {}
-            if not args.sequential:
-                started = {v: subprocess.Popen(c, **_PIPES) for v, c in commands.items()}
-            for variant, command in commands.items():
-                process = started.get(variant) or subprocess.Popen(command, **_PIPES)
-                runs[variant] = figures = _finish(variant, process)
-                print(
-                    f"resnet{nlayers} {variant:12s} {figures['images_per_s']:.4f} img/s "
-                    f"peak RSS {figures['peak_rss_mb']:.0f} MB",
-                    flush=True,
-                )
-            base = runs["torchvision"]["images_per_s"]
-            for variant in args.variants:
-                runs[variant]["ratio_vs_torchvision"] = runs[variant]["images_per_s"] / base
-                print(
-                    f"resnet{nlayers} {variant}: {runs[variant]['ratio_vs_torchvision']:.2f}x "
-                    "the torchvision loop"
-                )
-            results["runs"][f"resnet{nlayers}"] = runs
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1))
-    print(f"wrote {RESULTS}")
+        measures = [lambda arm=arm: run_arm(arm, root, args, peaks) for arm in arms]
+        spreads = dict(zip(arms, alternate(measures, args.rounds, warmup=0), strict=True))
+    figures: dict[str, Any] = {
+        "config": {k: v for k, v in vars(args).items() if k not in ("arm", "root", "out")},
+        "images": images_needed(args),
+        "amp": {"dtype": str(amp.dtype), "scaler": amp.needs_scaler} if amp.enabled else None,
+        "amp_skipped": amp.declined or None,
+        "arms": {a: {**spreads[a].summary("images_per_s"), **peaks.get(a, {})} for a in arms},
+        "maskops_vs_torchvision": {
+            p: compare(spreads, p)
+            for p in ("fp32", "amp")
+            if {f"maskops-{p}", f"torchvision-{p}"} <= set(arms)
+        },
+    }
+    for precision, row in figures["maskops_vs_torchvision"].items():
+        print(
+            f"{precision}: maskops {row['ratio']}x the torchvision loop "
+            f"(per round {row['per_round_min']}-{row['per_round_max']})"
+        )
+    write_results(args.out, figures, conditions)
 
 
 if __name__ == "__main__":
