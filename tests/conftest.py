@@ -46,6 +46,34 @@ def _require(url: str, default_port: int, what: str) -> str:
     pytest.skip(message)
 
 
+class PeakRss:
+    """How far a process's resident memory rose above its level at the start of a block.
+
+    Linux only: writing 5 to ``/proc/<pid>/clear_refs`` resets the peak (``VmHWM``) to the
+    current resident size; on exit :attr:`grew_mb` is the new peak minus the start. Freed
+    memory that a process reuses is not counted again, so this can under-count, never
+    over-count: tests pair a bound with a control that exceeds it.
+    """
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = pid or os.getpid()
+        self.grew_mb = 0.0
+
+    def _kib(self, field: str) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+        raise LookupError(f"no {field} in /proc/{self.pid}/status")
+
+    def __enter__(self) -> PeakRss:
+        Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        self._start_kib = self._kib("VmRSS")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.grew_mb = (self._kib("VmHWM") - self._start_kib) / 1024
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     return _require(POSTGRES_URL, 5432, "PostgreSQL")

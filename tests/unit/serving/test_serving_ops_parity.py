@@ -6,6 +6,8 @@ what ``maskops.serving.processing`` (``read_image`` + ``resize_and_pad``;
 
 - preprocessing: bit-identical network inputs (the uint8 antialiased resize is torch's
   integer kernel re-done in numpy), for upscales, downscales and every image mode.
+  JPEGs at least 4x larger than the model's input are decoded reduced: within 6 grey
+  levels (0.5 on average) of the full decode.
 - boxes and scores: identical (the same float32 operations).
 - masks: the numpy bilinear paste differs from torch's compiled kernel by at most 2**-23
   (one float32 ulp at 0.5) on ~0.8% of the interpolated values (where the compiled kernel
@@ -35,6 +37,7 @@ from maskops.export import graph
 from maskops.serving import protocol
 from maskops.serving.processing import coco_results, preprocess_image, unpad_detections
 from maskops.serving.repository import OPS_FILE
+from tests.conftest import PeakRss
 
 LABELS = LabelMap.from_coco_categories(
     [{"id": 3, "name": "square"}, {"id": 7, "name": "tri"}, {"id": 9, "name": "circle"}]
@@ -118,6 +121,47 @@ def test_preprocess_decodes_like_the_engine(ops):
         assert got[1:] == want[1:], kind
         np.testing.assert_array_equal(got[0], want[0], err_msg=kind)
     assert ops.preprocess(encoded["exif rotated"], (64, 96))[2] == (70, 40)
+
+
+def _large_jpeg(rng: np.random.Generator, width: int, height: int, *, rotated: bool) -> bytes:
+    """Structure at several scales, made at full size by Pillow (fast at tens of MP)."""
+    coarse = Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8))
+    image = coarse.resize((width, height), Image.Resampling.BICUBIC)
+    exif = image.getexif()
+    if rotated:
+        exif[0x0112] = 6
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=90, exif=exif)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("rotated", [False, True])
+def test_large_jpegs_decode_reduced_close_to_the_full_decode(ops, rotated):
+    rng = np.random.default_rng(11)
+    data = _large_jpeg(rng, 1600, 1200, rotated=rotated)
+    upright_hw = (1600, 1200) if rotated else (1200, 1600)
+    # 1600 // (2 x 128) = 6: libjpeg's 1/4 is the largest reduction keeping the margin.
+    reduced, full_hw = ops.load_rgb(data, fit=(128, 128))
+    assert full_hw == upright_hw and reduced.shape[:2] == (upright_hw[0] // 4, upright_hw[1] // 4)
+    want_image, want_scale, want_hw = preprocess_image(data, (128, 128))  # the full decode
+    got_image, got_scale, got_hw = ops.preprocess(data, (128, 128))
+    assert (got_scale, got_hw) == (want_scale, want_hw)
+    # Measured: at most 2 grey levels here, 4 on noisy photos, 0.2-0.4 on average.
+    grey_levels = np.abs(got_image - want_image) * 255
+    assert grey_levels.max() <= 6 and grey_levels.mean() <= 0.5
+
+
+def test_large_jpeg_decode_memory_is_bounded(ops):
+    """17 MP: about 120 MB decoded in full (Pillow's 4 bytes a pixel, then the RGB array);
+    decoded at 1/8 for a 128 px model it needs a few MB."""
+    data = _large_jpeg(np.random.default_rng(12), 4800, 3600, rotated=False)
+    with PeakRss() as reduced:
+        image, _, _ = ops.preprocess(data, (128, 128))
+    assert image.shape == (3, 128, 128)
+    with PeakRss() as full:  # the control: what the bound guards against
+        decoded, _ = ops.load_rgb(data)
+        del decoded
+    assert reduced.grew_mb < 30 < 3 * 30 < full.grew_mb, (reduced.grew_mb, full.grew_mb)
 
 
 def test_undecodable_images_are_named(ops):
