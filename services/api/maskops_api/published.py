@@ -4,7 +4,7 @@ Triton runs in explicit model-control mode and loads nothing by itself: the repo
 holds versions that were unpublished or never finished. After Triton (re)starts, every
 published model must be loaded again; :func:`serve_published` does it, from ``maskops
 serve``'s supervisor once its Triton is up, and from the reconciler on every pass, which is
-how a restarted Triton container is brought back in production.
+how a restarted Triton container (any of the replicas) is brought back in production.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core.db.models import PublishedModel
+from maskops_core.settings import Settings
+from maskops_core.triton import triton_replicas
 
 
 @dataclass
@@ -46,3 +48,14 @@ def serve_published(factory: sessionmaker[Session], triton_url: str) -> Served:
         else:
             served.loaded.append(name)
     return served
+
+
+def serve_published_on_replicas(
+    factory: sessionmaker[Session], settings: Settings
+) -> dict[str, Served]:
+    """:func:`serve_published` on every Triton replica.
+
+    Raises:
+        maskops_core.triton.ReplicaLookupError: ``MASKOPS_TRITON_DNS`` does not resolve.
+    """
+    return {url: serve_published(factory, url) for url in triton_replicas(settings)}

@@ -26,7 +26,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.dispatch import Dispatcher, dispatch_job
-from maskops_api.published import serve_published
+from maskops_api.published import serve_published_on_replicas
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import rowcount, transaction
 from maskops_core.settings import Settings
@@ -156,11 +156,14 @@ class ReconcilerThread(threading.Thread):
         while not self.stopped.wait(self.settings.reconcile_interval_s):
             try:
                 reconcile(self.factory, self.dispatcher, self.settings)
-                if self.settings.triton_url:
+                if self.settings.has_triton:
                     # A restarted Triton serves nothing until the published models load.
-                    served = serve_published(self.factory, self.settings.triton_url)
-                    if served.loaded or served.failed:
-                        log.info("Triton loaded %s; failed %s", served.loaded, served.failed)
+                    passes = serve_published_on_replicas(self.factory, self.settings)
+                    for url, served in passes.items():
+                        if served.loaded or served.failed:
+                            log.info(
+                                "Triton %s loaded %s; failed %s", url, served.loaded, served.failed
+                            )
             except Exception:
                 log.exception("reconciler pass failed")
 

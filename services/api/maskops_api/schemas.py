@@ -301,6 +301,12 @@ class ModelOut(_Out):
     job_id: int
     published: bool
     created_at: datetime
+    replicas: dict[str, str] | None = Field(
+        default=None,
+        description="GET /models/{name} only: per Triton replica (host:port), this "
+        "version's state there (READY, UNAVAILABLE, LOADING, not loaded) or why the "
+        "replica could not be asked.",
+    )
 
 
 class CocoResult(BaseModel):
@@ -327,6 +333,11 @@ class PublishRequest(_Body):
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
     checks: dict[str, str] = Field(default_factory=dict)
+    triton_replicas: dict[str, str] | None = Field(
+        default=None,
+        description="Per Triton replica (host:port), ok or why it is not ready; /readyz "
+        "answers 200 while one replica of several is.",
+    )
 
 
 class ErrorOut(BaseModel):

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -28,7 +28,14 @@ class Settings(BaseSettings):
     """Folders outside the data root whose files experiment specs sent over REST may name
     (``checkpoint``: pretrained weights the operator provides), as a JSON list."""
     triton_url: str = ""
-    """Triton HTTP endpoint (``host:port``); empty = no Triton (``/readyz`` skips it)."""
+    """Triton HTTP endpoint ``host:port``, or several separated by commas: one per replica,
+    all on the same model repository (docs/operations.md#several-triton-replicas); empty
+    = no Triton (``/readyz`` skips it)."""
+    triton_dns: str = ""
+    """``host:port`` whose host name resolves to one address per Triton replica (a
+    Kubernetes headless service, compose's ``--scale triton=N``), looked up again every
+    ``triton_dns_refresh_s``; its replicas add to ``triton_url``'s."""
+    triton_dns_refresh_s: float = Field(default=10.0, gt=0)
     model_repository: Path = Path("./model_repository")
     triton_net_backend: Literal["python", "onnxruntime", "tensorrt"] = "python"
     """How published models run their network: ``python`` (onnxruntime inside Triton's
@@ -67,6 +74,36 @@ class Settings(BaseSettings):
     """The largest request body of every other route (JSON bodies; refused as it arrives)."""
     task_soft_time_limit_s: int = 7 * 24 * 3600
     task_time_limit_s: int = 7 * 24 * 3600 + 600
+    train_max_restarts: int = Field(default=3, ge=0)
+    """Times torchrun restarts the ranks of a multi-rank train job (each resumes from the
+    last checkpoint) before the job fails with the failing rank's error."""
+    worker_gpus: int | None = Field(default=None, ge=0)
+    """The GPUs this worker reports; None: the NVIDIA devices it sees."""
+    cpu_ranks: int = Field(default=1, ge=1, le=64)
+    """The ranks a worker without a GPU offers a train job (gloo on its cores): a job's
+    ``options.gpus`` may go up to this where no worker has a GPU."""
+
+    @field_validator("triton_url", "triton_dns")
+    @classmethod
+    def _endpoints(cls, value: str, info: ValidationInfo) -> str:
+        entries = [e.strip() for e in value.split(",") if e.strip()]
+        if info.field_name == "triton_dns" and len(entries) > 1:
+            raise ValueError(f"one host:port, not a list: {value!r}")
+        for entry in entries:
+            host, port = split_endpoint(entry)
+            if not host or not port.isdigit():
+                raise ValueError(f"{entry!r} is not host:port")
+        return ",".join(entries)
+
+    @property
+    def triton_endpoints(self) -> list[str]:
+        """``triton_url``'s replicas (``triton_dns``'s are looked up by
+        :func:`maskops_core.triton.triton_replicas`)."""
+        return [e for e in self.triton_url.split(",") if e]
+
+    @property
+    def has_triton(self) -> bool:
+        return bool(self.triton_url or self.triton_dns)
 
     @property
     def gpu_queue(self) -> str:
@@ -85,6 +122,12 @@ class Settings(BaseSettings):
         if self.auth != "auto":
             return self.auth == "required"
         return not is_loopback(self.host)
+
+
+def split_endpoint(endpoint: str) -> tuple[str, str]:
+    """``(host, port)`` of ``host:port`` (an ``http://`` prefix is accepted)."""
+    host, _, port = endpoint.split("://", 1)[-1].rstrip("/").rpartition(":")
+    return host, port
 
 
 def is_loopback(host: str) -> bool:

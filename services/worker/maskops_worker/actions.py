@@ -26,6 +26,7 @@ from maskops_core.options import (
     PublishOptions,
     TrainOptions,
 )
+from maskops_core.triton import ReplicaLookupError, triton_replicas
 from maskops_worker.contract import Action, JobCancelled, JobContext, JobInputError
 
 MAX_LISTED_WARNINGS = 100
@@ -338,15 +339,16 @@ def _inside_data_root(ctx: JobContext, relative: str) -> Path:
 
 
 def publish(ctx: JobContext) -> dict[str, Any]:
-    """Write the parent export into the Triton model repository and roll it out.
+    """Write the parent export into the Triton model repository and roll it out on every
+    Triton replica.
 
-    The new version is listed only once Triton serves it (or no Triton is configured): when
-    Triton cannot load it, the publish is undone, the version before it keeps serving, and
-    the job fails saying why.
+    The new version is listed only once every replica serves it (or no Triton is
+    configured): when one cannot load it, the publish is undone, the version before it
+    serves again on every replica, and the job fails saying why, replica by replica.
     """
     from maskops.serving import PublishError
     from maskops.serving import publish as publish_export
-    from maskops.serving.client import TritonError, roll_out
+    from maskops.serving.replicas import Rollout, roll_out_all
 
     job, settings = ctx.job, ctx.settings
     name = job_options(ctx, PublishOptions).name
@@ -356,18 +358,21 @@ def publish(ctx: JobContext) -> dict[str, Any]:
         str((job.parent_result or {}).get("onnx", "")),
         f"the ONNX of export job {job.parent_job_id}",
     )
+    replicas = _replicas(ctx)
+    rollout: Rollout | None = None
 
     def load(version: int) -> None:
-        # Inside the publish: if Triton cannot load the version, the repository goes back
-        # to what it was (and is loaded again below).
-        _append(ctx, f"wrote {name} version {version}; loading it in Triton")
-        try:
-            roll_out(settings.triton_url, name, version)
-        except TritonError as exc:
+        # Inside the publish: if a replica cannot load the version, the repository goes
+        # back to what it was (and is loaded again below, on every replica).
+        nonlocal rollout
+        _append(ctx, f"wrote {name} version {version}; loading it on {', '.join(replicas)}")
+        rollout = roll_out_all(replicas, name, version)
+        _append(ctx, rollout.summary())
+        if rollout.failed:
             raise TritonLoadFailed(
-                f"Triton did not load {name} version {version}; the repository is as it was"
-                f" before: {exc}"
-            ) from None
+                f"Triton did not load {name} version {version} on every replica "
+                f"({rollout.summary()}); the repository is as it was before"
+            )
 
     try:
         version = publish_export(
@@ -375,39 +380,51 @@ def publish(ctx: JobContext) -> dict[str, Any]:
             settings.model_repository,
             name,
             net_backend=settings.triton_net_backend,
-            activate=load if settings.triton_url else None,
+            activate=load if replicas else None,
         )
     except PublishError as exc:
         raise JobInputError(f"publish {name!r}: {exc}") from None
     except TritonLoadFailed as failed:
-        raise JobInputError(f"{failed} {_restore(ctx, name)}") from None
-    served = bool(settings.triton_url)
-    note = "" if served else "no Triton configured; the version is in the repository"
+        raise JobInputError(f"{failed}. {_restore(ctx, name, replicas)}") from None
+    note = "" if replicas else "no Triton configured; the version is in the repository"
     state.record_published_model(
         ctx.factory, name=name, version=version, export_job_id=job.parent_job_id
     )
     ctx.report(1, 1)
-    return {"name": name, "version": version, "served": served, "note": note}
+    states = rollout.states() if rollout else {}
+    served = bool(replicas)
+    return {"name": name, "version": version, "served": served, "note": note, "replicas": states}
 
 
 class TritonLoadFailed(Exception):
-    """Triton did not serve a version just written (the publish is undone)."""
+    """A Triton replica did not serve a version just written (the publish is undone)."""
 
 
-def _restore(ctx: JobContext, name: str) -> str:
-    """Load what the repository holds again: Triton may have unloaded the serving version
-    of a part whose new version failed. Returns a sentence for the job's error."""
+def _replicas(ctx: JobContext) -> list[str]:
+    """The Triton replicas to publish to, looked up now; none when no Triton is set."""
+    try:
+        replicas = triton_replicas(ctx.settings)
+    except ReplicaLookupError as exc:
+        raise JobInputError(f"cannot find the Triton replicas: {exc}") from None
+    if ctx.settings.has_triton and not replicas:
+        raise JobInputError("MASKOPS_TRITON_DNS resolves to no Triton replica")
+    return replicas
+
+
+def _restore(ctx: JobContext, name: str, replicas: list[str]) -> str:
+    """Load what the repository holds again on every replica: a replica may have unloaded
+    the serving version of a part whose new version failed, and the others loaded the new
+    one. Returns a sentence for the job's error."""
     from maskops.serving import existing_versions
-    from maskops.serving.client import TritonError, roll_out
+    from maskops.serving.replicas import roll_out_all
 
     versions = existing_versions(ctx.settings.model_repository, name)
     if not versions:
         return "No earlier version exists."
-    try:
-        roll_out(ctx.settings.triton_url, name, versions[-1])
-    except TritonError as exc:
-        return f"Reloading version {versions[-1]} failed too: {exc}"
-    return f"Version {versions[-1]} serves again."
+    rollout = roll_out_all(replicas, name, versions[-1])
+    if rollout.failed:
+        return f"Reloading version {versions[-1]}: {rollout.summary()}"
+    return f"Version {versions[-1]} serves again on every replica."
 
 
 ACTIONS: dict[str, Action] = {

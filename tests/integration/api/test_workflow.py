@@ -196,7 +196,13 @@ def test_whole_workflow_over_http(
     assert published.status_code == 202, published.text
     publish_job = wait_for(client, published.json()["id"], {"succeeded", "failed"}, worker=worker)
     assert publish_job["status"] == "succeeded", client.get(f"/jobs/{publish_job['id']}/logs").text
-    assert publish_job["result"] == {"name": "shapes", "version": 1, "served": True, "note": ""}
+    assert publish_job["result"] == {
+        "name": "shapes",
+        "version": 1,
+        "served": True,
+        "note": "",
+        "replicas": {stack.settings.triton_url: "serves version 1"},
+    }
     versions = client.get("/models/shapes").json()
     assert [(v["version"], v["published"], v["job_id"]) for v in versions] == [
         (1, True, exported["id"])

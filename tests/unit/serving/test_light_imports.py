@@ -73,6 +73,7 @@ def test_client_imports_without_torch_or_onnx(tmp_path: Path):
         + "from maskops.serving import EnsembleNames, protocol\n"
         + "from maskops.serving.client import InvalidImage, ModelNotFound, TritonError\n"
         + "from maskops.serving.client import TritonUnavailable, infer_images, roll_out\n"
+        + "from maskops.serving.replicas import ReplicaPool, roll_out_all\n"
         + REPORT.format(watched=[*API_BLOCKED, "maskops"])
     )
     loaded = _run(code, cwd=tmp_path)
@@ -82,6 +83,7 @@ def test_client_imports_without_torch_or_onnx(tmp_path: Path):
         "maskops.serving",
         "maskops.serving.client",
         "maskops.serving.protocol",
+        "maskops.serving.replicas",
     }
 
 

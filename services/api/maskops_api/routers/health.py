@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from maskops_api.deps import FactoryDep, SettingsDep
+from maskops_api.replicas import Readiness, readiness
 from maskops_api.schemas import Health
 from maskops_core.settings import Settings
 from maskops_core.workers import check_workers
@@ -33,18 +34,6 @@ def check_broker(settings: Settings) -> str:
         return "ok"
     except Exception as exc:
         return f"unreachable: {type(exc).__name__}"
-
-
-def check_triton(settings: Settings) -> str:
-    import httpx
-
-    url = settings.triton_url
-    base = url if url.startswith("http") else f"http://{url}"
-    try:
-        response = httpx.get(f"{base}/v2/health/ready", timeout=2)
-    except httpx.HTTPError as exc:
-        return f"unreachable: {type(exc).__name__}"
-    return "ok" if response.status_code == 200 else f"not ready ({response.status_code})"
 
 
 def check_worker(session: Session, settings: Settings, supervisor: Any) -> str:
@@ -74,13 +63,21 @@ def readyz(request: Request, settings: SettingsDep, factory: FactoryDep) -> JSON
         checks["worker"] = f"unknown (the database did not answer: {type(exc).__name__})"
     checks["broker"] = check_broker(settings)
     triton = None if supervisor is None else supervisor.triton
+    replicas: Readiness | None = None
     if triton is not None and triton.problem:
         checks["triton"] = triton.problem
-    elif settings.triton_url:
-        checks["triton"] = check_triton(settings)
-    ok = all(v == "ok" for v in checks.values())
-    body = Health(status="ok" if ok else "degraded", checks=checks)
-    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
+    elif settings.has_triton:
+        replicas = readiness(request.app.state)
+        checks["triton"] = replicas.summary
+    # One Triton replica down of several degrades the service but does not stop it.
+    failing = {name for name, value in checks.items() if value != "ok"}
+    serving = not failing or (failing == {"triton"} and replicas is not None and replicas.serving)
+    body = Health(
+        status="ok" if not failing else "degraded",
+        checks=checks,
+        triton_replicas=replicas.replicas if replicas else None,
+    )
+    return JSONResponse(body.model_dump(), status_code=200 if serving else 503)
 
 
 @router.get(

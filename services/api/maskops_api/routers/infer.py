@@ -1,4 +1,4 @@
-"""``POST /infer``: images in (multipart), COCO results out, through Triton."""
+"""``POST /infer``: images in (multipart), COCO results out, through the Triton replicas."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from maskops_api.deps import FactoryDep, ReadAccess, SettingsDep
 from maskops_api.errors import ERROR_RESPONSES, ApiError, Invalid, NotFound, TooLarge
 from maskops_api.images import ImageError, UnsupportedFormat, read_header
+from maskops_api.replicas import replica_pool
 from maskops_api.schemas import MODEL_NAME_PATTERN, CocoResult
 from maskops_core.db.models import PublishedModel
 from maskops_core.settings import Settings
@@ -72,20 +73,14 @@ async def infer(
     if not await run_in_threadpool(_is_published, factory, model, version):
         which = f"version {version} of " if version else ""
         raise NotFound(f"{which}model {model!r} is not published")
-    if not settings.triton_url:
-        raise Unavailable("no Triton server is configured (MASKOPS_TRITON_URL)")
-    from maskops.serving.client import (
-        InvalidImage,
-        ModelNotFound,
-        TritonError,
-        TritonUnavailable,
-        infer_images,
-    )
+    if not settings.has_triton:
+        raise Unavailable("no Triton is configured (MASKOPS_TRITON_URL, MASKOPS_TRITON_DNS)")
+    from maskops.serving.client import InvalidImage, ModelNotFound, TritonError, TritonUnavailable
 
     try:
+        # Round-robin over the replicas; one that does not answer is skipped.
         per_image = await run_in_threadpool(
-            infer_images,
-            settings.triton_url,
+            replica_pool(request.app.state).infer,
             model,
             payloads,
             score_threshold=score_threshold,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from sqlalchemy import select
 
 from maskops_api.deps import (
@@ -38,14 +38,22 @@ def list_models(session: SessionDep) -> list[ModelOut]:
 
 
 @router.get("/{name}", response_model=list[ModelOut], dependencies=[ReadAccess])
-def get_model(name: ModelName, session: SessionDep) -> list[ModelOut]:
-    """Every version of ``name``, oldest first."""
+def get_model(
+    name: ModelName, session: SessionDep, settings: SettingsDep, request: Request
+) -> list[ModelOut]:
+    """Every version of ``name``, oldest first, with its state on each Triton replica."""
     rows = session.scalars(
         select(PublishedModel).where(PublishedModel.name == name).order_by(PublishedModel.version)
     ).all()
     if not rows:
         raise NotFound(f"model {name!r} not found")
-    return [ModelOut.model_validate(r) for r in rows]
+    states = service.replica_states(request.app.state, name) if settings.has_triton else None
+    return [
+        ModelOut.model_validate(r).model_copy(
+            update={"replicas": None if states is None else states(r.version)}
+        )
+        for r in rows
+    ]
 
 
 @router.post("/{name}/publish", status_code=202, response_model=JobOut, dependencies=[WriteAccess])

@@ -4,16 +4,20 @@ service (synchronous: it only flips rows and asks Triton to unload)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from starlette.datastructures import State
 
 from maskops_api.errors import NotFound
+from maskops_api.replicas import replica_pool
 from maskops_api.schemas import JobCreate
 from maskops_api.services.jobs import create_job
 from maskops_core.actions import JobAction
 from maskops_core.db.models import Job, PublishedModel
 from maskops_core.settings import Settings
+from maskops_core.triton import ReplicaLookupError, triton_replicas
 
 
 def publish_model(
@@ -42,12 +46,34 @@ def unpublish_model(session: Session, settings: Settings, name: str) -> list[Pub
         update(PublishedModel).where(PublishedModel.name == name).values(published=False)
     )
     session.commit()
-    if settings.triton_url:
-        from maskops.serving.client import TritonError, retire
+    if settings.has_triton:
+        from maskops.serving.replicas import retire_all
 
-        # Not loaded (or Triton away): nothing is served either way.
-        with contextlib.suppress(TritonError):
-            retire(settings.triton_url, name)
+        # A replica where it is not loaded (or that is away) serves nothing either way.
+        with contextlib.suppress(ReplicaLookupError):
+            retire_all(triton_replicas(settings), name)
     for row in rows:
         session.refresh(row)
     return rows
+
+
+def replica_states(state: State, name: str) -> Callable[[int], dict[str, str]]:
+    """Ask every Triton replica about ``name`` once; the returned function gives one
+    version's state per replica."""
+    from maskops.serving.client import TritonUnavailable
+    from maskops.serving.replicas import states_all
+
+    try:
+        urls = replica_pool(state).replicas()
+    except TritonUnavailable as exc:
+        asked: dict[str, dict[str, str] | str] = {"MASKOPS_TRITON_DNS": str(exc)}
+    else:
+        asked = states_all(urls, name)
+
+    def of(version: int) -> dict[str, str]:
+        return {
+            url: states if isinstance(states, str) else states.get(str(version), "not loaded")
+            for url, states in asked.items()
+        }
+
+    return of

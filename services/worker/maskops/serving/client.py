@@ -57,7 +57,9 @@ def _client(url: str, *, concurrency: int = 1, timeout_s: float = 60.0) -> Itera
     client = httpclient.InferenceServerClient(
         _strip_scheme(url),
         concurrency=max(1, concurrency),
-        connection_timeout=timeout_s,
+        # A replica that is gone must not hold a request for the whole call's timeout:
+        # the caller moves on to another (maskops.serving.replicas).
+        connection_timeout=min(timeout_s, 10.0),
         network_timeout=timeout_s,
     )
     try:
@@ -152,17 +154,25 @@ def retire(url: str, name: str) -> None:
         unload_model(url, model)
 
 
-def served_version(url: str, model: str) -> str | None:
-    """The version of ``model`` Triton serves (READY in the repository index), or None."""
+def model_states(url: str, model: str) -> dict[str, str]:
+    """Version -> state (``READY``, ``UNAVAILABLE``, ``LOADING``...) of each version of
+    ``model`` Triton knows (its repository index)."""
     try:
         with _client(url, timeout_s=10.0) as client:
             index = client.get_model_repository_index()
     except Exception as exc:
         raise _translate(exc, model, "") from None
-    ready = [
-        e.get("version") for e in index if e.get("name") == model and e.get("state") == "READY"
-    ]
-    return max(ready, key=lambda v: int(v or 0)) if ready else None
+    return {
+        str(e["version"]): str(e.get("state", ""))
+        for e in index
+        if e.get("name") == model and e.get("version")
+    }
+
+
+def served_version(url: str, model: str) -> str | None:
+    """The version of ``model`` Triton serves (READY in the repository index), or None."""
+    ready = [v for v, state in model_states(url, model).items() if state == "READY"]
+    return max(ready, key=int) if ready else None
 
 
 def _request(image: bytes, score_threshold: float) -> list[Any]:

@@ -1,0 +1,182 @@
+"""Several Triton replicas on one shared model repository.
+
+:func:`roll_out_all` loads a version on every replica (each brings it up next to the one it
+serves, as :func:`~maskops.serving.client.roll_out` does) and says how each went;
+:func:`retire_all` stops serving a model everywhere; :class:`ReplicaPool` spreads inference
+round-robin over the replicas that answer, skipping one that does not for a while.
+
+Imports only :mod:`maskops.serving.client` (the API image has no torch nor onnx).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from maskops.serving.client import (
+    ModelNotFound,
+    TritonError,
+    TritonUnavailable,
+    infer_images,
+    model_states,
+    retire,
+    roll_out,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """What loading ``version`` of ``name`` did on each replica: None = it serves it."""
+
+    name: str
+    version: int | None
+    errors: dict[str, str | None]
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return {url: error for url, error in self.errors.items() if error is not None}
+
+    def states(self) -> dict[str, str]:
+        """Per replica, one line: ``serves version N`` or why not."""
+        served = f"serves version {self.version}" if self.version else "serves the newest version"
+        return {url: error or served for url, error in self.errors.items()}
+
+    def summary(self) -> str:
+        return "; ".join(f"{url}: {state}" for url, state in self.states().items())
+
+
+def _on_every(urls: Sequence[str], call: Callable[[str], T]) -> dict[str, T | TritonError]:
+    """``call`` for each replica at once: per replica its answer or its error."""
+
+    def attempt(url: str) -> T | TritonError:
+        try:
+            return call(url)
+        except TritonError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
+        return dict(zip(urls, pool.map(attempt, urls), strict=True))
+
+
+def _errors(outcomes: dict[str, Any]) -> dict[str, str | None]:
+    return {url: str(o) if isinstance(o, TritonError) else None for url, o in outcomes.items()}
+
+
+def roll_out_all(urls: Sequence[str], name: str, version: int | None = None) -> Rollout:
+    """:func:`~maskops.serving.client.roll_out` on every replica at once. Never raises: the
+    caller decides what a replica that failed means (a publish undoes itself everywhere)."""
+    outcomes = _on_every(urls, lambda url: roll_out(url, name, version))
+    return Rollout(name, version, _errors(outcomes))
+
+
+def retire_all(urls: Sequence[str], name: str) -> dict[str, str | None]:
+    """:func:`~maskops.serving.client.retire` on every replica; per replica None or why not."""
+    return _errors(_on_every(urls, lambda url: retire(url, name)))
+
+
+def states_all(urls: Sequence[str], model: str) -> dict[str, dict[str, str] | str]:
+    """Per replica: :func:`~maskops.serving.client.model_states` of ``model``, or why the
+    replica could not be asked."""
+    outcomes = _on_every(urls, lambda url: model_states(url, model))
+    return {url: str(o) if isinstance(o, TritonError) else o for url, o in outcomes.items()}
+
+
+class ReplicaPool:
+    """Inference spread round-robin over Triton replicas.
+
+    A replica that does not answer is skipped for ``down_for_s`` and the request goes on to
+    the next one (inference has no side effect, so a retry is safe); when every replica is
+    marked down they are all tried again rather than refusing at once. ``resolve`` gives the
+    replicas (it may look them up in DNS) and is called again after ``refresh_s``.
+    """
+
+    def __init__(
+        self,
+        resolve: Callable[[], list[str]],
+        *,
+        refresh_s: float = 10.0,
+        down_for_s: float = 5.0,
+    ) -> None:
+        self._resolve, self.refresh_s, self.down_for_s = resolve, refresh_s, down_for_s
+        self._lock = threading.Lock()
+        self._urls: list[str] = []
+        self._resolved_at = float("-inf")
+        self._next = 0
+        self._down_until: dict[str, float] = {}
+
+    def replicas(self) -> list[str]:
+        """The replicas now (looked up again once ``refresh_s`` has passed).
+
+        Raises:
+            TritonUnavailable: the lookup failed (its message says why).
+        """
+        with self._lock:
+            if time.monotonic() - self._resolved_at >= self.refresh_s:
+                try:
+                    self._urls = list(self._resolve())
+                except Exception as exc:
+                    raise TritonUnavailable(str(exc)) from None
+                self._resolved_at = time.monotonic()
+            return list(self._urls)
+
+    def rotation(self) -> list[str]:
+        """The order to try the replicas in for one request: the next in turn first, the
+        ones marked down last."""
+        urls = self.replicas()
+        if not urls:
+            raise TritonUnavailable("no Triton replica is configured")
+        with self._lock:
+            start, self._next = self._next % len(urls), self._next + 1
+            now = time.monotonic()
+            turn = urls[start:] + urls[:start]
+            down = {url for url in turn if self._down_until.get(url, 0.0) > now}
+        return [url for url in turn if url not in down] + [url for url in turn if url in down]
+
+    def mark(self, url: str, *, up: bool) -> None:
+        with self._lock:
+            if up:
+                self._down_until.pop(url, None)
+            else:
+                self._down_until[url] = time.monotonic() + self.down_for_s
+
+    def infer(
+        self, model: str, images: Sequence[bytes], **kwargs: Any
+    ) -> list[list[dict[str, Any]]]:
+        """:func:`~maskops.serving.client.infer_images` on the next replica that answers.
+
+        Raises:
+            ModelNotFound: no replica serves ``model`` (every one answered so).
+            TritonUnavailable: no replica could answer; the message names each one's reason.
+            TritonError: the other errors of the replica that answered (a bad image...).
+        """
+        unreachable: dict[str, str] = {}
+        missing: dict[str, ModelNotFound] = {}
+        for url in self.rotation():
+            try:
+                answer = infer_images(url, model, images, **kwargs)
+            except TritonUnavailable as exc:
+                self.mark(url, up=False)
+                unreachable[url] = str(exc)
+            except ModelNotFound as exc:
+                # Published but not loaded there (a replica that restarted and has not been
+                # given its models back yet): another replica may serve it.
+                missing[url] = exc
+            else:
+                self.mark(url, up=True)
+                return answer
+        if unreachable:
+            reasons = unreachable | {url: str(exc) for url, exc in missing.items()}
+            raise TritonUnavailable(f"no Triton replica is ready: {_listed(reasons)}")
+        if len(missing) == 1:
+            raise next(iter(missing.values()))
+        raise ModelNotFound(f"no Triton replica serves {model}: {_listed(missing)}")
+
+
+def _listed(reasons: dict[str, Any]) -> str:
+    return "; ".join(f"{url}: {reason}" for url, reason in reasons.items())

@@ -1,0 +1,82 @@
+"""Which Triton replicas the settings name, and the order inference tries them in.
+
+Real sockets: the "down" replicas are free loopback ports nothing listens on. Two real
+Triton replicas are in tests/integration/api/test_triton_replicas.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from maskops.serving.client import TritonUnavailable
+from maskops.serving.replicas import ReplicaPool, roll_out_all
+from maskops_core.settings import Settings
+from maskops_core.triton import ReplicaLookupError, triton_replicas
+from maskops_triton.launcher import free_port
+
+
+def _settings(**values: str) -> Settings:
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
+
+
+def test_triton_url_takes_a_comma_separated_list() -> None:
+    settings = _settings(triton_url=" 10.0.0.1:8000, http://10.0.0.2:8000 ,")
+    assert settings.triton_endpoints == ["10.0.0.1:8000", "http://10.0.0.2:8000"]
+    assert triton_replicas(settings) == settings.triton_endpoints
+    assert _settings(triton_url="127.0.0.1:8000").triton_endpoints == ["127.0.0.1:8000"]
+    assert not _settings().has_triton and triton_replicas(_settings()) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("triton_url", "127.0.0.1:8000,triton", "'triton' is not host:port"),
+        ("triton_url", "triton:http", "'triton:http' is not host:port"),
+        ("triton_dns", "a:1,b:2", "one host:port, not a list"),
+    ],
+)
+def test_a_bad_endpoint_is_named(field: str, value: str, named: str) -> None:
+    with pytest.raises(ValidationError, match=named) as raised:
+        _settings(**{field: value})
+    assert field in str(raised.value)
+
+
+def test_triton_dns_adds_every_address_of_the_name() -> None:
+    settings = _settings(triton_url="10.0.0.9:8000", triton_dns="localhost:8123")
+    replicas = triton_replicas(settings)
+    assert replicas[0] == "10.0.0.9:8000" and "127.0.0.1:8123" in replicas[1:]
+    with pytest.raises(ReplicaLookupError, match=r"triton\.invalid does not resolve"):
+        triton_replicas(_settings(triton_dns="triton.invalid:8000"))
+
+
+def test_rotation_is_round_robin_and_puts_a_down_replica_last() -> None:
+    pool = ReplicaPool(lambda: ["a:1", "b:2", "c:3"])
+    assert [pool.rotation()[0] for _ in range(4)] == ["a:1", "b:2", "c:3", "a:1"]
+    pool.mark("b:2", up=False)
+    assert pool.rotation() == ["c:3", "a:1", "b:2"]  # b's turn: skipped
+    assert pool.rotation() == ["c:3", "a:1", "b:2"]
+    pool.mark("b:2", up=True)
+    assert pool.rotation() == ["a:1", "b:2", "c:3"]
+
+
+def test_no_replica_answering_is_unavailable_naming_each() -> None:
+    down = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    pool = ReplicaPool(lambda: down, down_for_s=60)
+    with pytest.raises(TritonUnavailable, match="no Triton replica is ready") as raised:
+        pool.infer("shapes", [b"image"])
+    assert all(url in str(raised.value) for url in down)
+    # Both marked down, both still tried: a request is refused only when none answers.
+    with pytest.raises(TritonUnavailable, match=down[1]):
+        pool.infer("shapes", [b"image"])
+    with pytest.raises(TritonUnavailable, match="no Triton replica is configured"):
+        ReplicaPool(lambda: []).infer("shapes", [b"image"])
+    with pytest.raises(TritonUnavailable, match="does not resolve"):
+        ReplicaPool(lambda: triton_replicas(_settings(triton_dns="x.invalid:1"))).replicas()
+
+
+def test_roll_out_all_reports_each_replica() -> None:
+    down = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    rollout = roll_out_all(down, "shapes", 3)
+    assert set(rollout.failed) == set(down)
+    assert all("not reachable" in state for state in rollout.states().values())
