@@ -2,7 +2,9 @@
 
 Running the same command again with the same RESULTS_DIR resumes from its newest
 checkpoint. Ctrl-C (or SIGTERM) stops at the next step boundary and saves a checkpoint; a
-second Ctrl-C interrupts at once.
+second Ctrl-C interrupts at once. ``--gpus N`` (TAO's ``-np/--num_processes`` too) starts N
+ranks under torchrun (:mod:`maskops.engine.launcher`); ``--max_restarts`` restarts them
+from the last checkpoint when one crashes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from maskops.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from maskops.engine import TrainResult
     from maskops.spec.models import ExperimentSpec
 
 
@@ -56,9 +59,18 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--gpus",
+        "-np",
+        "--num_processes",
+        dest="gpus",
         type=int,
         default=1,
-        help="processes (one per GPU; gloo on CPU); learning rates scale linearly with it",
+        help="ranks under torchrun (one per GPU; gloo on CPU); learning rates scale linearly",
+    )
+    parser.add_argument(
+        "--max_restarts",
+        type=int,
+        default=0,
+        help="with --gpus > 1: times torchrun restarts the ranks (from the last checkpoint)",
     )
     parser.add_argument("--gpu_index", type=int, default=0, help="first CUDA device to use")
     parser.add_argument(
@@ -101,31 +113,25 @@ def training_spec(args: argparse.Namespace) -> ExperimentSpec:
 
 def run(args: argparse.Namespace) -> int:
     from maskops.engine import (
-        CancelHook,
         NonFiniteLossError,
+        RankFailed,
         TrainingCancelled,
         TrainingError,
-        run_training,
     )
 
     spec = training_spec(args)
     if args.gpus < 1:
         raise CLIError(f"--gpus must be >= 1, got {args.gpus}")
+    if args.max_restarts < 0:
+        raise CLIError(f"--max_restarts must be >= 0, got {args.max_restarts}")
     if args.log_file is not None:
         args.log_file.parent.mkdir(parents=True, exist_ok=True)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     stop = _graceful_stop()
     try:
-        result = run_training(
-            spec,
-            args.results_dir,
-            gpus=args.gpus,
-            gpu_index=args.gpu_index,
-            log_file=args.log_file,
-            extra_hooks=[CancelHook(stop.is_set)],
-        )
-    except NonFiniteLossError as exc:
+        result = _train(spec, args, stop)
+    except (NonFiniteLossError, RankFailed) as exc:
         # The run itself failed (exit 1); any other TrainingError is bad input (exit 2).
         raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None
     except TrainingError as exc:
@@ -137,3 +143,24 @@ def run(args: argparse.Namespace) -> int:
     print(f"training finished at step {result.step}/{result.total_steps}{ended}")
     print(f"checkpoint: {result.checkpoint}")
     return EXIT_OK
+
+
+def _train(spec: ExperimentSpec, args: argparse.Namespace, stop: threading.Event) -> TrainResult:
+    """In this process for one rank; several go through torchrun (the one launcher)."""
+    from maskops.engine import CancelHook, run_training
+    from maskops.engine.launcher import RankPlan, train_under_torchrun
+
+    if args.gpus == 1:
+        return run_training(
+            spec,
+            args.results_dir,
+            gpu_index=args.gpu_index,
+            log_file=args.log_file,
+            extra_hooks=[CancelHook(stop.is_set)],
+        )
+    plan = RankPlan(
+        nproc_per_node=args.gpus, max_restarts=args.max_restarts, gpu_index=args.gpu_index
+    )
+    return train_under_torchrun(
+        spec, args.results_dir, plan, log_file=args.log_file, should_stop=stop.is_set
+    )

@@ -74,6 +74,42 @@ def resolve_model_path(path: Path) -> Path:
     return found
 
 
+RANK_STATE_DIR = "rank_state"
+"""RNG states of ranks 1..N-1, one file per rank and checkpoint step: each rank samples with
+its own generator, so a resumed multi-rank run restores every rank's (rank 0's is in the
+checkpoint)."""
+
+
+def rank_state_path(directory: Path, rank: int, step: int) -> Path:
+    return directory / RANK_STATE_DIR / f"rank-{rank}.step-{step}.pth"
+
+
+def save_rank_state(directory: Path, rank: int, step: int, *, keep: int) -> Path:
+    """Write this rank's RNG state at ``step`` (atomically); keep its newest ``keep + 1``."""
+    path = rank_state_path(directory, rank, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    torch.save(capture_rng_state(), partial)
+    partial.replace(path)
+    mine = sorted(
+        path.parent.glob(f"rank-{rank}.step-*.pth"),
+        key=lambda p: int(p.stem.rsplit("-", 1)[1]),
+    )
+    for old in mine[: max(0, len(mine) - max(1, keep) - 1)]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def restore_rank_state(directory: Path, rank: int, step: int) -> bool:
+    """Restore this rank's RNG state of ``step``; False when it was not saved (the rank
+    then continues with rank 0's)."""
+    path = rank_state_path(directory, rank, step)
+    if not path.is_file():
+        return False
+    restore_rng_state(torch.load(path, weights_only=True))
+    return True
+
+
 @dataclass
 class Checkpointer:
     """Saves and restores everything a run needs to continue exactly where it stopped."""

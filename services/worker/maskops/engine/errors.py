@@ -21,6 +21,11 @@ class NonFiniteLossError(TrainingError):
         self.step = step
 
 
+class RankFailed(TrainingError):
+    """A rank of a torchrun group failed and its restarts are spent (or the hosts of a run
+    did not gather): the run failed, not its input. The message is the rank's error."""
+
+
 class TrainingCancelled(Exception):
     """Training stopped on request at a step boundary; ``checkpoint`` holds that step."""
 

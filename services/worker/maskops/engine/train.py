@@ -33,8 +33,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from maskops.data.labels import LabelMap
-from maskops.engine.checkpointing import Checkpointer, latest_checkpoint
-from maskops.engine.distributed import RankInfo, launch, torchrun_env
+from maskops.engine.checkpointing import (
+    Checkpointer,
+    latest_checkpoint,
+    restore_rank_state,
+    save_rank_state,
+)
+from maskops.engine.distributed import RankInfo, run_rank, torchrun_env
 from maskops.engine.errors import TrainingCancelled, TrainingError
 from maskops.engine.hooks import (
     PER_CLASS_KEYS,
@@ -360,6 +365,8 @@ def _train_rank_inner(
         start_step = checkpointer.resume(resume_from)
         if info.is_main:
             logger.info("resuming from %s at step %d of %d", resume_from, start_step, total_steps)
+        elif not restore_rank_state(results_dir, info.rank, start_step):
+            logger.warning("rank %d: no RNG state of step %d, rank 0's used", info.rank, start_step)
 
     train_model: nn.Module = model
     if world_size > 1:
@@ -395,7 +402,13 @@ def _train_rank_inner(
         clip_grad_norm=spec.global_gradient_clip_ratio,
     )
     trainer.last_checkpoint = resume_from
-    hooks: list[HookBase] = []
+    checkpoint_period = spec.save_checkpoints_steps or spec.num_steps_per_eval
+    hooks: list[HookBase] = [
+        CheckpointHook(
+            checkpoint_period,
+            lambda step: save_rank_state(results_dir, info.rank, step, keep=spec.keep_checkpoints),
+        )
+    ]
     if info.is_main:
         eval_hook = EvalHook(
             spec.num_steps_per_eval, eval_fn or default_eval_fn(spec, info, amp, label_map)
@@ -412,9 +425,7 @@ def _train_rank_inner(
             TrainingMetricsHook(
                 log_every, l2_params=regularized_parameters(model), l2_weight_decay=l2
             ),
-            CheckpointHook(
-                spec.save_checkpoints_steps or spec.num_steps_per_eval, checkpointer.save
-            ),
+            CheckpointHook(checkpoint_period, checkpointer.save),
             eval_hook,
             BestCheckpointHook(
                 best_metric,
@@ -470,10 +481,11 @@ def run_training(
 ) -> TrainResult:
     """Train (or resume training) the spec's model into ``results_dir``.
 
-    ``gpus`` processes run DistributedDataParallel (gloo on a CPU-only machine); under
-    torchrun the environment's rank and world size win. ``extra_hooks`` run on rank 0 only
-    in this process (a :class:`~maskops.engine.hooks.CancelHook`, a progress reporter);
-    they need not be picklable. ``eval_fn`` replaces the periodic evaluation (COCO
+    ``gpus`` > 1 starts that many ranks under torchrun (DistributedDataParallel; gloo on a
+    CPU-only machine) through :func:`maskops.engine.launcher.train_under_torchrun`, which
+    also takes a stop request and a progress callback. ``extra_hooks`` (a
+    :class:`~maskops.engine.hooks.CancelHook`, a progress reporter) and ``eval_fn`` run in
+    this process, so only with one rank. ``eval_fn`` replaces the periodic evaluation (COCO
     metrics when available, else validation loss). ``log_every``: steps between metric logs
     (None = the spec's logging_frequency, or every 10 steps when that is 0).
     ``channels_last``: NHWC weights and activations (see bench/bench_train.py for whether it
@@ -485,21 +497,57 @@ def run_training(
     """
     if gpus < 1:
         raise TrainingError(f"--gpus must be >= 1, got {gpus}")
+    if gpus > 1 and torchrun_env() is None:
+        if extra_hooks or eval_fn is not None or channels_last:
+            raise TrainingError(
+                "extra_hooks, eval_fn and channels_last run in this process: with gpus > 1 "
+                "the ranks run under torchrun (use maskops.engine.launcher)"
+            )
+        from maskops.engine.launcher import RankPlan, train_under_torchrun
+
+        plan = RankPlan(nproc_per_node=gpus, gpu_index=gpu_index)
+        return train_under_torchrun(spec, results_dir, plan, log_file=log_file, log_every=log_every)
+    result = train_this_rank(
+        spec,
+        results_dir,
+        gpu_index=gpu_index,
+        log_file=log_file,
+        extra_hooks=extra_hooks,
+        eval_fn=eval_fn,
+        log_every=log_every,
+        channels_last=channels_last,
+    )
+    assert result is not None, "rank 0 returns the result"
+    return result
+
+
+def train_this_rank(
+    spec: ExperimentSpec,
+    results_dir: Path,
+    *,
+    gpu_index: int = 0,
+    log_file: Path | None = None,
+    extra_hooks: Sequence[HookBase] = (),
+    eval_fn: EvalFn | None = None,
+    log_every: int | None = None,
+    channels_last: bool = False,
+) -> TrainResult | None:
+    """This process's rank of the run (torchrun's, else rank 0 of 1): rank 0 returns the
+    result, the others None. Arguments as :func:`run_training`'s."""
     if log_every is None:
         log_every = spec.logging_frequency or LOG_PERIOD
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    world_size = gpus if torchrun_env() is None else torchrun_env()[1]  # type: ignore[index]
-    if world_size > 1 and not torch.cuda.is_available():
-        logger.info("no CUDA device: %d processes train on the CPU with the gloo backend", gpus)
+    env = torchrun_env()
+    if env is not None and env[1] > 1 and env[0] == 0 and not torch.cuda.is_available():
+        logger.info("no CUDA device: %d processes train on the CPU with the gloo backend", env[1])
     try:
         check_trackers(spec)
-        result = launch(
+        return run_rank(
             _train_rank,
-            world_size=gpus,
             gpu_index=gpu_index,
             args=(spec, results_dir, log_file),
-            main_kwargs={
+            kwargs={
                 "extra_hooks": tuple(extra_hooks),
                 "eval_fn": eval_fn,
                 "log_every": log_every,
@@ -507,14 +555,16 @@ def run_training(
             },
         )
     except (TrainingError, RuntimeError) as exc:
-        # A failure before the loop started has no status yet: record it for the worker.
-        status = results_dir / STATUS_FILE
-        try:
-            state = json.loads(status.read_text()).get("state")
-        except (OSError, ValueError):
-            state = None
-        if state != "failed":
-            write_json_atomic(status, {"state": "failed", "error": str(exc)})
+        if env is None or env[0] == 0:
+            _record_failure(results_dir / STATUS_FILE, exc)
         raise
-    assert result is not None, "rank 0 returns the result"
-    return result
+
+
+def _record_failure(status: Path, exc: BaseException) -> None:
+    """A failure before the loop started has no status yet: record it for the worker."""
+    try:
+        state = json.loads(status.read_text()).get("state")
+    except (OSError, ValueError):
+        state = None
+    if state != "failed":
+        write_json_atomic(status, {"state": "failed", "error": str(exc)})

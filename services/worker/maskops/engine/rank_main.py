@@ -1,0 +1,90 @@
+"""One training rank under torchrun: ``python -m maskops.engine.rank_main --spec S
+--results_dir D [--cancel_file F] [--gpu_index I] [--log_file L] [--log_every N]``.
+
+torchrun (:mod:`maskops.engine.launcher`) starts this once per rank with ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous in the environment. Rank 0 writes the
+checkpoints, logs and ``status.json`` as a one-process run does; a rank that fails records
+its error in ``launch/rank-<R>.error`` (for the parent's report) and exits non-zero, which
+makes torchrun stop or restart the whole group. A cancelled run exits 0: ``status.json``
+says ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from maskops.engine.distributed import torchrun_env
+from maskops.engine.errors import NonFiniteLossError, TrainingCancelled, TrainingError
+from maskops.engine.hooks import CancelHook, write_json_atomic
+from maskops.engine.launcher import ERROR_SUFFIX, LAUNCH_DIR
+from maskops.engine.train import train_this_rank
+from maskops.spec.models import ExperimentSpec
+
+logger = logging.getLogger("maskops.train")
+
+RESTART_VARIABLE = "TORCHELASTIC_RESTART_COUNT"
+"""Set by torchrun: how many times it has restarted the group."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m maskops.engine.rank_main")
+    parser.add_argument("--spec", type=Path, required=True, help="the resolved spec (JSON)")
+    parser.add_argument("--results_dir", type=Path, required=True)
+    parser.add_argument("--cancel_file", type=Path, default=None, help="stop when it exists")
+    parser.add_argument("--gpu_index", type=int, default=0)
+    parser.add_argument("--log_file", type=Path, default=None)
+    parser.add_argument("--log_every", type=int, default=None)
+    return parser
+
+
+def record_error(results_dir: Path, rank: int, exc: BaseException) -> None:
+    """``launch/rank-<R>.error``: this rank's one-line error for the parent's report."""
+    input_error = isinstance(exc, TrainingError) and not isinstance(exc, NonFiniteLossError)
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    write_json_atomic(
+        results_dir / LAUNCH_DIR / f"rank-{rank}{ERROR_SUFFIX}",
+        {
+            "rank": rank,
+            "error": text if isinstance(exc, TrainingError) else f"{type(exc).__name__}: {text}",
+            "input_error": input_error,
+            "attempt": int(os.environ.get(RESTART_VARIABLE, "0")),
+            "time": time.time(),
+        },
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    rank = (torchrun_env() or (0, 1, 0))[0]
+    restarts = int(os.environ.get(RESTART_VARIABLE, "0"))
+    if restarts and rank == 0:
+        # Also in the job's log: the group was restarted and resumes from its checkpoint.
+        logger.warning("torchrun restarted the ranks (restart %d): resuming", restarts)
+    try:
+        spec = ExperimentSpec.model_validate_json(args.spec.read_text())
+        hooks = [CancelHook.on_file(args.cancel_file)] if args.cancel_file else []
+        train_this_rank(
+            spec,
+            args.results_dir,
+            gpu_index=args.gpu_index,
+            log_file=args.log_file if rank == 0 else None,
+            extra_hooks=hooks if rank == 0 else [],
+            log_every=args.log_every,
+        )
+    except TrainingCancelled as exc:
+        logger.info("%s", exc)
+    except Exception as exc:
+        record_error(args.results_dir, rank, exc)
+        logger.error("rank %d failed: %s", rank, exc)
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
