@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
-import os
 import random
 import statistics
 import subprocess
@@ -47,6 +45,7 @@ import httpx
 import psycopg
 import redis
 from api_process import REPO, start_api
+from machine import start_run, write_results
 from sqlalchemy import create_engine, make_url, text
 
 RESULTS = REPO / "bench" / "results" / "bench_api.json"
@@ -224,7 +223,10 @@ def main() -> int:
         "--database-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test"
     )
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
+    parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    conditions = start_run(require_idle=args.require_idle)
 
     tag = uuid.uuid4().hex[:8]
     schema = f"maskops_bench_{tag}"
@@ -325,14 +327,12 @@ def main() -> int:
     results.update(
         clients=args.clients,
         update_interval_s=args.update_interval,
-        cpu_count=os.cpu_count(),
         idempotency_exact=ok,
         poll_p99_over_healthz_p99=round(ratio, 2),
         goal_poll_p99_ms=25,
         goal_met=results["status_poll"]["p99_ms"] < 25,
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    write_results(args.out, results, conditions)
     print(f"submissions: {s['submissions']} x2 in {s['seconds']} s -> "
           f"{s['jobs_in_database']} jobs (exact: {ok})")  # fmt: skip
     for name in ("healthz", "status_poll", "status_poll_cold", "list_jobs"):
@@ -340,7 +340,6 @@ def main() -> int:
         print(f"{name:12s} p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  "
               f"{r['requests_per_s']:8.1f} req/s  errors {r['errors']}")  # fmt: skip
     print(f"ratio status-poll p99 / healthz p99 (baseline): {ratio:.2f}x")
-    print(f"wrote {RESULTS}")
     return 0 if ok else 1
 
 

@@ -36,9 +36,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from machine import start_run, write_results
 from PIL import Image
 from pycocotools import mask as coco_mask
 from pycocotools.coco import COCO
+from timing import alternate
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms.functional import pil_to_tensor
 
@@ -220,9 +222,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300, help="samples timed per pipeline")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader / converter processes")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating timing rounds (best)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated timing rounds")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
     args = parser.parse_args()
+    conditions = start_run(require_idle=args.require_idle)
     size, image_size = tuple(args.size), tuple(args.image_size)
 
     root = Path(tempfile.mkdtemp(prefix="bench_data_"))
@@ -259,15 +263,19 @@ def main() -> None:
             collate_fn=_list_collate,
             generator=torch.Generator().manual_seed(0),
         )
-        ours: list[float] = []
-        baseline: list[float] = []
-        for _ in range(args.rounds):
-            baseline.append(samples_per_second(reference_loader, batches, args.batch_size))
-            ours.append(samples_per_second(ours_loader, batches, args.batch_size))
-        ratio = max(ours) / max(baseline)
+        baseline, ours = alternate(
+            [
+                lambda: samples_per_second(reference_loader, batches, args.batch_size),
+                lambda: samples_per_second(ours_loader, batches, args.batch_size),
+            ],
+            args.rounds,
+            warmup=0,
+        )
+        ratio = ours.median / baseline.median
         print(
-            f"pipeline: maskops {max(ours):.1f} samples/s vs torchvision reference "
-            f"{max(baseline):.1f} samples/s -> ratio {ratio:.2f}x (goal >= 2x)"
+            f"pipeline: maskops {ours.median:.1f} samples/s vs torchvision reference "
+            f"{baseline.median:.1f} samples/s (medians of {args.rounds} rounds) -> ratio "
+            f"{ratio:.2f}x (goal >= 2x)"
         )
         results = {
             "config": {
@@ -278,18 +286,15 @@ def main() -> None:
                 "samples": batches * args.batch_size,
                 "batch_size": args.batch_size,
                 "workers": args.workers,
-                "cpus": len(os.sched_getaffinity(0)),
             },
             "conversion": {"all": full, "fifth": small},
             "pipeline": {
-                "maskops_samples_per_s": ours,
-                "reference_samples_per_s": baseline,
-                "ratio": ratio,
+                "maskops": ours.summary("samples_per_s", digits=2),
+                "reference": baseline.summary("samples_per_s", digits=2),
+                "ratio": round(ratio, 3),
             },
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        write_results(args.out, results, conditions)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -109,7 +109,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 import torch
-from machine import describe_machine
+from machine import start_run, write_results
 from timing import paired_median_seconds
 from torch import nn
 
@@ -715,8 +715,8 @@ def format_table(rows: list[dict[str, Any]], image_size: tuple[int, int]) -> str
 
 def main() -> None:
     args = parse_args()
-    machine = describe_machine()
-    print(f"machine {json.dumps(machine)}", flush=True)
+    conditions = start_run()
+    print(f"machine {json.dumps(conditions.machine)}", flush=True)
     quality = QualityBench(args) if args.retrain else None
     trained = {nlayers: quality.train_base(nlayers) for nlayers in args.archs} if quality else {}
     settings = {
@@ -745,49 +745,41 @@ def main() -> None:
     out = args.out or (
         RESULTS if args.heads == "tao" else RESULTS.with_name(f"bench_prune_{args.heads}.json")
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "image_size": list(args.image_size),
-                "weights": "the trained base (--retrain)"
-                if args.retrain
-                else str(args.checkpoint or "synthetic U(0,1) spread"),
-                "heads": args.heads,
-                "options": {
-                    "criteria": [str(c) for c in criteria(args)],
-                    "granularity": args.granularity,
-                    "min_filters": args.min_filters,
-                    "excluded_layers": args.excluded_layers,
-                },
-                "machine": machine,
-                "retraining": {
-                    "train_steps": args.train_steps,
-                    "base_checkpoint": str(args.base_checkpoint) if args.base_checkpoint else None,
-                    "unpruned_from": str(args.unpruned_from) if args.unpruned_from else None,
-                    "retrain_steps": args.retrain_steps,
-                    "seeds": args.seeds,
-                    "first_seed": args.first_seed,
-                    "target_macs": args.target_macs,
-                    "threshold_resolution": args.threshold_resolution,
-                    "threshold_search_macs": searches,
-                    "base_metrics": quality.base_metrics if quality else {},
-                    "reference": args.reference,
-                    "demo_images": args.demo_images,
-                    "base_l1_weight_decay": args.l1_weight_decay,
-                    "base_l1_weight_decay_layers": args.l1_weight_decay_layers,
-                    "use_amp": args.use_amp,
-                    "freeze_bn": args.freeze_bn,
-                }
-                if args.retrain
-                else None,
-                "rows": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {out}")
+    figures = {
+        "image_size": list(args.image_size),
+        "weights": "the trained base (--retrain)"
+        if args.retrain
+        else str(args.checkpoint or "synthetic U(0,1) spread"),
+        "heads": args.heads,
+        "options": {
+            "criteria": [str(c) for c in criteria(args)],
+            "granularity": args.granularity,
+            "min_filters": args.min_filters,
+            "excluded_layers": args.excluded_layers,
+        },
+        "retraining": {
+            "train_steps": args.train_steps,
+            "base_checkpoint": str(args.base_checkpoint) if args.base_checkpoint else None,
+            "unpruned_from": str(args.unpruned_from) if args.unpruned_from else None,
+            "retrain_steps": args.retrain_steps,
+            "seeds": args.seeds,
+            "first_seed": args.first_seed,
+            "target_macs": args.target_macs,
+            "threshold_resolution": args.threshold_resolution,
+            "threshold_search_macs": searches,
+            "base_metrics": quality.base_metrics if quality else {},
+            "reference": args.reference,
+            "demo_images": args.demo_images,
+            "base_l1_weight_decay": args.l1_weight_decay,
+            "base_l1_weight_decay_layers": args.l1_weight_decay_layers,
+            "use_amp": args.use_amp,
+            "freeze_bn": args.freeze_bn,
+        }
+        if args.retrain
+        else None,
+        "rows": rows,
+    }
+    write_results(out, figures, conditions)
 
 
 if __name__ == "__main__":

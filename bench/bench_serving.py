@@ -1,48 +1,59 @@
-"""Serving benchmark: ratios measured in one run (issue 7).
+"""Serving benchmark: every arm timed in the same run, in alternated rounds (issue 25).
 
-1. onnxruntime fp32 vs PyTorch eager (CPU), per backbone and image size (goal >= 1.3x).
-2. onnxruntime int8 QDQ vs fp32.
-3. Post-processing of 100 detections: maskops paste + RLE vs torchvision's
-   ``paste_masks_in_image`` + ``pycocotools.mask.encode`` (goal >= 5x).
-4. ``POST /infer`` through the API (``python -m maskops_api.server``, multipart upload)
+1. The network, per backbone, image size and batch size (``--batches``): PyTorch eager
+   fp32; eager bf16 + channels_last where the CPU has native bf16 kernels (skipped with a
+   message elsewhere); onnxruntime fp32 and int8 QDQ. With ``--device cuda``: eager fp32,
+   fp16 and bf16 (where the GPU has it) on the GPU, onnxruntime's CUDA and TensorRT
+   execution providers where this onnxruntime build has them. The exported graph takes one
+   image per ``session.run``: a batch of b is b runs. Each arm: p50/p90/p99 latency of a
+   batch and images/s at the p50, over ``--reps`` rounds.
+2. Post-processing of 100 detections: maskops paste + RLE vs torchvision's
+   ``paste_masks_in_image`` + ``pycocotools.mask.encode``.
+3. ``POST /infer`` through the API (``python -m maskops_api.server``, multipart upload)
    and Triton, and Triton alone (encoded image -> COCO JSON through the ensemble), each vs
-   the same steps in-process (decode/resize + ONNX + post-processing): p50 overhead (goal
-   <= 15 %), and throughput with concurrent clients (dynamic batching on).
+   the same steps in-process (decode/resize + ONNX + post-processing): p50/p90/p99, and
+   images/s through ``/infer`` with concurrent clients (Triton's dynamic batching on).
 
 Random weights (100 detections per image: the worst case for post-processing). Defaults
 run in a few minutes on 2 cores; ``--full`` runs the issue's sizes (resnet18 and 50 at
-480x640 and 832x1344). Figures go to bench/results/bench_serving.json
-(bench_serving_full.json with ``--full``).
+512x640 and 832x1344). Figures go to bench/results/bench_serving.json
+(bench_serving_full.json with ``--full``; ``--out`` elsewhere).
 
     .venv/bin/python bench/bench_serving.py [--full] [--reps N] [--no-triton]
+    # on a GPU host (no GPU figure has been taken yet):
+    .venv/bin/python bench/bench_serving.py --device cuda --full --batches 1 4 8 --no-triton \\
+        --out bench/results/bench_serving_cuda.json
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
-import json
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pycocotools.mask as mask_util
 import torch
 from api_process import start_api
-from machine import describe_machine
+from machine import start_run, write_results
 from PIL import Image
-from timing import paired_median_seconds
+from timing import Spread, alternated_seconds
 from torchvision.models.detection.roi_heads import paste_masks_in_image
 
 from maskops.data.labels import LabelMap
+from maskops.engine.trainer import cpu_has_native_bf16
 from maskops.evaluation.postprocess import paste_masks_rle
+from maskops.evaluation.predictor import TorchPredictor
 from maskops.export.graph import GraphMetadata, set_metadata, trace_to_onnx
 from maskops.export.precision import quantize_int8
 from maskops.export.predictor import OnnxPredictor
@@ -52,6 +63,7 @@ from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 RESULTS = Path(__file__).parent / "results" / "bench_serving.json"
 LABELS = LabelMap.from_coco_categories([{"id": i, "name": f"c{i}"} for i in (1, 2, 3)])
+Predict = Callable[[list[torch.Tensor]], Any]
 
 
 def random_model(nlayers: int, image_size: tuple[int, int]) -> torch.nn.Module:
@@ -80,49 +92,107 @@ def metadata(nlayers: int, image_size: tuple[int, int], data_type: str) -> Graph
     )
 
 
+def latency(spread: Spread, batch: int) -> dict[str, Any]:
+    """p50/p90/p99 of one batch in ms, and images/s at the p50."""
+    return {
+        "p50_ms": round(spread.percentile(50) * 1e3, 2),
+        "p90_ms": round(spread.percentile(90) * 1e3, 2),
+        "p99_ms": round(spread.percentile(99) * 1e3, 2),
+        "images_per_s": round(batch / spread.median, 3),
+        "rounds": len(spread.values),
+    }
+
+
+def eager_arms(model: torch.nn.Module, device: torch.device) -> dict[str, Predict]:
+    """PyTorch eager as a user would run it on ``device``: fp32, and the reduced precisions
+    the hardware runs natively."""
+    arms: dict[str, Predict] = {"eager_fp32": TorchPredictor(model.to(device), device=device)}
+    if device.type == "cuda":
+        arms["eager_fp16"] = TorchPredictor(model, device=device, autocast_dtype=torch.float16)
+        if torch.cuda.is_bf16_supported():
+            arms["eager_bf16"] = TorchPredictor(model, device=device, autocast_dtype=torch.bfloat16)
+    elif cpu_has_native_bf16():
+        channels_last = copy.deepcopy(model).to(memory_format=torch.channels_last)
+        arms["eager_bf16_channels_last"] = TorchPredictor(
+            channels_last, device=device, autocast_dtype=torch.bfloat16
+        )
+    else:
+        print("eager bf16 + channels_last skipped: this CPU has no native bf16 kernels")
+    return arms
+
+
+def onnx_arms(
+    graph: onnx.ModelProto, path: Path, meta: Callable[[str], GraphMetadata], device: torch.device
+) -> dict[str, Predict]:
+    """onnxruntime on the CPU (fp32 and int8) or, on CUDA, each GPU provider present."""
+    if device.type == "cuda":
+        available = ort.get_available_providers()
+        arms: dict[str, Predict] = {}
+        for name, provider in (
+            ("ort_cuda", "CUDAExecutionProvider"),
+            ("ort_tensorrt", "TensorrtExecutionProvider"),
+        ):
+            if provider in available:
+                arms[name] = OnnxPredictor(path, providers=[provider, "CPUExecutionProvider"])
+            else:
+                print(f"{name} skipped: this onnxruntime build has no {provider}")
+        return arms
+    int8_graph, _ = quantize_int8(
+        graph,
+        [
+            torch.rand(3, *meta("fp32").image_size, generator=torch.Generator().manual_seed(i))
+            for i in range(4)
+        ],
+        work_dir=path.parent,
+    )
+    set_metadata(int8_graph, meta("int8"))
+    return {
+        "ort_fp32": OnnxPredictor(path, providers=["CPUExecutionProvider"]),
+        "ort_int8": OnnxPredictor(
+            int8_graph.SerializeToString(),
+            metadata=meta("int8"),
+            providers=["CPUExecutionProvider"],
+        ),
+    }
+
+
 def bench_network(
-    nlayers: int, image_size: tuple[int, int], reps: int, workdir: Path
+    nlayers: int, image_size: tuple[int, int], args: argparse.Namespace, workdir: Path
 ) -> tuple[dict[str, Any], Path]:
+    device = torch.device(args.device)
     model = random_model(nlayers, image_size)
     image = torch.rand(3, *image_size, generator=torch.Generator().manual_seed(1))
     graph = trace_to_onnx(model, image_size=image_size, max_detections=100, example=image[None])
     set_metadata(graph, metadata(nlayers, image_size, "fp32"))
-    fp32_path = workdir / f"r{nlayers}_{image_size[0]}x{image_size[1]}.onnx"
-    onnx.save(graph, str(fp32_path))
-    fp32 = OnnxPredictor(fp32_path, providers=["CPUExecutionProvider"])
-    calib = [
-        torch.rand(3, *image_size, generator=torch.Generator().manual_seed(i)) for i in range(4)
-    ]
-    int8_graph, _ = quantize_int8(graph, calib, work_dir=workdir)
-    set_metadata(int8_graph, metadata(nlayers, image_size, "int8"))
-    int8 = OnnxPredictor(
-        int8_graph.SerializeToString(),
-        metadata=metadata(nlayers, image_size, "int8"),
-        providers=["CPUExecutionProvider"],
-    )
-
-    def eager() -> None:
-        with torch.inference_mode():
-            model([image])
-
-    eager_s, ort_s, int8_s = paired_median_seconds(
-        [eager, lambda: fp32([image]), lambda: int8([image])], reps
-    )
-    row = {
-        "backbone": f"resnet{nlayers}",
-        "image_size": list(image_size),
-        "eager_fp32_s": eager_s,
-        "ort_fp32_s": ort_s,
-        "ort_int8_s": int8_s,
-        "ort_fp32_speedup_vs_eager": eager_s / ort_s,
-        "ort_int8_speedup_vs_fp32": ort_s / int8_s,
+    path = workdir / f"r{nlayers}_{image_size[0]}x{image_size[1]}.onnx"
+    onnx.save(graph, str(path))
+    arms = {
+        **eager_arms(model, device),
+        **onnx_arms(graph, path, lambda dtype: metadata(nlayers, image_size, dtype), device),
     }
-    print(
-        f"resnet{nlayers} {image_size}: eager {eager_s:.3f} s, ORT fp32 {ort_s:.3f} s "
-        f"({row['ort_fp32_speedup_vs_eager']:.2f}x), int8 {int8_s:.3f} s "
-        f"({row['ort_int8_speedup_vs_fp32']:.2f}x vs fp32)"
-    )
-    return row, fp32_path
+    row: dict[str, Any] = {"backbone": f"resnet{nlayers}", "image_size": list(image_size)}
+    for batch in args.batches:
+        images = [image] * batch
+        timed = alternated_seconds(
+            [lambda fn=fn, images=images: fn(images) for fn in arms.values()], args.reps
+        )
+        figures = {name: latency(spread, batch) for name, spread in zip(arms, timed, strict=True)}
+        eager = min(f["p50_ms"] for n, f in figures.items() if n.startswith("eager"))
+        ort_best = min(
+            (f["p50_ms"] for n, f in figures.items() if n.startswith("ort") and n != "ort_int8"),
+            default=None,
+        )
+        row[f"batch_{batch}"] = {
+            "arms": figures,
+            "best_ort_speedup_vs_best_eager": round(eager / ort_best, 3) if ort_best else None,
+        }
+        print(
+            f"resnet{nlayers} {image_size} batch {batch}: "
+            + ", ".join(f"{n} p50 {f['p50_ms']:.0f} ms" for n, f in figures.items())
+            + (f"; best ORT {eager / ort_best:.2f}x the best eager" if ort_best else ""),
+            flush=True,
+        )
+    return row, path
 
 
 def bench_postprocess(image_hw: tuple[int, int], reps: int) -> dict[str, Any]:
@@ -141,16 +211,17 @@ def bench_postprocess(image_hw: tuple[int, int], reps: int) -> dict[str, Any]:
     def ours() -> list[dict[str, Any]]:
         return paste_masks_rle(boxes, probs, image_hw)
 
-    ref_s, ours_s = paired_median_seconds([reference, ours], reps)
+    ref, mine = alternated_seconds([reference, ours], reps)
     print(
-        f"post-processing 100 detections {image_hw}: torchvision+pycocotools {ref_s * 1e3:.1f}"
-        f" ms, maskops {ours_s * 1e3:.1f} ms ({ref_s / ours_s:.1f}x)"
+        f"post-processing 100 detections {image_hw}: torchvision+pycocotools "
+        f"{ref.median * 1e3:.1f} ms, maskops {mine.median * 1e3:.1f} ms "
+        f"({ref.median / mine.median:.1f}x)"
     )
     return {
         "image_hw": list(image_hw),
-        "torchvision_pycocotools_s": ref_s,
-        "maskops_s": ours_s,
-        "speedup": ref_s / ours_s,
+        "torchvision_pycocotools": latency(ref, 1),
+        "maskops": latency(mine, 1),
+        "speedup": round(ref.median / mine.median, 2),
     }
 
 
@@ -180,6 +251,30 @@ def api_server(triton_url: str) -> Iterator[str]:
         finally:
             process.terminate()
             process.wait(30)
+
+
+def closed_loop_images_per_s(call: Callable[[], Any], clients: int, seconds: float) -> float:
+    """Images/s with ``clients`` threads each sending its next request when answered."""
+    done = 0
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def worker() -> None:
+        nonlocal done
+        while not stop.is_set():
+            call()
+            with lock:
+                done += 1
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return done / (time.perf_counter() - start)
 
 
 def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> dict[str, Any]:
@@ -215,82 +310,72 @@ def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> di
                     )
                     response.raise_for_status()
 
-                local_s, remote_s, api_s = paired_median_seconds(
+                local, remote, via_api = alternated_seconds(
                     [in_process, lambda: triton.infer_images(url, "bench", [data]), through_api],
                     reps,
                 )
-            done = 0
-            stop = threading.Event()
-            lock = threading.Lock()
-
-            def worker() -> None:
-                nonlocal done
-                while not stop.is_set():
-                    triton.infer_images(url, "bench", [data])
-                    with lock:
-                        done += 1
-
-            threads = [threading.Thread(target=worker) for _ in range(clients)]
-            start = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            time.sleep(seconds)
-            stop.set()
-            for thread in threads:
-                thread.join()
-            throughput = done / (time.perf_counter() - start)
-    overhead, api_overhead = remote_s / local_s - 1, api_s / local_s - 1
-    print(
-        f"POST /infer (API + Triton) p50 {api_s * 1e3:.0f} ms, Triton alone {remote_s * 1e3:.0f}"
-        f" ms, in-process {local_s * 1e3:.0f} ms: overhead {api_overhead:+.1%} "
-        f"(Triton alone {overhead:+.1%}); {clients} concurrent clients: {throughput:.2f} img/s"
-    )
-    return {
-        "in_process_p50_s": local_s,
-        "triton_p50_s": remote_s,
-        "api_infer_p50_s": api_s,
-        "overhead": overhead,
-        "api_infer_overhead": api_overhead,
+                throughput = closed_loop_images_per_s(through_api, clients, seconds)
+    figures = {
+        "in_process": latency(local, 1),
+        "triton": latency(remote, 1),
+        "api_infer": latency(via_api, 1),
+        "triton_p50_overhead": round(remote.median / local.median - 1, 4),
+        "api_infer_p50_overhead": round(via_api.median / local.median - 1, 4),
         "concurrent_clients": clients,
-        "throughput_img_s": throughput,
+        "api_infer_images_per_s": round(throughput, 3),
     }
+    print(
+        f"POST /infer (API + Triton) p50 {via_api.median * 1e3:.0f} ms, Triton alone "
+        f"{remote.median * 1e3:.0f} ms, in-process {local.median * 1e3:.0f} ms: overhead "
+        f"{figures['api_infer_p50_overhead']:+.1%}; {clients} concurrent clients through "
+        f"/infer: {throughput:.2f} img/s"
+    )
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--full", action="store_true", help="resnet18+50, 512x640 + 832x1344")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--nlayers", type=int, default=18, help="backbone without --full")
+    parser.add_argument("--image-size", type=int, nargs=2, default=[256, 320])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1])
+    parser.add_argument("--reps", type=int, default=5, help="rounds: each arm once per round")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--postprocess-hw",
+        type=int,
+        nargs=2,
+        action="append",
+        help="image size(s) of the post-processing comparison (default 480 640 and 832 1344)",
+    )
     parser.add_argument("--no-triton", action="store_true")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here")
+    conditions = start_run(require_idle=args.require_idle)
     if args.full:
         # 640x480 images go in at (512, 640): image_size must be a multiple of 2**max_level
         # (64), so the 480 rows are padded to 512 as the pipeline pads them.
         configs = [(n, s) for n in (18, 50) for s in ((512, 640), (832, 1344))]
     else:
-        configs = [(18, (256, 320))]
-    results: dict[str, Any] = {
-        "device": "cpu",
-        "machine": describe_machine(),
-        "network": [],
-        "postprocess": [],
-    }
+        configs = [(args.nlayers, tuple(args.image_size))]
+    results: dict[str, Any] = {"device": args.device, "network": [], "postprocess": []}
     with tempfile.TemporaryDirectory() as work:
         first_onnx: Path | None = None
         for nlayers, size in configs:
-            row, path = bench_network(nlayers, size, args.reps, Path(work))
+            row, path = bench_network(nlayers, size, args, Path(work))
             results["network"].append(row)
             first_onnx = first_onnx or path
-        for hw in ((480, 640), (832, 1344)):
-            results["postprocess"].append(bench_postprocess(hw, max(args.reps, 5)))
+        for hw in args.postprocess_hw or [(480, 640), (832, 1344)]:
+            results["postprocess"].append(bench_postprocess(tuple(hw), args.reps))
         if not args.no_triton and first_onnx is not None:
             results["triton"] = bench_triton(first_onnx, args.reps, args.clients, args.seconds)
-    out = RESULTS.with_name("bench_serving_full.json") if args.full else RESULTS
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written {out}")
+    out = args.out or (RESULTS.with_name("bench_serving_full.json") if args.full else RESULTS)
+    write_results(out, results, conditions)
 
 
 if __name__ == "__main__":
