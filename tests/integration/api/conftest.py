@@ -7,6 +7,7 @@ do not collide); every table is truncated before each test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -30,6 +31,9 @@ from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Base
 from maskops_core.settings import Settings
 from tests.support.extras import build_extra_venv, guard_env
+
+if TYPE_CHECKING:
+    from maskops_triton.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +55,7 @@ def api_settings(
         heartbeat_interval_s=0.5,
         heartbeat_timeout_s=60,
         redispatch_after_s=0,
+        cpu_ranks=2,
         _env_file=None,  # type: ignore[call-arg]
     )
     upgrade_head(settings)
@@ -79,6 +84,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MASKOPS_TRITON_URL=settings.triton_url,
         MASKOPS_MODEL_REPOSITORY=str(settings.model_repository),
         MASKOPS_TRITON_NET_BACKEND=settings.triton_net_backend,
+        MASKOPS_CPU_RANKS=str(settings.cpu_ranks),
         OMP_NUM_THREADS="1",
     )
     return env
@@ -273,3 +279,33 @@ class ApiProcess:
 
     def stop(self) -> None:
         stop_group(self.process)
+
+
+@contextlib.contextmanager
+def api_with_tritons(
+    settings: Settings, work_dir: Path, python: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> Iterator[tuple[httpx.Client, Settings, list[TritonServer]]]:
+    """The API from ``python`` (the ``api`` extra's virtualenv) with ``count`` real Triton
+    replicas (the PyPI server) on one model repository under ``work_dir``, whose python
+    models can import only what the ``triton`` extra installs. Yields the API's client,
+    the settings (``triton_url`` lists the replicas) and the ``TritonServer``s."""
+    from maskops_triton.launcher import TritonServer
+
+    for key, value in guard_env("triton", {}).items():
+        monkeypatch.setenv(key, value)  # the servers' environment is the test process's
+    repository = work_dir / "model_repository"
+    repository.mkdir()
+    with contextlib.ExitStack() as started:
+        servers = [
+            started.enter_context(
+                TritonServer(repository, models=(), log_file=work_dir / f"triton{index}.log")
+            )
+            for index in range(count)
+        ]
+        urls = ",".join(server.http_url for server in servers)
+        served = settings.model_copy(update={"triton_url": urls, "model_repository": repository})
+        api = ApiProcess(python, served, work_dir)
+        started.callback(api.stop)
+        client = api.start()
+        started.callback(client.close)
+        yield client, served, servers

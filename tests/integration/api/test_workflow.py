@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from maskops_core.settings import Settings
-from tests.integration.api.conftest import ApiProcess, Worker, wait_for
-from tests.support.extras import guard_env
+from tests.integration.api.conftest import Worker, api_with_tritons, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -102,23 +101,9 @@ def stack(
     """The API from a virtualenv with only the ``api`` extra (no torch, no onnx) serving
     /models and /infer through a real Triton (the PyPI server) whose python models can
     import only what the ``triton`` extra installs."""
-    from maskops_triton.launcher import TritonServer
-
-    for key, value in guard_env("triton", {}).items():
-        monkeypatch.setenv(key, value)  # the server's environment is the test process's
-    repository = tmp_path / "model_repository"
-    repository.mkdir()
-    with TritonServer(repository, log_file=tmp_path / "triton.log") as server:
-        settings = clean_db.model_copy(
-            update={"triton_url": server.http_url, "model_repository": repository}
-        )
-        api = ApiProcess(api_extra_python, settings, tmp_path)
-        try:
-            client = api.start()
-            yield Stack(client, settings)
-            client.close()
-        finally:
-            api.stop()
+    with api_with_tritons(clean_db, tmp_path, api_extra_python, monkeypatch, 1) as started:
+        client, settings, _ = started
+        yield Stack(client, settings)
 
 
 def test_whole_workflow_over_http(

@@ -1,14 +1,15 @@
 """The published repository in a real Triton (the PyPI binary, python backend, CPU).
 
 One server per module (unique ports, always stopped); the export is the demo-trained
-``tiny_checkpoint`` as fp32 ONNX. The served models run the numpy ops of
-``maskops_serving_ops`` (no torch in Triton); in-process inference with the engine's
-torch pre/post-processing is the reference they must equal.
+``tiny_checkpoint`` as fp32 ONNX (``exported``, tests/integration/conftest.py). The served
+models run the numpy ops of ``maskops_serving_ops`` (no torch in Triton); in-process
+inference with the engine's torch pre/post-processing is the reference they must equal.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -20,23 +21,16 @@ import pytest
 import torch
 from PIL import Image
 
-from maskops.export import OnnxPredictor, export_onnx
+from maskops.export import OnnxPredictor
 from maskops.serving import EnsembleNames, existing_versions, publish
 from maskops.serving import client as triton
 from maskops.serving.processing import coco_results, preprocess_image
 from maskops_triton.launcher import TritonServer, free_port
+from tests.conftest import PeakRss, large_jpeg
 
 pytestmark = pytest.mark.integration
 
 NAME = "shapes"
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint, tiny_spec) -> Path:
-    out = tmp_path_factory.mktemp("triton_export") / "shapes.onnx"
-    return export_onnx(
-        tiny_checkpoint, tiny_spec, out, max_batch_size=4, log=lambda _: None
-    ).onnx_path
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +135,34 @@ def test_errors_are_typed(server, val_images):
     with pytest.raises(triton.TritonUnavailable):
         triton.infer_images(f"127.0.0.1:{free_port()}", NAME, val_images[:1])
     assert not triton.is_ready(f"127.0.0.1:{free_port()}")
+
+
+def _stub_pid(server: TritonServer, model: str) -> int:
+    """The python-backend stub process running ``model`` in ``server``'s process group."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        pid = int(cmdline.parent.name)
+        try:
+            if os.getpgid(pid) != server.pid:
+                continue
+            args = cmdline.read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        if b"triton_python_backend_stub" in args and f"/{model}/".encode() in args:
+            return pid
+    raise LookupError(f"no python backend stub runs {model}")
+
+
+def test_large_images_keep_the_preprocess_process_small(server, val_images):
+    """17 MP (about 120 MB decoded in full) for a 128 px model: decoded at 1/8 (the parity
+    tests compare it with the full decode). score_threshold 1 keeps the postprocess from
+    pasting masks into 17 MP."""
+    big = large_jpeg(4800, 3600, seed=3)
+    stub = _stub_pid(server, EnsembleNames(NAME).preprocess)
+    triton.infer_images(server.http_url, NAME, val_images[:1])  # warm: the first call allocates
+    with PeakRss(stub) as preprocess:
+        answers = triton.infer_images(server.http_url, NAME, [big], score_threshold=1.0)
+    assert answers == [[]]
+    assert preprocess.grew_mb < 30, preprocess.grew_mb
 
 
 def test_version_rollover_loses_no_request(server, exported, val_images):
