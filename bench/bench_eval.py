@@ -19,8 +19,7 @@ are identical (1e-6) and the RLEs equal; records wall time and peak RSS. Figures
 ``bench/results/bench_eval.json``.
 
     .venv/bin/python bench/bench_eval.py              # 20 images, a few minutes
-    .venv/bin/python bench/bench_eval.py --images 5000 --rounds 1 \\
-        --out bench/results/bench_eval_5000.json
+    .venv/bin/python bench/bench_eval.py --images 5000 --rounds 1 --out OUT.json
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@
 Random weights (100 detections per image: the worst case for post-processing). Defaults
 run in a few minutes on 2 cores; ``--full`` runs the issue's sizes (resnet18 and 50 at
 512x640 and 832x1344). Figures go to bench/results/bench_serving.json
-(bench_serving_full.json with ``--full``; ``--out`` elsewhere).
+(bench_serving_full.json with ``--full``, a ``_cuda`` suffix with ``--device cuda``;
+``--out`` elsewhere).
 
     .venv/bin/python bench/bench_serving.py [--full] [--reps N] [--no-triton]
     # on a GPU host (no GPU figure has been taken yet):
-    .venv/bin/python bench/bench_serving.py --device cuda --full --batches 1 4 8 --no-triton \\
-        --out bench/results/bench_serving_cuda.json
+    .venv/bin/python bench/bench_serving.py --device cuda --full --batches 1 4 8 --no-triton
 """
 
 from __future__ import annotations
@@ -374,7 +374,12 @@ def main() -> None:
             results["postprocess"].append(bench_postprocess(tuple(hw), args.reps))
         if not args.no_triton and first_onnx is not None:
             results["triton"] = bench_triton(first_onnx, args.reps, args.clients, args.seconds)
-    out = args.out or (RESULTS.with_name("bench_serving_full.json") if args.full else RESULTS)
+    name = (
+        "bench_serving"
+        + ("_full" if args.full else "")
+        + ("_cuda" if args.device == "cuda" else "")
+    )
+    out = args.out or RESULTS.with_name(f"{name}.json")
     write_results(out, results, conditions)
 
 

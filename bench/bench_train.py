@@ -19,13 +19,14 @@ Enough images are generated that neither loader starts a second epoch (or restar
 workers) inside the run. Each arm runs in its own process (its peak RSS, or peak CUDA
 memory, is its own), one at a time with every thread, once per round for ``--rounds``
 rounds (bench/timing.py): images/s over the steps after ``--warmup``, median and range.
-Figures go to ``bench/results/bench_train.json``.
+Figures go to ``bench/results/bench_train.json`` (``bench_train_cuda.json`` with
+``--device cuda``; ``--out`` elsewhere).
 
     .venv/bin/python bench/bench_train.py                       # resnet18, 512², ~15 min
     .venv/bin/python bench/bench_train.py --image-size 256 256 --steps 6 --warmup 2
     # on a GPU host: resnet50 at 832x1344, batch 4, fp32 and AMP arms
     .venv/bin/python bench/bench_train.py --device cuda --nlayers 50 --image-size 832 1344 \\
-        --batch 4 --steps 50 --warmup 10 --out bench/results/bench_train_cuda.json
+        --batch 4 --steps 50 --warmup 10          # writes bench_train_cuda.json
 """
 
 from __future__ import annotations
@@ -298,7 +299,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--arm", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -340,7 +341,10 @@ def main() -> None:
             f"{precision}: maskops {row['ratio']}x the torchvision loop "
             f"(per round {row['per_round_min']}-{row['per_round_max']})"
         )
-    write_results(args.out, figures, conditions)
+    default = (
+        RESULTS if args.device == "cpu" else RESULTS.with_name(f"bench_train_{args.device}.json")
+    )
+    write_results(args.out or default, figures, conditions)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,65 @@
+"""README.md's benchmark table is what bench/readme_table.py generates from bench/results/.
+
+Reads JSON only: the figures come from benchmark runs on an idle machine, not from CI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _readme_table() -> ModuleType:
+    path = REPO / "bench" / "readme_table.py"
+    spec = importlib.util.spec_from_file_location("readme_table", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["readme_table"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+readme_table = _readme_table()
+
+
+def test_readme_table_is_generated_from_the_results() -> None:
+    current = readme_table.readme_section((REPO / "README.md").read_text())
+    assert current == readme_table.table(), "run: python bench/readme_table.py"
+
+
+def test_every_row_names_its_machine_and_command() -> None:
+    rows = [
+        line
+        for line in readme_table.table().splitlines()
+        if line.startswith("| ") and not line.startswith("| what")
+    ]
+    assert rows
+    for line in rows:
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        assert len(cells) == 4 and all(cells), line
+
+
+def test_a_loaded_run_is_held_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "bench" / "results", results)
+    path = results / "bench_api.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "loaded": True}))
+    monkeypatch.setattr(readme_table, "RESULTS", results)
+    table = readme_table.table()
+    assert "Idempotency-Key |" not in table
+    assert "awaiting an idle rerun" in table and "1,000 job submissions" in table
+
+
+def test_a_legacy_file_with_its_load_above_the_cores_counts_as_loaded() -> None:
+    assert readme_table.is_loaded({"load_average_1min": 13.7, "cpu_count": 2})
+    assert not readme_table.is_loaded({"load_average_1min": 0.5, "cpu_count": 2})
+    assert not readme_table.is_loaded({"loaded": False})
