@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Query, UploadFile
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 
@@ -59,31 +59,28 @@ def register_dataset(
     response_model=DatasetOut,
     dependencies=[WriteAccess],
     responses={413: ERROR_RESPONSES[422] | {"description": "The upload is too large"}},
+    openapi_extra={"requestBody": uploads.request_body()},
 )
 async def upload_dataset(
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     factory: FactoryDep,
     dispatcher: DispatcherDep,
-    archive: Annotated[UploadFile, File(description="zip or tar(.gz) of images + COCO JSON")],
-    name: Annotated[str, Form(min_length=1, max_length=200)],
-    train_image_dir: Annotated[str, Form()] = "images/train",
-    train_annotation_file: Annotated[str, Form()] = "annotations/train.json",
-    val_image_dir: Annotated[str | None, Form()] = "images/val",
-    val_annotation_file: Annotated[str | None, Form()] = "annotations/val.json",
-    num_shards: Annotated[int, Form(ge=1, le=1024)] = 8,
 ) -> DatasetOut:
     """Upload an archive; it is extracted safely under the data root and registered (paths
     inside the archive; the val split is used when its files are present)."""
-    folder = await uploads.receive(archive, settings)
+    # The body is read here, not by FastAPI: its form parser would spool the archive to a
+    # temporary file that receive() then copied again.
+    folder, form = await uploads.receive(request, settings)
     try:
         body = uploads.dataset_body(
             settings,
             folder,
-            name=name,
-            train=(train_image_dir, train_annotation_file),
-            val=(val_image_dir, val_annotation_file),
-            num_shards=num_shards,
+            name=form.name,
+            train=(form.train_image_dir, form.train_annotation_file),
+            val=(form.val_image_dir, form.val_annotation_file),
+            num_shards=form.num_shards,
         )
         dataset, job = await run_in_threadpool(
             service.register_dataset, session, settings, body, idempotency_key=None

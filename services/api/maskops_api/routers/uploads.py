@@ -1,32 +1,63 @@
-"""Receiving a dataset archive: size-limited streaming to disk, then safe extraction."""
+"""Receiving a dataset archive: streamed once to disk under the size limit, then extracted
+safely."""
 
 from __future__ import annotations
 
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Annotated, Any
 
-from fastapi import UploadFile
+from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import ValidationError
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from maskops_api.errors import Invalid, TooLarge
-from maskops_api.schemas import DatasetCreate
+from maskops_api.schemas import DatasetCreate, Name
 from maskops_api.services.uploads import TooLargeArchive, UnsafeArchive, extract_archive
+from maskops_api.streamed_form import read_form
 from maskops_core.settings import Settings
 
+ARCHIVE_FIELD = "archive"
 
-async def receive(archive: UploadFile, settings: Settings) -> Path:
-    """Write the upload to a temporary file and extract it to ``uploads/<uuid>``."""
+
+class UploadForm(BaseModel):
+    """A dataset archive, and where its splits' images and COCO JSON are inside it."""
+
+    # Lax types, unlike JSON bodies: every form value arrives as text ("8" is a number).
+
+    name: Name
+    train_image_dir: str = "images/train"
+    train_annotation_file: str = "annotations/train.json"
+    val_image_dir: str | None = "images/val"
+    val_annotation_file: str | None = "annotations/val.json"
+    num_shards: Annotated[int, Field(ge=1, le=1024)] = 8
+
+
+def request_body() -> dict[str, Any]:
+    """The route's OpenAPI request body: :class:`UploadForm` plus the archive."""
+    schema = UploadForm.model_json_schema()
+    archive = {
+        "type": "string",
+        "contentMediaType": "application/octet-stream",
+        "description": "zip or tar(.gz, .bz2, .xz) of images + COCO JSON",
+    }
+    schema["properties"] = {ARCHIVE_FIELD: archive, **schema["properties"]}
+    schema["required"] = [ARCHIVE_FIELD, *schema.get("required", [])]
+    return {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
+
+
+async def receive(request: Request, settings: Settings) -> tuple[Path, UploadForm]:
+    """Stream the archive to a file under ``uploads/`` (once, limits applied as it arrives)
+    and extract it to ``uploads/<uuid>``."""
     uploads = settings.data_root / "uploads"
     uploads.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=uploads, suffix=".part") as spool:
-        size = 0
-        while chunk := await archive.read(1024 * 1024):
-            size += len(chunk)
-            if size > settings.max_upload_bytes:
-                raise TooLarge(f"upload larger than {settings.max_upload_bytes} bytes")
-            spool.write(chunk)
+        form = await read_form(
+            request, spool, file_field=ARCHIVE_FIELD, max_file_bytes=settings.max_upload_bytes
+        )
+        fields = _validated(form.fields, has_archive=form.filename is not None)
         spool.flush()
         folder = uploads / uuid.uuid4().hex
         try:
@@ -38,10 +69,25 @@ async def receive(archive: UploadFile, settings: Settings) -> Path:
                 max_ratio=settings.max_archive_ratio,
             )
         except TooLargeArchive as exc:
-            raise TooLarge(f"archive {archive.filename!r}: {exc}") from None
+            raise TooLarge(f"archive {form.filename!r}: {exc}") from None
         except UnsafeArchive as exc:
-            raise Invalid(f"archive {archive.filename!r}: {exc}") from None
-    return folder
+            raise Invalid(f"archive {form.filename!r}: {exc}") from None
+    return folder, fields
+
+
+def _validated(fields: dict[str, str], *, has_archive: bool) -> UploadForm:
+    """The form's fields as FastAPI validates ``Form`` parameters: an empty value is an
+    absent one; errors are the same 422 with each field named."""
+    errors: list[dict[str, Any]] = []
+    if not has_archive:
+        errors.append({"type": "missing", "loc": ("body", ARCHIVE_FIELD), "msg": "Field required"})
+    try:
+        form = UploadForm.model_validate({k: v for k, v in fields.items() if v != ""})
+    except ValidationError as exc:
+        errors += [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+    if errors:
+        raise RequestValidationError(errors)
+    return form
 
 
 def dataset_body(
