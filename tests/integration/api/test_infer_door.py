@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from maskops_core.db.models import Job, PublishedModel
+from tests.conftest import PeakRss
 
 pytestmark = pytest.mark.integration
 
@@ -63,10 +64,13 @@ def test_images_are_checked_at_the_door(
     client: TestClient, published: str, data: bytes, status: int, says: str
 ) -> None:
     started = time.monotonic()
-    code, detail = _infer(client, data, published)
+    with PeakRss() as api_process:  # in-process: the API is this process
+        code, detail = _infer(client, data, published)
     assert (code, says in detail) == (status, True), detail
     assert " object at 0x" not in detail
     assert time.monotonic() - started < 1.0
+    # Judged from the header: nothing the size of the image (30 GB for the PNG) is allocated.
+    assert api_process.grew_mb < 16, api_process.grew_mb
 
 
 def test_only_published_models_are_called(client: TestClient, published: str) -> None:
