@@ -20,7 +20,7 @@ from maskops_core.workers import check_workers
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health)
+@router.get("/healthz", response_model=Health, response_model_exclude_none=True)
 async def healthz() -> Health:
     return Health(status="ok")
 
@@ -77,7 +77,7 @@ def readyz(request: Request, settings: SettingsDep, factory: FactoryDep) -> JSON
         checks=checks,
         triton_replicas=replicas.replicas if replicas else None,
     )
-    return JSONResponse(body.model_dump(), status_code=200 if serving else 503)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if serving else 503)
 
 
 @router.get(
