@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from maskops.data.labels import LabelMap
 from maskops.engine.checkpointing import (
+    BEST_NAME,
     Checkpointer,
     latest_checkpoint,
     restore_rank_state,
@@ -42,6 +43,7 @@ from maskops.engine.checkpointing import (
 from maskops.engine.distributed import RankInfo, run_rank, torchrun_env
 from maskops.engine.errors import TrainingCancelled, TrainingError
 from maskops.engine.hooks import (
+    BEST_FILE,
     PER_CLASS_KEYS,
     BestCheckpointHook,
     CheckpointHook,
@@ -66,7 +68,7 @@ from maskops.engine.optim import (
 )
 from maskops.engine.schedule import LRSchedule
 from maskops.engine.state import seed_everything
-from maskops.engine.trackers import check_trackers, tracker_writers
+from maskops.engine.trackers import RunEnd, check_trackers, tracker_writers
 from maskops.engine.trainer import AmpSettings, Batch, HookBase, Trainer
 from maskops.engine.validation import validation_loss
 from maskops.spec.models import VALIDATION_LOSS, ExperimentSpec
@@ -173,9 +175,10 @@ def _infinite(make_loader: Callable[[], Any]) -> Iterator[Batch]:
             raise TrainingError("the training data yielded no batches")
 
 
-def _loss_eval_fn(
+def loss_eval_fn(
     spec: ExperimentSpec, info: RankInfo, amp: AmpSettings, label_map: LabelMap
 ) -> EvalFn:
+    """The validation losses (``val/<TAO loss name>``, ``val/Total loss``)."""
     from maskops.data.pipeline import build_eval_loader
 
     def evaluate(model: nn.Module, step: int) -> dict[str, float]:
@@ -188,7 +191,8 @@ def _loss_eval_fn(
 def coco_eval_fn(
     spec: ExperimentSpec, info: RankInfo, amp: AmpSettings, label_map: LabelMap
 ) -> EvalFn:
-    """The 24 COCO metrics on the validation shards (ground truth ``val_json_file``)."""
+    """The 24 COCO metrics and per-class AP on the validation shards (ground truth
+    ``val_json_file``), and the validation losses beside them."""
     from maskops.data.pipeline import build_eval_loader
     from maskops.evaluation.coco import IouType
     from maskops.evaluation.evaluator import COCOEvaluator
@@ -200,6 +204,7 @@ def coco_eval_fn(
     )
     evaluator = COCOEvaluator(spec.data_config.val_json_file, label_map, iou_types=iou_types)
     autocast_dtype = amp.dtype if amp.enabled else None
+    losses = loss_eval_fn(spec, info, amp, label_map)
 
     def evaluate(model: nn.Module, step: int) -> dict[str, float]:
         predictor = TorchPredictor(model, device=info.device, autocast_dtype=autocast_dtype)
@@ -208,7 +213,7 @@ def coco_eval_fn(
         metrics = evaluate_model(predictor, loader, evaluator)
         rows = evaluator.per_class()
         logger.info("per-class AP at step %d:\n%s", step, format_per_class(rows))
-        return metrics | per_class_metrics(rows)
+        return metrics | per_class_metrics(rows) | losses(model, step)
 
     return evaluate
 
@@ -230,7 +235,7 @@ def default_eval_fn(
     """COCO metrics when the spec names ``val_json_file``, else the validation loss."""
     if spec.data_config.val_json_file:
         return coco_eval_fn(spec, info, amp, label_map)
-    return _loss_eval_fn(spec, info, amp, label_map)
+    return loss_eval_fn(spec, info, amp, label_map)
 
 
 def _summary_images(spec: ExperimentSpec, label_map: LabelMap) -> list[torch.Tensor]:
@@ -254,6 +259,19 @@ def best_checkpoint_metric(spec: ExperimentSpec, *, custom_eval: bool = False) -
             f"training evaluates the validation loss: use {VALIDATION_LOSS!r})"
         )
     return metric
+
+
+def _run_end(trainer: Trainer, results_dir: Path) -> RunEnd:
+    """What the experiment trackers attach when the run ends (nothing after a failure):
+    the model to deploy, i.e. the best checkpoint with its record, or the last checkpoint
+    when no best was kept (the last one also holds the optimizer state: twice the size,
+    and only a resume needs it), and metrics.jsonl."""
+    if trainer.exception is not None:
+        return RunEnd(failed=True)
+    best = results_dir / BEST_NAME
+    model = [best, results_dir / BEST_FILE] if best.is_file() else [trainer.last_checkpoint]
+    candidates = [*model, results_dir / METRICS_FILE]
+    return RunEnd(failed=False, artifacts=[p for p in candidates if p and p.is_file()])
 
 
 def label_map_of(spec: ExperimentSpec) -> LabelMap:
@@ -419,7 +437,7 @@ def _train_rank_inner(
             LogWriter(total_steps),
             JsonlWriter(results_dir / METRICS_FILE),
             tensorboard,
-            *tracker_writers(spec),
+            *tracker_writers(spec, results_dir, lambda: _run_end(trainer, results_dir)),
         ]
         hooks = [
             TrainingMetricsHook(

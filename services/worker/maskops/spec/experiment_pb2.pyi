@@ -157,8 +157,20 @@ class ClearMLConfig(_message.Message):
     deferred_init: bool
     def __init__(self, project: _Optional[str] = ..., task: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., reuse_last_task_id: bool = ..., continue_last_task: bool = ..., deferred_init: bool = ...) -> None: ...
 
+class MLflowConfig(_message.Message):
+    __slots__ = ("tracking_uri", "experiment_name", "run_name", "tags")
+    TRACKING_URI_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    RUN_NAME_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    tracking_uri: str
+    experiment_name: str
+    run_name: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tracking_uri: _Optional[str] = ..., experiment_name: _Optional[str] = ..., run_name: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class Experiment(_message.Message):
-    __slots__ = ("seed", "use_amp", "warmup_steps", "warmup_learning_rate", "init_learning_rate", "learning_rate_steps", "learning_rate_decay_levels", "total_steps", "num_epochs", "num_examples_per_epoch", "train_batch_size", "eval_batch_size", "num_steps_per_eval", "momentum", "l1_weight_decay", "l2_weight_decay", "checkpoint", "skip_checkpoint_variables", "pruned_model_path", "visualize_images_summary", "save_checkpoints_steps", "global_gradient_clip_ratio", "report_frequency", "logging_frequency", "data_config", "maskrcnn_config", "wandb_config", "clearml_config", "keep_checkpoints", "accumulate_grad_steps", "target_box_ap", "target_mask_ap", "l1_weight_decay_layers", "best_checkpoint_metric")
+    __slots__ = ("seed", "use_amp", "warmup_steps", "warmup_learning_rate", "init_learning_rate", "learning_rate_steps", "learning_rate_decay_levels", "total_steps", "num_epochs", "num_examples_per_epoch", "train_batch_size", "eval_batch_size", "num_steps_per_eval", "momentum", "l1_weight_decay", "l2_weight_decay", "checkpoint", "skip_checkpoint_variables", "pruned_model_path", "visualize_images_summary", "save_checkpoints_steps", "global_gradient_clip_ratio", "report_frequency", "logging_frequency", "data_config", "maskrcnn_config", "wandb_config", "clearml_config", "keep_checkpoints", "accumulate_grad_steps", "target_box_ap", "target_mask_ap", "l1_weight_decay_layers", "best_checkpoint_metric", "mlflow_config")
     SEED_FIELD_NUMBER: _ClassVar[int]
     USE_AMP_FIELD_NUMBER: _ClassVar[int]
     WARMUP_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +205,7 @@ class Experiment(_message.Message):
     TARGET_MASK_AP_FIELD_NUMBER: _ClassVar[int]
     L1_WEIGHT_DECAY_LAYERS_FIELD_NUMBER: _ClassVar[int]
     BEST_CHECKPOINT_METRIC_FIELD_NUMBER: _ClassVar[int]
+    MLFLOW_CONFIG_FIELD_NUMBER: _ClassVar[int]
     seed: int
     use_amp: bool
     warmup_steps: int
@@ -227,4 +240,5 @@ class Experiment(_message.Message):
     target_mask_ap: float
     l1_weight_decay_layers: str
     best_checkpoint_metric: str
-    def __init__(self, seed: _Optional[int] = ..., use_amp: bool = ..., warmup_steps: _Optional[int] = ..., warmup_learning_rate: _Optional[float] = ..., init_learning_rate: _Optional[float] = ..., learning_rate_steps: _Optional[str] = ..., learning_rate_decay_levels: _Optional[str] = ..., total_steps: _Optional[int] = ..., num_epochs: _Optional[int] = ..., num_examples_per_epoch: _Optional[int] = ..., train_batch_size: _Optional[int] = ..., eval_batch_size: _Optional[int] = ..., num_steps_per_eval: _Optional[int] = ..., momentum: _Optional[float] = ..., l1_weight_decay: _Optional[float] = ..., l2_weight_decay: _Optional[float] = ..., checkpoint: _Optional[str] = ..., skip_checkpoint_variables: _Optional[str] = ..., pruned_model_path: _Optional[str] = ..., visualize_images_summary: bool = ..., save_checkpoints_steps: _Optional[int] = ..., global_gradient_clip_ratio: _Optional[float] = ..., report_frequency: _Optional[int] = ..., logging_frequency: _Optional[int] = ..., data_config: _Optional[_Union[DataConfig, _Mapping]] = ..., maskrcnn_config: _Optional[_Union[MaskRCNNConfig, _Mapping]] = ..., wandb_config: _Optional[_Union[WandBConfig, _Mapping]] = ..., clearml_config: _Optional[_Union[ClearMLConfig, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., accumulate_grad_steps: _Optional[int] = ..., target_box_ap: _Optional[float] = ..., target_mask_ap: _Optional[float] = ..., l1_weight_decay_layers: _Optional[str] = ..., best_checkpoint_metric: _Optional[str] = ...) -> None: ...
+    mlflow_config: MLflowConfig
+    def __init__(self, seed: _Optional[int] = ..., use_amp: bool = ..., warmup_steps: _Optional[int] = ..., warmup_learning_rate: _Optional[float] = ..., init_learning_rate: _Optional[float] = ..., learning_rate_steps: _Optional[str] = ..., learning_rate_decay_levels: _Optional[str] = ..., total_steps: _Optional[int] = ..., num_epochs: _Optional[int] = ..., num_examples_per_epoch: _Optional[int] = ..., train_batch_size: _Optional[int] = ..., eval_batch_size: _Optional[int] = ..., num_steps_per_eval: _Optional[int] = ..., momentum: _Optional[float] = ..., l1_weight_decay: _Optional[float] = ..., l2_weight_decay: _Optional[float] = ..., checkpoint: _Optional[str] = ..., skip_checkpoint_variables: _Optional[str] = ..., pruned_model_path: _Optional[str] = ..., visualize_images_summary: bool = ..., save_checkpoints_steps: _Optional[int] = ..., global_gradient_clip_ratio: _Optional[float] = ..., report_frequency: _Optional[int] = ..., logging_frequency: _Optional[int] = ..., data_config: _Optional[_Union[DataConfig, _Mapping]] = ..., maskrcnn_config: _Optional[_Union[MaskRCNNConfig, _Mapping]] = ..., wandb_config: _Optional[_Union[WandBConfig, _Mapping]] = ..., clearml_config: _Optional[_Union[ClearMLConfig, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., accumulate_grad_steps: _Optional[int] = ..., target_box_ap: _Optional[float] = ..., target_mask_ap: _Optional[float] = ..., l1_weight_decay_layers: _Optional[str] = ..., best_checkpoint_metric: _Optional[str] = ..., mlflow_config: _Optional[_Union[MLflowConfig, _Mapping]] = ...) -> None: ...

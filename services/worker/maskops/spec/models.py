@@ -327,6 +327,45 @@ class ClearMLConfig(_SpecModel):
     deferred_init: bool = False
 
 
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+class MLflowConfig(_SpecModel):
+    """maskops extension ``mlflow_config``: log the run to MLflow (needs
+    ``maskops[mlflow]``). Writing the block turns MLflow on, as ``clearml_config`` does."""
+
+    tracking_uri: str = ""
+    """A local directory (MLflow's file store; relative paths as for ``checkpoint``) or a
+    URI MLflow understands (``http(s)://`` tracking server, ``databricks``,
+    ``sqlite:///...``). "" = MLFLOW_TRACKING_URI when set, else RESULTS_DIR/mlruns."""
+    experiment_name: str = ""
+    """"" = ``maskops``."""
+    run_name: str = ""
+    """"" = MLflow's generated name."""
+    tags: list[str] = Field(default_factory=list)
+    """Run tags, each ``key=value`` (a bare ``key`` gets the value "")."""
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, tags: list[str]) -> list[str]:
+        for tag in tags:
+            if not tag.partition("=")[0].strip():
+                raise ValueError(f"tag {tag!r} has no key (write key=value)")
+        return tags
+
+    @property
+    def tag_dict(self) -> dict[str, str]:
+        return {k.strip(): v for k, _, v in (tag.partition("=") for tag in self.tags)}
+
+    @property
+    def local_store(self) -> bool:
+        """Whether ``tracking_uri`` is a local directory (a path, or a ``file:`` URI)."""
+        uri = self.tracking_uri
+        if uri == "databricks":
+            return False
+        return not _URI_SCHEME.match(uri) or uri.startswith("file:")
+
+
 class ExperimentSpec(_SpecModel):
     seed: int = 123
     use_amp: bool = False
@@ -385,6 +424,8 @@ class ExperimentSpec(_SpecModel):
     a COCO metric (``mask_AP``, ``AP50``, ...; higher is better) or ``val/Total loss``
     (lower is better). "" = mask_AP (AP without masks), or val/Total loss when the spec
     has no val_json_file."""
+    mlflow_config: MLflowConfig | None = None
+    """maskops extension: None = the spec has no ``mlflow_config`` block (MLflow off)."""
 
     data_config: DataConfig = Field(default_factory=DataConfig)
     maskrcnn_config: MaskRCNNConfig = Field(default_factory=MaskRCNNConfig)
@@ -406,6 +447,7 @@ class ExperimentSpec(_SpecModel):
         "target_mask_ap",
         "l1_weight_decay_layers",
         "best_checkpoint_metric",
+        "mlflow_config",
     )
 
     _decode = field_validator("learning_rate_steps", "learning_rate_decay_levels", mode="before")(
@@ -573,4 +615,8 @@ class ExperimentSpec(_SpecModel):
         )
         update: dict[str, Any] = {f: resolved(getattr(self, f)) for f in self.PATH_FIELDS}
         update["data_config"] = data
+        mlflow = self.mlflow_config
+        if mlflow is not None and mlflow.local_store and mlflow.tracking_uri:
+            path = mlflow.tracking_uri.removeprefix("file://").removeprefix("file:")
+            update["mlflow_config"] = mlflow.model_copy(update={"tracking_uri": resolved(path)})
         return self.model_copy(update=update, deep=True)

@@ -35,6 +35,7 @@ _BLOCK_OF_TYPE: dict[str, FieldPath] = {
     experiment_pb2.MaskRCNNConfig.DESCRIPTOR.full_name: ("maskrcnn_config",),
     experiment_pb2.WandBConfig.DESCRIPTOR.full_name: ("wandb_config",),
     experiment_pb2.ClearMLConfig.DESCRIPTOR.full_name: ("clearml_config",),
+    experiment_pb2.MLflowConfig.DESCRIPTOR.full_name: ("mlflow_config",),
 }
 
 HEADER = "# maskops experiment spec (TAO mask_rcnn format)\n"

@@ -20,6 +20,7 @@ from maskops.spec.models import (
     DataConfig,
     ExperimentSpec,
     MaskRCNNConfig,
+    MLflowConfig,
     WandBConfig,
 )
 
@@ -32,6 +33,7 @@ BLOCKS: dict[FieldPath, type[BaseModel]] = {
     ("maskrcnn_config",): MaskRCNNConfig,
     ("wandb_config",): WandBConfig,
     ("clearml_config",): ClearMLConfig,
+    ("mlflow_config",): MLflowConfig,
 }
 """Each block (message) of the spec and the model holding its fields."""
 
