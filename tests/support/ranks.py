@@ -10,8 +10,9 @@ RANK_MODULE = "maskops.engine.rank_main"
 
 
 def rank_pids(results_dir: Path) -> dict[int, int]:
-    """``{rank: pid}`` of the live ``maskops.engine.rank_main`` processes of ``results_dir``."""
-    found: dict[int, int] = {}
+    """``{rank: pid}`` of the live ``maskops.engine.rank_main`` processes of ``results_dir``
+    (not their data-loader workers, which share the command line and environment)."""
+    ranks: dict[int, tuple[int, int]] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -24,12 +25,12 @@ def rank_pids(results_dir: Path) -> dict[int, int]:
                 for item in (proc / "environ").read_bytes().split(b"\0")
                 if b"=" in item
             )
-            state = (proc / "stat").read_text().split(") ", 1)[1][0]
+            state, ppid = (proc / "stat").read_text().split(") ", 1)[1].split()[:2]
         except OSError:
             continue  # exited meanwhile
         if state != "Z" and b"RANK" in environ:
-            found[int(environ[b"RANK"])] = int(proc.name)
-    return found
+            ranks[int(proc.name)] = (int(environ[b"RANK"]), int(ppid))
+    return {rank: pid for pid, (rank, ppid) in ranks.items() if ppid not in ranks}
 
 
 def wait_until(condition: Callable[[], object], *, timeout_s: float, what: str) -> None:

@@ -43,6 +43,14 @@ class NoOptions(ActionOptions):
 
 class TrainOptions(ActionOptions):
     gpu_index: GpuIndex = 0
+    gpus: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Ranks (one per GPU) the job trains on, under torchrun; learning rates "
+        "scale linearly with them. At most what a live worker reports (its GPUs, or "
+        "MASKOPS_CPU_RANKS gloo processes on a worker without a GPU).",
+    )
 
 
 class ModelSource(ActionOptions):

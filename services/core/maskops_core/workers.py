@@ -29,6 +29,7 @@ def beat(
     pid: int,
     started_at: datetime,
     retention_s: float,
+    gpus: int = 0,
 ) -> None:
     """Create or refresh this worker's row, and delete the rows of workers that have not
     beaten for ``retention_s`` (killed without a clean stop: nothing else removes them)."""
@@ -41,8 +42,26 @@ def beat(
             session.add(row)
         row.queues = ",".join(queues)
         row.pid = pid
+        row.gpus = gpus
         row.started_at = started_at
         row.last_seen = utcnow()
+
+
+def worker_ranks(gpus: int, settings: Settings) -> int:
+    """The ranks a worker can give one train job: one per GPU, or ``cpu_ranks`` gloo
+    processes on a worker without a GPU."""
+    return gpus or settings.cpu_ranks
+
+
+def most_ranks(
+    session: Session, settings: Settings, queue: str, *, now: datetime | None = None
+) -> int | None:
+    """The most ranks (:func:`worker_ranks`) a live worker of ``queue`` offers; None when no
+    worker of that queue has a fresh heartbeat."""
+    fresh_after = (now or utcnow()) - timedelta(seconds=settings.heartbeat_timeout_s)
+    rows = session.scalars(select(WorkerHeartbeat).where(WorkerHeartbeat.last_seen >= fresh_after))
+    offers = [worker_ranks(r.gpus, settings) for r in rows if queue in r.queues.split(",")]
+    return max(offers, default=None)
 
 
 def forget(factory: sessionmaker[Session], hostname: str) -> None:

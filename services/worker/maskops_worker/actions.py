@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -28,6 +28,9 @@ from maskops_core.options import (
 )
 from maskops_core.triton import ReplicaLookupError, triton_replicas
 from maskops_worker.contract import Action, JobCancelled, JobContext, JobInputError
+
+if TYPE_CHECKING:
+    from maskops.engine.train import TrainResult
 
 MAX_LISTED_WARNINGS = 100
 """Findings listed on the dataset per split; the full list stays in the warnings file."""
@@ -146,22 +149,14 @@ def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> Experim
 
 def train(ctx: JobContext) -> dict[str, Any]:
     from maskops.engine.errors import TrainingCancelled
-    from maskops.engine.train import run_training
-    from maskops_worker.hooks import control_plane_hook
 
     spec = job_spec(ctx)
+    options = job_options(ctx, TrainOptions)
     # The same directory on every attempt: a re-dispatched or resumed job continues from
     # its last checkpoint there.
     results_dir = ctx.work_dir / "results"
     try:
-        outcome = run_training(
-            spec,
-            results_dir,
-            gpus=1,
-            gpu_index=job_options(ctx, TrainOptions).gpu_index,
-            log_file=ctx.log_file,
-            extra_hooks=[control_plane_hook(ctx)],
-        )
+        outcome = _train_ranks(ctx, spec, results_dir, options)
     except TrainingCancelled as exc:
         raise JobCancelled(_checkpoint_result(ctx, exc.step, exc.checkpoint)) from exc
     root = ctx.settings.data_root
@@ -172,7 +167,45 @@ def train(ctx: JobContext) -> dict[str, Any]:
         "checkpoint": str(outcome.checkpoint.relative_to(root)) if outcome.checkpoint else None,
         "metrics": outcome.metrics,
         "stop_reason": outcome.stop_reason,
+        "ranks": options.gpus,
+        "effective_batch": options.gpus * spec.train_batch_size * spec.accumulate_grad_steps,
     }
+
+
+def _train_ranks(
+    ctx: JobContext, spec: ExperimentSpec, results_dir: Path, options: TrainOptions
+) -> TrainResult:
+    """One rank in this process, reporting through a hook; several under torchrun as a
+    child process (the launcher the CLI uses), reporting rank 0's status file."""
+    from maskops.engine.launcher import RankPlan, train_under_torchrun
+    from maskops.engine.train import run_training
+    from maskops_worker.hooks import control_plane_hook, status_reporter
+
+    if options.gpus == 1:
+        return run_training(
+            spec,
+            results_dir,
+            gpu_index=options.gpu_index,
+            log_file=ctx.log_file,
+            extra_hooks=[control_plane_hook(ctx)],
+        )
+    plan = RankPlan(
+        nproc_per_node=options.gpus,
+        max_restarts=ctx.settings.train_max_restarts,
+        rdzv_id=f"maskops-job-{ctx.job.id}",
+        gpu_index=options.gpu_index,
+    )
+    # torchrun's own lines (a rank failed, the group restarts) and the ranks' logs all go
+    # to the job's log.
+    with ctx.log_file.open("ab") as log:
+        return train_under_torchrun(
+            spec,
+            results_dir,
+            plan,
+            output=log,
+            should_stop=ctx.stop_event.is_set,
+            on_status=status_reporter(ctx),
+        )
 
 
 def _checkpoint_result(ctx: JobContext, step: int, checkpoint: Path | None) -> dict[str, Any]:

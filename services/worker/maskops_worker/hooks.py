@@ -1,17 +1,19 @@
-"""The training hook that connects a run to the control plane: progress, metrics, cancel."""
+"""What connects a training run to the control plane: progress, metrics and cancel, from a
+hook in this process (one rank) or from rank 0's status file (ranks under torchrun)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from maskops.engine.trainer import HookBase
 from maskops_worker.contract import JobContext
 
 
-class ControlPlaneHook(HookBase):
-    """Reports step/total and new metrics (at most every ``min_interval_s``, and at the end)
-    and stops the run at the next step boundary once a cancel is requested or the lease is
-    lost; the trainer then saves the checkpoint of the last completed step."""
+class ProgressReporter:
+    """Sends step/total and new metrics to the job, at most every ``min_interval_s``
+    unless forced (the first and last report)."""
 
     def __init__(self, ctx: JobContext, *, min_interval_s: float = 1.0) -> None:
         self.ctx = ctx
@@ -19,19 +21,33 @@ class ControlPlaneHook(HookBase):
         self._last_report = 0.0
         self._sent: dict[str, float] = {}
 
+    def report(self, step: int, total: int, metrics: dict[str, float], *, force: bool) -> None:
+        fresh = metrics != self._sent
+        if not force and not fresh and time.monotonic() - self._last_report < self.min_interval_s:
+            return
+        self.ctx.report(step, total, metrics if fresh else None)
+        self._sent = dict(metrics)
+        self._last_report = time.monotonic()
+
+
+class ControlPlaneHook(HookBase):
+    """Reports progress and metrics and stops the run at the next step boundary once a
+    cancel is requested or the lease is lost; the trainer then saves the checkpoint of the
+    last completed step."""
+
+    def __init__(self, ctx: JobContext, *, min_interval_s: float = 1.0) -> None:
+        self.ctx = ctx
+        self.reporter = ProgressReporter(ctx, min_interval_s=min_interval_s)
+
     def before_step(self) -> None:
         if self.ctx.stop_event.is_set():
             self.trainer.request_stop("cancelled", cancel=True)
 
     def _report(self, *, force: bool) -> None:
         trainer = self.trainer
-        metrics = dict(trainer.latest_metrics)
-        fresh = metrics != self._sent
-        if not force and not fresh and time.monotonic() - self._last_report < self.min_interval_s:
-            return
-        self.ctx.report(trainer.iter, trainer.max_steps, metrics if fresh else None)
-        self._sent = metrics
-        self._last_report = time.monotonic()
+        self.reporter.report(
+            trainer.iter, trainer.max_steps, dict(trainer.latest_metrics), force=force
+        )
 
     def before_train(self) -> None:
         self._report(force=True)
@@ -45,3 +61,21 @@ class ControlPlaneHook(HookBase):
 
 def control_plane_hook(ctx: JobContext) -> ControlPlaneHook:
     return ControlPlaneHook(ctx)
+
+
+def status_reporter(ctx: JobContext) -> Callable[[dict[str, Any]], None]:
+    """``on_status`` for :func:`maskops.engine.launcher.train_under_torchrun`: rank 0's
+    ``status.json`` reported as the hook reports a run in this process (cancel goes the
+    other way, through the launcher's cancel file)."""
+    reporter = ProgressReporter(ctx)
+
+    def on_status(status: dict[str, Any]) -> None:
+        if status.get("total_steps"):
+            reporter.report(
+                int(status.get("step") or 0),
+                int(status["total_steps"]),
+                dict(status.get("metrics") or {}),
+                force=status.get("state") != "running",
+            )
+
+    return on_status

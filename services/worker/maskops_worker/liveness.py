@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
@@ -23,6 +24,26 @@ from maskops_core.settings import get_settings
 log = logging.getLogger(__name__)
 
 
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+"""One folder per NVIDIA GPU of the host (Linux driver)."""
+
+
+def visible_gpus() -> int:
+    """The NVIDIA GPUs this process may use, without initialising CUDA (this is the Celery
+    main process: CUDA initialised before the pool forks is unusable in the children)."""
+    try:
+        count = sum(1 for _ in NVIDIA_GPUS.iterdir())
+    except OSError:
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return count
+    listed = [d for d in visible.split(",") if d.strip()]
+    if listed and listed[0].strip() == "-1":
+        return 0
+    return min(count, len(listed))
+
+
 class _Beater(threading.Thread):
     def __init__(self, hostname: str, queues: list[str]) -> None:
         super().__init__(name="worker-heartbeat", daemon=True)
@@ -33,6 +54,9 @@ class _Beater(threading.Thread):
         self.engine = make_engine(self.settings)
         self.factory = make_session_factory(self.engine)
         self.started_at = utcnow()
+        self.gpus = (
+            visible_gpus() if self.settings.worker_gpus is None else self.settings.worker_gpus
+        )
 
     def run(self) -> None:
         while True:
@@ -44,6 +68,7 @@ class _Beater(threading.Thread):
                     pid=os.getpid(),
                     started_at=self.started_at,
                     retention_s=self.settings.worker_row_retention_s,
+                    gpus=self.gpus,
                 )
             except SQLAlchemyError as exc:
                 log.warning("worker heartbeat failed: %s", exc)

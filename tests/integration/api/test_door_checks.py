@@ -151,7 +151,8 @@ def trained(client: TestClient, clean_db: Settings) -> dict[str, int]:
         ("inference", {"image_dir": "../../etc"}, "options.image_dir"),
         ("inference", {"threshold": 1.5}, "options.threshold"),
         ("evaluate", {"gpu_index": -1}, "options.gpu_index"),
-        ("train", {"gpus": 8}, "options.gpus"),
+        ("train", {"gpus": 65}, "options.gpus"),
+        ("train", {"gpus": 2}, "options.gpus"),  # no live worker offers two ranks
         ("dataset_convert", {"anything": 1}, "options.anything"),
     ],
 )

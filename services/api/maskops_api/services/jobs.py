@@ -12,6 +12,7 @@ from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import Conflict, Invalid, NotFound
 from maskops_api.schemas import JobCreate, JobOut, Progress
 from maskops_api.services import idempotency
+from maskops_core import workers
 from maskops_core.actions import JobAction
 from maskops_core.db.models import (
     TERMINAL_STATUSES,
@@ -23,6 +24,7 @@ from maskops_core.db.models import (
     utcnow,
 )
 from maskops_core.db.session import rowcount
+from maskops_core.options import TrainOptions
 from maskops_core.settings import Settings
 
 ENDPOINT = "POST /jobs"
@@ -67,6 +69,8 @@ def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job
         dataset_id = experiment.dataset_id
     _check_dataset(session, action, dataset_id)
     _check_options(action, body.options)
+    if action == JobAction.train:
+        _check_ranks(session, settings, action, TrainOptions.model_validate(body.options))
     if action == JobAction.train and version is not None:
         _check_trains(version)
     return Job(
@@ -147,6 +151,23 @@ def _check_options(action: JobAction, options: dict[str, object]) -> None:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in ("options", *first["loc"]))
         raise Invalid(f"{where}: {first['msg']} ({action} options)") from None
+
+
+def _check_ranks(
+    session: Session, settings: Settings, action: JobAction, options: TrainOptions
+) -> None:
+    """A multi-rank job needs a live worker offering that many ranks: refused now rather
+    than queued for a worker that never comes (one rank always queues)."""
+    if options.gpus == 1:
+        return
+    queue = action.queue(settings)
+    most = workers.most_ranks(session, settings, queue)
+    if most is None or most < options.gpus:
+        offer = "no live worker" if most is None else f"the most a live worker offers is {most}"
+        raise Invalid(
+            f"options.gpus: {options.gpus} ranks asked, {offer} on queue {queue} (its GPUs, "
+            f"or {settings.cpu_ranks} without a GPU: MASKOPS_CPU_RANKS)"
+        )
 
 
 def _check_trains(version: ExperimentVersion) -> None:

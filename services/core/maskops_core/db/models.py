@@ -207,3 +207,5 @@ class WorkerHeartbeat(Base):
     pid: Mapped[int]
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    gpus: Mapped[int] = mapped_column(default=0, server_default="0")
+    """The GPUs it has (0: CPU only); see :func:`maskops_core.workers.worker_ranks`."""

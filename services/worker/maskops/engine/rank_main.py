@@ -33,7 +33,7 @@ RESTART_VARIABLE = "TORCHELASTIC_RESTART_COUNT"
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m maskops.engine.rank_main")
-    parser.add_argument("--spec", type=Path, required=True, help="the resolved spec (JSON)")
+    parser.add_argument("--spec", type=Path, required=True, help="spec file (text or JSON)")
     parser.add_argument("--results_dir", type=Path, required=True)
     parser.add_argument("--cancel_file", type=Path, default=None, help="stop when it exists")
     parser.add_argument("--gpu_index", type=int, default=0)
@@ -46,8 +46,10 @@ def record_error(results_dir: Path, rank: int, exc: BaseException) -> None:
     """``launch/rank-<R>.error``: this rank's one-line error for the parent's report."""
     input_error = isinstance(exc, TrainingError) and not isinstance(exc, NonFiniteLossError)
     text = " ".join(str(exc).split()) or type(exc).__name__
+    path = results_dir / LAUNCH_DIR / f"rank-{rank}{ERROR_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(
-        results_dir / LAUNCH_DIR / f"rank-{rank}{ERROR_SUFFIX}",
+        path,
         {
             "rank": rank,
             "error": text if isinstance(exc, TrainingError) else f"{type(exc).__name__}: {text}",
@@ -56,6 +58,16 @@ def record_error(results_dir: Path, rank: int, exc: BaseException) -> None:
             "time": time.time(),
         },
     )
+
+
+def _load_spec(path: Path) -> ExperimentSpec:
+    """A TAO text or JSON spec, relative paths resolved against its folder (as the CLI)."""
+    from maskops.spec import SpecError, load_spec
+
+    try:
+        return load_spec(path).resolve_paths(path.parent)
+    except SpecError as exc:
+        raise TrainingError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         # Also in the job's log: the group was restarted and resumes from its checkpoint.
         logger.warning("torchrun restarted the ranks (restart %d): resuming", restarts)
     try:
-        spec = ExperimentSpec.model_validate_json(args.spec.read_text())
+        spec = _load_spec(args.spec)
         hooks = [CancelHook.on_file(args.cancel_file)] if args.cancel_file else []
         train_this_rank(
             spec,

@@ -1,0 +1,89 @@
+"""A train job on two ranks over REST: torchrun under a real Celery worker (gloo on the CPU),
+cancelled (both ranks stop, the checkpoint is kept), resumed, a rank SIGKILLed (torchrun
+restarts the group from the last checkpoint), and ending with the weights of the CLI's
+uninterrupted ``--gpus 2`` run of the same spec; a job asking for more ranks than any
+worker offers is refused at the door."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from maskops.checkpoint import load_model
+from maskops_core.settings import Settings
+from tests.integration.api.conftest import Worker, wait_for
+from tests.integration.api.test_workflow import create_experiment, register_demo
+from tests.support.ranks import rank_pids, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_two_rank_job_cancels_resumes_and_ends_as_the_cli_run(
+    client: TestClient,
+    clean_db: Settings,
+    workers: Callable[[str], Worker],
+    demo_root: str,
+    tmp_path: Path,
+) -> None:
+    worker = workers("w1")
+    dataset_id = register_demo(client, demo_root, worker)
+    experiment_id = create_experiment(client, dataset_id, steps=6, every=3)
+    body = {"action": "train", "experiment_id": experiment_id}
+    # The worker has no GPU: it offers clean_db.cpu_ranks (2) gloo ranks.
+    refused = client.post("/jobs", json=body | {"options": {"gpus": 3}})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"].startswith(
+        "options.gpus: 3 ranks asked, the most a live worker offers is 2"
+    )
+
+    job_id = client.post("/jobs", json=body | {"options": {"gpus": 2}}).json()["id"]
+    results = clean_db.data_root / "jobs" / str(job_id) / "results"
+    wait_for(client, job_id, {"running"}, worker=worker, until=lambda j: j["progress"]["step"])
+    assert set(rank_pids(results)) == {0, 1}
+    assert client.post(f"/jobs/{job_id}/cancel").status_code == 200
+    job = wait_for(client, job_id, {"cancelled", "failed", "succeeded"}, worker=worker)
+    logs = client.get(f"/jobs/{job_id}/logs").text
+    assert job["status"] == "cancelled", logs
+    assert rank_pids(results) == {}
+    step = job["result"]["step"]
+    assert 1 <= step < 6 and job["result"]["checkpoint"].endswith(f"model.step-{step}.pth")
+
+    # Resumed; rank 1 is SIGKILLed a step later: torchrun restarts both ranks from the
+    # last checkpoint, and the job shows the restart.
+    assert client.post(f"/jobs/{job_id}/resume").status_code == 202
+    wait_for(client, job_id, {"running"}, until=lambda j: (j["progress"]["step"] or 0) > step)
+    wait_until(lambda: 1 in rank_pids(results), timeout_s=30, what="rank 1")
+    os.kill(rank_pids(results)[1], signal.SIGKILL)
+    job = wait_for(client, job_id, {"succeeded", "failed"}, worker=worker)
+    logs = client.get(f"/jobs/{job_id}/logs").text
+    assert job["status"] == "succeeded", logs
+    assert job["attempts"] == 2 and job["progress"]["step"] == 6
+    assert job["result"]["ranks"] == 2 and job["result"]["effective_batch"] == 4
+    assert f"resuming from {results}/model.step-{step}.pth" in logs
+    assert "torchrun restarted the ranks (restart 1): resuming" in logs
+    assert "2 process(es) x batch 2 x accumulate 1 = 4 images per step" in logs
+
+    # The CLI on the spec the ranks trained, uninterrupted: the same weights and losses.
+    cli_dir = tmp_path / "cli"
+    maskops = Path(sys.executable).with_name("maskops")
+    spec = results / "launch" / "spec.json"
+    cli = subprocess.run(
+        [str(maskops), "train", "-e", str(spec), "-d", str(cli_dir), "--gpus", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    job_model = load_model(clean_db.data_root / job["result"]["checkpoint"]).model.state_dict()
+    cli_model = load_model(cli_dir / "model.step-6.pth").model.state_dict()
+    assert all(torch.equal(job_model[k], cli_model[k]) for k in cli_model)
+    cli_status = (cli_dir / "status.json").read_text()
+    assert f'"Total loss": {job["result"]["metrics"]["Total loss"]}' in cli_status
