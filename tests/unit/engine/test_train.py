@@ -6,8 +6,6 @@ import itertools
 import json
 import logging
 import os
-import signal
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ from maskops.cli.main import main as cli_main
 from maskops.data.manifest import load_label_map
 from maskops.engine import CancelHook, HookBase, TrainingCancelled, TrainingError, run_training
 from maskops.engine.checkpointing import list_checkpoints
-from maskops.engine.launcher import RankPlan, train_under_torchrun
+from maskops.engine.launcher import RankPlan, torchrun_command
 from maskops.engine.optim import regularized_parameters
 from maskops.engine.schedule import LRSchedule
 from maskops.engine.state import seed_everything
@@ -28,7 +26,6 @@ from maskops.engine.train import build_training_model, check_num_classes
 from maskops.modeling import build_model, prunable_convs
 from maskops.spec import spec_to_text
 from maskops.spec.models import ExperimentSpec
-from tests.support.ranks import rank_pids, wait_until
 
 SpecFactory = Callable[..., ExperimentSpec]
 
@@ -295,47 +292,28 @@ def test_early_stop_on_target_ap_with_image_summaries(
     assert [e.value for e in events.Scalars("AP")] == pytest.approx([0.3, 0.6])
 
 
-def test_two_ranks_under_torchrun_restart_a_killed_rank_and_end_as_an_uninterrupted_run(
-    spec_factory: SpecFactory, tmp_path: Path
-) -> None:
-    spec = spec_factory(
-        total_steps=4,
-        warmup_steps=0,
-        num_steps_per_eval=2,
-        keep_checkpoints=3,
-        data_config={"val_json_file": ""},
-    )
-    result = run_training(spec, tmp_path / "whole", gpus=2, log_every=1)
-    assert result.step == 4
-    assert [step for step, _ in list_checkpoints(tmp_path / "whole")] == [2, 4]
-    # Linear scaling: two ranks, twice the spec's learning rate; 2 x 2 images a step.
-    records = [r for r in _metrics(tmp_path / "whole") if "learning rate" in r]
-    assert [r["learning rate"] for r in records] == pytest.approx([0.008] * 4)
-    assert read_checkpoint(result.checkpoint)["data_position"] == 4  # type: ignore[arg-type]
-
-    # Rank 1 is SIGKILLed once the checkpoint of step 2 exists: torchrun restarts both
-    # ranks, which resume from the newest checkpoint and end with the same weights.
-    killed = tmp_path / "killed"
-    plan = RankPlan(nproc_per_node=2, max_restarts=1)
-    outcome: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: outcome.append(train_under_torchrun(spec, killed, plan, log_every=1))
-    )
-    thread.start()
-    wait_until(lambda: (killed / "model.step-2.pth").exists(), timeout_s=120, what="step 2")
-    wait_until(lambda: 1 in rank_pids(killed), timeout_s=30, what="rank 1")
-    os.kill(rank_pids(killed)[1], signal.SIGKILL)
-    thread.join(180)
-    assert outcome and outcome[0].step == 4, "the restarted ranks did not finish"
-    assert _status(killed)["state"] == "succeeded"
-    expected = load_model(result.checkpoint).model.state_dict()  # type: ignore[arg-type]
-    got = load_model(outcome[0].checkpoint).model.state_dict()
-    assert all(torch.equal(expected[k], got[k]) for k in expected)
+def test_torchrun_commands_for_one_host_and_for_a_host_of_several() -> None:
+    args = ["--spec", "s.json"]
+    one = torchrun_command(RankPlan(nproc_per_node=2, max_restarts=3), args)
+    assert one[1:] == [
+        "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=3",
+        "--monitor-interval=1", "--standalone", "-m", "maskops.engine.rank_main", *args,
+    ]  # fmt: skip
+    plan = RankPlan(nproc_per_node=4, nnodes=2, rdzv_endpoint="h0:29400", rdzv_id="job-7")
+    several = torchrun_command(plan, args)
+    assert "--standalone" not in several and plan.world_size == 8
+    assert {"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29400"} < set(several)
+    assert {"--rdzv-id=job-7", "--rdzv-conf=join_timeout=600"} < set(several)
+    with pytest.raises(TrainingError, match="2 hosts need a rendezvous endpoint"):
+        RankPlan(nnodes=2)
 
 
 def test_a_rank_error_fails_the_run_naming_the_rank(
     spec_factory: SpecFactory, tmp_path: Path
 ) -> None:
+    """Both ranks start under torchrun (the path --gpus 2 takes) and fail on the input: the
+    run fails with the rank's one-line error. (Two ranks training, a SIGKILLed rank, cancel
+    and resume: tests/integration/api/test_multi_rank.py.)"""
     spec = spec_factory(total_steps=1, data_config={"training_file_pattern": "/nowhere/train*"})
     with pytest.raises(TrainingError, match=r"^rank \d: .*training_file_pattern"):
         run_training(spec, tmp_path, gpus=2)
