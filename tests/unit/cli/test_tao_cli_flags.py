@@ -1,21 +1,27 @@
-"""TAO 5.3 flags of train, evaluate, inference and export: each one, fed through the real
-parser, either changes what the command does or prints why it changes nothing here."""
+"""TAO 5.3 flags of dataset_convert, train, evaluate, inference, prune and export: each one,
+fed through the real parser, either changes what the command does or prints why it changes
+nothing here."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from maskops.cli import evaluate, export, inference, train
+from maskops.cli import dataset_convert, evaluate, export, inference, prune, train
 from maskops.cli.common import CLIError, load_resolved_spec
 from maskops.cli.main import build_parser, main
 from maskops.data.labels import LabelMap
 from maskops.evaluation.inference import category_names, read_class_map
 from maskops.export.tensorrt import tensorrt_unavailable_reason
+from maskops.prune.report import GroupDecision, LayerChannels, PruneReport
 from maskops.spec.models import ExperimentSpec
+
+if TYPE_CHECKING:
+    from maskops.data.demo import DemoDataset
 
 Check = Callable[[argparse.Namespace], object]
 """Runs the command's flag handling; returns what the flag should change."""
@@ -46,6 +52,30 @@ def _spec_of(args: argparse.Namespace) -> ExperimentSpec:
     return load_resolved_spec(args.experiment_spec)
 
 
+PRUNED = PruneReport(
+    norm="max",
+    equalization="union",
+    granularity=8,
+    threshold=0.1,
+    min_filters=16,
+    excluded_layers=[],
+    image_size=(128, 128),
+    params_before=100,
+    params_after=80,
+    macs_before=10,
+    macs_after=8,
+    layers=[LayerChannels("backbone.body.conv1", 3, 64, 3, 48)],
+    groups=[
+        GroupDecision(("backbone.body.conv1",), 64, 48, "pruned"),
+        GroupDecision(("rpn.head.conv",), 256, 256, "fixed"),
+    ],
+)
+
+
+def _prune_output(args: argparse.Namespace) -> object:
+    return prune.report_text(args, PRUNED).splitlines()
+
+
 EXPORT = "export -m m.pth -e {spec}"
 INFER = "inference -i {tmp}/in -e {spec} -m {tmp}/m.pth -o {tmp}/out"
 NOTE = "maskops: note: "
@@ -55,6 +85,28 @@ NO_ENGINE = tensorrt_unavailable_reason() and "changes nothing: no TensorRT engi
 # (command line, the flag(s) under test, what reads them, result without / with the flag,
 #  the notice expected when given, or None). {spec}, {nospec}, {tmp} are filled per test.
 ROWS: list[tuple[str, str, Check, object, object, str | None]] = [
+    (
+        "dataset_convert -i {tmp}/images -a {tmp}/a.json -o {tmp}/out",
+        "-r {tmp}/res",
+        dataset_convert.log_file,
+        None,
+        "{tmp}/res/dataset_convert.log",
+        None,
+    ),
+    (
+        "prune -m {tmp}/m.pth -o {tmp}/out",
+        "-v",
+        _prune_output,
+        PRUNED.format_table().splitlines(),
+        [
+            *PRUNED.format_table().splitlines(),
+            "",
+            "coupled groups (convs whose outputs keep the same channels):",
+            "pruned      64 -> 48    backbone.body.conv1",
+            "fixed      256 -> 256   rpn.head.conv",
+        ],
+        None,
+    ),
     (
         "train -e {spec} -d {tmp}/r",
         "--use_amp",
@@ -274,3 +326,14 @@ def test_tao_long_option_names_are_aliases(argv: list[str], dest: str, value: st
     from maskops.cli.main import build_parser
 
     assert str(getattr(build_parser().parse_args(argv), dest)) == value
+
+
+def test_dataset_convert_results_dir_keeps_the_summary(
+    tmp_path: Path, demo_dataset: DemoDataset, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["dataset_convert", "-i", str(demo_dataset.val_images), "-a", str(demo_dataset.val_json)]
+    results = tmp_path / "results"
+    assert main([*args, "-o", str(tmp_path / "out"), "-r", str(results), "--workers", "1"]) == 0
+    summary = (results / "dataset_convert.log").read_text()
+    assert summary.startswith("wrote 1 shard(s) val-") and "8 written" in summary
+    assert summary == capsys.readouterr().out  # what it printed

@@ -6,7 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
+from maskops.cli.common import EXIT_OK, CLIError, add_key_argument, tee_log
+
+RESULTS_LOG = "dataset_convert.log"
+"""What ``-r RESULTS_DIR`` holds: the conversion summary (TAO writes its status log there)."""
 
 
 def register(subparsers: Any) -> None:
@@ -52,8 +55,21 @@ def register(subparsers: Any) -> None:
         help="leave out images without objects, as TAO does (default: keep them as "
         "negatives, counted in the manifest)",
     )
+    parser.add_argument(
+        "-r",
+        "--results_dir",
+        type=Path,
+        default=None,
+        help=f"also append the summary to RESULTS_DIR/{RESULTS_LOG}",
+    )
     add_key_argument(parser)
     parser.set_defaults(handler=run)
+
+
+def log_file(args: argparse.Namespace) -> Path | None:
+    """Where ``-r`` sends the summary, or None (TAO's default, /tmp, is not kept: without
+    -r the summary is only printed)."""
+    return args.results_dir / RESULTS_LOG if args.results_dir is not None else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,5 +91,6 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from exc
     except OSError as exc:
         raise CLIError(f"{exc.filename or args.output_dir}: {exc.strerror or exc}") from exc
-    print(result.summary())
+    with tee_log(log_file(args)) as log:
+        log(result.summary())
     return EXIT_OK

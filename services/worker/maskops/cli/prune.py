@@ -1,4 +1,5 @@
-"""``maskops prune -m MODEL -o OUT [-n max|L2] [-eq ...] [-pg 8] [-pth 0.1] [-nf 16] [-el L ...]``.
+"""``maskops prune -m MODEL -o OUT [-n max|L2] [-eq ...] [-pg 8] [-pth 0.1] [-nf 16] [-el L ...]
+[-v]``.
 
 ``-o`` is normally a directory (``OUT/model.pth`` and ``OUT/prune_report.json``). TAO's own
 command lines pass a model *file* there (``-o /results/model_pruned.tlt``); a path ending in
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import EXIT_OK, MODEL_HELP, CLIError, add_key_argument, model_argument
+
+if TYPE_CHECKING:
+    from maskops.prune.report import PruneReport
 
 MODEL_FILE_SUFFIXES = (".pth", ".pt", ".tlt", ".hdf5")
 
@@ -77,8 +81,21 @@ def register(subparsers: Any) -> None:
         help="module names (or prefixes) never pruned, e.g. backbone.body.layer4 (repeatable, "
         "space- or comma-separated)",
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list every coupled group of convs: pruned, kept, excluded or fixed",
+    )
     add_key_argument(parser)
     parser.set_defaults(handler=run)
+
+
+def report_text(args: argparse.Namespace, report: PruneReport) -> str:
+    """What the command prints about ``report``: the table, with ``-v`` the groups too
+    (TAO's -v prints its model summaries before and after)."""
+    text = report.format_table()
+    return f"{text}\n\n{report.format_groups()}" if args.verbose else text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except PruneError as exc:
         raise CLIError(str(exc)) from None
-    print(report.format_table())
+    print(report_text(args, report))
     print(f"pruned model: {report.output_model}")
     print(f"report: {out_dir / 'prune_report.json'}")
     return EXIT_OK

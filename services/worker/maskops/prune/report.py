@@ -98,3 +98,13 @@ class PruneReport:
                 f"  {layer.out_before:>4} -> {layer.out_after:<4}{mark}"
             )
         return "\n".join(lines)
+
+    def format_groups(self) -> str:
+        """One line per coupled group: its fate, channels and member convs (``-v``)."""
+        lines = ["coupled groups (convs whose outputs keep the same channels):"]
+        for group in self.groups:
+            lines.append(
+                f"{group.status:<8}  {group.channels_before:>4} -> {group.channels_after:<4}"
+                f"  {', '.join(group.members)}"
+            )
+        return "\n".join(lines)
