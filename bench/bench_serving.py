@@ -234,19 +234,38 @@ def encoded_image(height: int, width: int) -> bytes:
     return buffer.getvalue()
 
 
+def register_published(database_url: str, name: str) -> None:
+    """The rows a publish job leaves: ``/infer`` answers only for a published model."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from maskops_core.db.models import Job, PublishedModel
+
+    engine = create_engine(database_url)
+    with Session(engine) as session, session.begin():
+        export = Job(action="export", status="succeeded", queue="gpu", options={})
+        session.add(export)
+        session.flush()
+        session.add(PublishedModel(name=name, version=1, job_id=export.id))
+    engine.dispose()
+
+
 @contextlib.contextmanager
-def api_server(triton_url: str) -> Iterator[str]:
-    """The API as deployed (its own process), on SQLite, pointed at ``triton_url``."""
+def api_server(triton_url: str, model: str) -> Iterator[str]:
+    """The API as deployed (its own process), on SQLite, pointed at ``triton_url``, with
+    ``model`` published."""
     with tempfile.TemporaryDirectory() as home:
+        database_url = f"sqlite:///{home}/maskops.db"
         process, base = start_api(
             {
-                "MASKOPS_DATABASE_URL": f"sqlite:///{home}/maskops.db",
+                "MASKOPS_DATABASE_URL": database_url,
                 "MASKOPS_BROKER_URL": "memory://",
                 "MASKOPS_DATA_ROOT": home,
                 "MASKOPS_TRITON_URL": triton_url,
             }
         )
         try:
+            register_published(database_url, model)
             yield base
         finally:
             process.terminate()
@@ -301,7 +320,7 @@ def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> di
         publish(onnx_path, repo, "bench")
         with TritonServer(repo, models=EnsembleNames("bench").load_order) as server:
             url = server.http_url
-            with api_server(server.http_url.removeprefix("http://")) as api:
+            with api_server(server.http_url.removeprefix("http://"), "bench") as api:
 
                 def through_api() -> None:
                     files = {"images": ("image.jpg", data, "image/jpeg")}

@@ -5,29 +5,18 @@ Reads JSON only: the figures come from benchmark runs on an idle machine, not fr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.support.bench import load_bench_module
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _readme_table() -> ModuleType:
-    path = REPO / "bench" / "readme_table.py"
-    spec = importlib.util.spec_from_file_location("readme_table", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["readme_table"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-readme_table = _readme_table()
+readme_table = load_bench_module("readme_table")
 
 
 def test_readme_table_is_generated_from_the_results() -> None:

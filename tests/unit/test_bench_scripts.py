@@ -1,0 +1,97 @@
+"""The benchmark scripts run, end to end, at tiny sizes, and write what their readers expect.
+
+Correctness only: the figures of such runs mean nothing (tiny sizes, a machine shared with
+the rest of the suite); the published ones come from idle runs (bench/readme_table.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.support.bench import load_bench_module, run_bench
+
+timing = load_bench_module("timing")
+machine = load_bench_module("machine")
+
+
+def _results(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_text())
+    assert doc["machine"]["cpus"] >= 1 and doc["machine"]["torch"]
+    assert set(doc["load_average"]) == {"before", "after"}
+    assert isinstance(doc["loaded"], bool)
+    assert doc["command"].startswith("python bench/")
+    return doc
+
+
+def test_arms_alternate_within_each_round() -> None:
+    calls: list[str] = []
+
+    def arm(name: str, value: float) -> Any:
+        def measure() -> float:
+            calls.append(name)
+            return value
+
+        return measure
+
+    a, b = timing.alternate([arm("a", 1.0), arm("b", 2.0)], rounds=3, warmup=1)
+    assert calls == ["a", "b"] * 4
+    assert a.values == (1.0, 1.0, 1.0) and b.median == 2.0
+    spread = timing.Spread((3.0, 1.0, 2.0, 10.0))
+    assert spread.summary("s") == {"median_s": 2.5, "min_s": 1.0, "max_s": 10.0, "rounds": 4}
+    assert spread.percentile(50) == 2.0 and spread.percentile(99) == 10.0
+
+
+def test_a_run_above_the_core_count_is_marked_loaded() -> None:
+    cores = machine.usable_cores()
+    busy = machine.RunConditions(load_before=[cores + 1.0, 0.0, 0.0])
+    assert busy.record()["loaded"] is True
+    assert busy.record()["load_average"]["before"][0] == cores + 1.0
+
+
+def test_bench_eval_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "eval.json"
+    run_bench("bench_eval.py", "--images", "2", "--detections", "10", "--height", "128",
+              "--width", "192", "--rounds", "1", "--out", str(out))  # fmt: skip
+    doc = _results(out)
+    assert doc["metrics_identical"] is True
+    assert "1" in doc["by_threads"]
+    for row in doc["by_threads"].values():
+        assert row["identical_rles"] == "20/20"
+        assert row["maskops_end_to_end"]["median_s"] > 0
+        assert row["speedup_vs_reference"] > 0 and row["speedup_vs_hybrid"] > 0
+
+
+def test_bench_train_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "train.json"
+    run_bench("bench_train.py", "--nlayers", "10", "--image-size", "128", "128", "--batch", "1",
+              "--steps", "1", "--warmup", "1", "--rounds", "1",
+              "--arms", "torchvision-fp32", "maskops-fp32", "--out", str(out))  # fmt: skip
+    doc = _results(out)
+    assert set(doc["arms"]) == {"torchvision-fp32", "maskops-fp32"}
+    for arm in doc["arms"].values():
+        assert arm["median_images_per_s"] > 0 and arm["peak_rss_mb"] > 0
+    assert doc["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
+
+
+def test_bench_serving_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "serving.json"
+    run_bench("bench_serving.py", "--nlayers", "10", "--image-size", "128", "128", "--reps",
+              "1", "--postprocess-hw", "64", "96", "--no-triton", "--out", str(out))  # fmt: skip
+    doc = _results(out)
+    arms = doc["network"][0]["batch_1"]["arms"]
+    assert {"eager_fp32", "ort_fp32", "ort_int8"} <= set(arms)
+    for figures in arms.values():
+        assert 0 < figures["p50_ms"] <= figures["p90_ms"] <= figures["p99_ms"]
+    assert doc["postprocess"][0]["speedup"] > 0
+
+
+def test_bench_data_pipeline_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "data.json"
+    run_bench("bench_data_pipeline.py", "--images", "10", "--unique", "5", "--size", "96", "128",
+              "--image-size", "128", "128", "--samples", "4", "--workers", "1", "--rounds", "1",
+              "--out", str(out))  # fmt: skip
+    doc = _results(out)
+    assert doc["conversion"]["all"]["images"] == 10
+    assert doc["pipeline"]["ratio"] > 0
