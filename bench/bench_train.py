@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import shutil
 import statistics
@@ -261,7 +262,9 @@ def run_arm(arm: str, root: Path, args: argparse.Namespace, peaks: dict[str, Any
             f"--{key.replace('_', '-')}",
             *map(str, value if isinstance(value, list) else [value]),
         ]
-    process = subprocess.run(command, capture_output=True, text=True, check=False)
+    # run_training takes a GPU wherever one is visible: a CPU run hides them from both loops.
+    env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": ""} if args.device == "cpu" else {})}
+    process = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     lines = [x for x in process.stdout.splitlines() if x.startswith("RESULT ")]
     if process.returncode != 0 or not lines:
         print(process.stderr[-3000:], file=sys.stderr)
