@@ -80,3 +80,18 @@ def test_roll_out_all_reports_each_replica() -> None:
     rollout = roll_out_all(down, "shapes", 3)
     assert set(rollout.failed) == set(down)
     assert all("not reachable" in state for state in rollout.states().values())
+
+
+def test_a_failed_lookup_keeps_the_replicas_found_before() -> None:
+    answers: list[list[str] | Exception] = [["a:1", "b:2"], OSError("DNS is away"), ["c:3"]]
+
+    def resolve() -> list[str]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    pool = ReplicaPool(resolve, refresh_s=0)
+    assert pool.replicas() == ["a:1", "b:2"]
+    assert pool.replicas() == ["a:1", "b:2"]  # the lookup failed
+    assert pool.replicas() == ["c:3"]

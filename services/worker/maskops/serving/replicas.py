@@ -111,17 +111,19 @@ class ReplicaPool:
         self._down_until: dict[str, float] = {}
 
     def replicas(self) -> list[str]:
-        """The replicas now (looked up again once ``refresh_s`` has passed).
+        """The replicas now (looked up again once ``refresh_s`` has passed). A lookup that
+        fails keeps the last replicas found: a DNS hiccup must not stop inference.
 
         Raises:
-            TritonUnavailable: the lookup failed (its message says why).
+            TritonUnavailable: the lookup failed and none was ever found (it says why).
         """
         with self._lock:
             if time.monotonic() - self._resolved_at >= self.refresh_s:
                 try:
                     self._urls = list(self._resolve())
                 except Exception as exc:
-                    raise TritonUnavailable(str(exc)) from None
+                    if not self._urls:
+                        raise TritonUnavailable(str(exc)) from None
                 self._resolved_at = time.monotonic()
             return list(self._urls)
 
