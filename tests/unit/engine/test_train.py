@@ -6,7 +6,9 @@ import itertools
 import json
 import logging
 import os
+import socket
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from maskops.cli.main import main as cli_main
 from maskops.data.manifest import load_label_map
 from maskops.engine import CancelHook, HookBase, TrainingCancelled, TrainingError, run_training
 from maskops.engine.checkpointing import list_checkpoints
-from maskops.engine.launcher import RankPlan, torchrun_command
+from maskops.engine.launcher import RankPlan, torchrun_command, train_under_torchrun
 from maskops.engine.optim import regularized_parameters
 from maskops.engine.schedule import LRSchedule
 from maskops.engine.state import seed_everything
@@ -306,6 +308,25 @@ def test_torchrun_commands_for_one_host_and_for_a_host_of_several() -> None:
     assert {"--rdzv-id=job-7", "--rdzv-conf=join_timeout=600"} < set(several)
     with pytest.raises(TrainingError, match="2 hosts need a rendezvous endpoint"):
         RankPlan(nnodes=2)
+
+
+def test_two_hosts_on_loopback_gather_through_the_c10d_rendezvous(
+    spec_factory: SpecFactory, tmp_path: Path
+) -> None:
+    """Two torchrun agents (two "hosts" of one rank each) with the same endpoint and run id
+    form one two-rank run writing one results folder, as on shared storage."""
+    spec = spec_factory(total_steps=1, warmup_steps=0, data_config={"val_json_file": ""})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    plan = RankPlan(nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id="loopback")
+    with ThreadPoolExecutor(2) as pool:
+        hosts = [pool.submit(train_under_torchrun, spec, tmp_path, plan) for _ in range(2)]
+        results = [host.result(timeout=300) for host in hosts]
+    assert [r.step for r in results] == [1, 1]
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [1]
+    records = [r for r in _metrics(tmp_path) if "learning rate" in r]
+    assert [r["learning rate"] for r in records] == pytest.approx([0.008])  # 2 ranks
 
 
 def test_a_rank_error_fails_the_run_naming_the_rank(

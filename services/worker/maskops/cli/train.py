@@ -4,7 +4,8 @@ Running the same command again with the same RESULTS_DIR resumes from its newest
 checkpoint. Ctrl-C (or SIGTERM) stops at the next step boundary and saves a checkpoint; a
 second Ctrl-C interrupts at once. ``--gpus N`` (TAO's ``-np/--num_processes`` too) starts N
 ranks under torchrun (:mod:`maskops.engine.launcher`); ``--max_restarts`` restarts them
-from the last checkpoint when one crashes.
+from the last checkpoint when one crashes; ``--nnodes M --rdzv_endpoint HOST:PORT
+--rdzv_id RUN``, given on each of M hosts, makes them one run.
 """
 
 from __future__ import annotations
@@ -74,6 +75,19 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--gpu_index", type=int, default=0, help="first CUDA device to use")
     parser.add_argument(
+        "--nnodes",
+        type=int,
+        default=1,
+        help="hosts of the run: run this command on each, with the same --rdzv_endpoint and "
+        "--rdzv_id (docs/operations.md)",
+    )
+    parser.add_argument(
+        "--rdzv_endpoint",
+        default="",
+        help="host:port of the c10d rendezvous, for --nnodes > 1 (served by that host)",
+    )
+    parser.add_argument("--rdzv_id", default="maskops", help="names the run on every host")
+    parser.add_argument(
         "--use_amp",
         action="store_true",
         help="mixed precision (overrides the spec's use_amp; declined on CPUs without bf16)",
@@ -124,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--gpus must be >= 1, got {args.gpus}")
     if args.max_restarts < 0:
         raise CLIError(f"--max_restarts must be >= 0, got {args.max_restarts}")
+    if args.nnodes < 1:
+        raise CLIError(f"--nnodes must be >= 1, got {args.nnodes}")
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        raise CLIError(f"--nnodes {args.nnodes} needs --rdzv_endpoint HOST:PORT")
     if args.log_file is not None:
         args.log_file.parent.mkdir(parents=True, exist_ok=True)
 
@@ -146,11 +164,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(spec: ExperimentSpec, args: argparse.Namespace, stop: threading.Event) -> TrainResult:
-    """In this process for one rank; several go through torchrun (the one launcher)."""
+    """In this process for one rank on one host; otherwise through torchrun (the one
+    launcher), also for one host of several."""
     from maskops.engine import CancelHook, run_training
     from maskops.engine.launcher import RankPlan, train_under_torchrun
 
-    if args.gpus == 1:
+    if args.gpus == 1 and args.nnodes == 1 and not args.rdzv_endpoint:
         return run_training(
             spec,
             args.results_dir,
@@ -159,7 +178,12 @@ def _train(spec: ExperimentSpec, args: argparse.Namespace, stop: threading.Event
             extra_hooks=[CancelHook(stop.is_set)],
         )
     plan = RankPlan(
-        nproc_per_node=args.gpus, max_restarts=args.max_restarts, gpu_index=args.gpu_index
+        nproc_per_node=args.gpus,
+        nnodes=args.nnodes,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+        max_restarts=args.max_restarts,
+        gpu_index=args.gpu_index,
     )
     return train_under_torchrun(
         spec, args.results_dir, plan, log_file=args.log_file, should_stop=stop.is_set
