@@ -187,7 +187,7 @@ def _train_ranks(
             results_dir,
             gpu_index=options.gpu_index,
             log_file=ctx.log_file,
-            extra_hooks=[control_plane_hook(ctx)],
+            extra_hooks=[control_plane_hook(ctx, every_steps=spec.report_frequency)],
         )
     plan = RankPlan(
         nproc_per_node=options.gpus,

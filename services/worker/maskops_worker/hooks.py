@@ -12,18 +12,27 @@ from maskops_worker.contract import JobContext
 
 
 class ProgressReporter:
-    """Sends step/total and new metrics to the job, at most every ``min_interval_s``
-    unless forced (the first and last report)."""
+    """Sends step/total and new metrics to the job: every ``every_steps`` steps (the spec's
+    report_frequency, as ``status.json``), or when that is 0 whenever metrics are new and
+    else at most every ``min_interval_s``; and always when forced (first and last report)."""
 
-    def __init__(self, ctx: JobContext, *, min_interval_s: float = 1.0) -> None:
+    def __init__(
+        self, ctx: JobContext, *, min_interval_s: float = 1.0, every_steps: int = 0
+    ) -> None:
         self.ctx = ctx
         self.min_interval_s = min_interval_s
+        self.every_steps = every_steps
         self._last_report = 0.0
         self._sent: dict[str, float] = {}
 
+    def _due(self, step: int, fresh: bool) -> bool:
+        if self.every_steps > 0:
+            return step % self.every_steps == 0
+        return fresh or time.monotonic() - self._last_report >= self.min_interval_s
+
     def report(self, step: int, total: int, metrics: dict[str, float], *, force: bool) -> None:
         fresh = metrics != self._sent
-        if not force and not fresh and time.monotonic() - self._last_report < self.min_interval_s:
+        if not force and not self._due(step, fresh):
             return
         self.ctx.report(step, total, metrics if fresh else None)
         self._sent = dict(metrics)
@@ -35,9 +44,13 @@ class ControlPlaneHook(HookBase):
     cancel is requested or the lease is lost; the trainer then saves the checkpoint of the
     last completed step."""
 
-    def __init__(self, ctx: JobContext, *, min_interval_s: float = 1.0) -> None:
+    def __init__(
+        self, ctx: JobContext, *, min_interval_s: float = 1.0, every_steps: int = 0
+    ) -> None:
         self.ctx = ctx
-        self.reporter = ProgressReporter(ctx, min_interval_s=min_interval_s)
+        self.reporter = ProgressReporter(
+            ctx, min_interval_s=min_interval_s, every_steps=every_steps
+        )
 
     def before_step(self) -> None:
         if self.ctx.stop_event.is_set():
@@ -59,8 +72,9 @@ class ControlPlaneHook(HookBase):
         self._report(force=True)
 
 
-def control_plane_hook(ctx: JobContext) -> ControlPlaneHook:
-    return ControlPlaneHook(ctx)
+def control_plane_hook(ctx: JobContext, *, every_steps: int = 0) -> ControlPlaneHook:
+    """The hook for a run in this process; ``every_steps`` is the spec's report_frequency."""
+    return ControlPlaneHook(ctx, every_steps=every_steps)
 
 
 def status_reporter(ctx: JobContext) -> Callable[[dict[str, Any]], None]:

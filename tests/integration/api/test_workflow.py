@@ -120,7 +120,10 @@ def test_whole_workflow_over_http(
     assert [c["name"] for c in dataset["label_map"]] == ["circle", "square", "triangle"]
     assert {w["split"] for w in dataset["warnings"]} == {"train", "val"}
 
-    experiment_id = create_experiment(client, dataset_id, steps=4, every=2)
+    # TAO's report_frequency: progress and metrics reach the job every 2 steps, although
+    # training logs metrics every step.
+    top = "report_frequency: 2\nlogging_frequency: 1\n"
+    experiment_id = create_experiment(client, dataset_id, steps=4, every=2, top=top)
     submitted = client.post("/jobs", json={"action": "train", "experiment_id": experiment_id})
     assert submitted.status_code == 202, submitted.text
     job = wait_for(client, submitted.json()["id"], {"succeeded", "failed"}, worker=worker)
@@ -132,6 +135,9 @@ def test_whole_workflow_over_http(
     metrics = client.get(f"/jobs/{job['id']}/metrics").json()
     losses = [m for m in metrics if "Total loss" in m["values"]]
     assert losses and all(m["values"]["Total loss"] > 0 for m in losses)
+    assert [m["step"] for m in metrics] == [2, 4]
+    # Each evaluation's validation loss is reported beside its AP.
+    assert all(m["values"]["val/Total loss"] > 0 and "mask_AP" in m["values"] for m in metrics)
     logs = client.get(f"/jobs/{job['id']}/logs").text
     assert "attempt 1: train started" in logs and "attempt 1: succeeded" in logs
     assert "Total loss" in logs
