@@ -317,7 +317,12 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
             dataset_id = register_demo_dataset(base_url, token=token, say=say)
             if config.demo:
                 outcome["code"] = run_demo(
-                    base_url, dataset_id, data_root=settings.data_root, token=token, say=say
+                    base_url,
+                    dataset_id,
+                    data_root=settings.data_root,
+                    out_dir=config.state_dir.resolve(),
+                    token=token,
+                    say=say,
                 )
                 say("demo finished; the stack keeps running (Ctrl-C to stop)")
         except Exception as exc:

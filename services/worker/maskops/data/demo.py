@@ -33,7 +33,6 @@ CATEGORIES: tuple[dict[str, Any], ...] = (
     {"id": 7, "name": "triangle", "supercategory": "shape"},
 )
 
-_MAX_SHAPES = 5
 _MIN_VISIBLE_FRACTION = 0.55
 _PLACEMENT_TRIES = 30
 _JPEG_QUALITY = 95
@@ -62,6 +61,33 @@ class DemoDataset:
         return self.root / other
 
 
+@dataclass(frozen=True)
+class ShapeLayout:
+    """How many shapes an image holds and how large they are.
+
+    The default is the varied dataset the tests use; the demo walk uses fewer, larger
+    shapes (:data:`DEMO_WALK_LAYOUT`) so that a few minutes of CPU training learn them.
+    """
+
+    max_shapes: int = 5
+    """Each image holds 1..max_shapes shapes (fewer when placements keep failing)."""
+    min_radius: float = 0.09
+    max_radius: float = 0.22
+    """Circumradius range, as a fraction of the image's shorter side."""
+
+    def __post_init__(self) -> None:
+        if self.max_shapes < 1:
+            raise ValueError(f"max_shapes must be >= 1, got {self.max_shapes}")
+        if not 0.0 < self.min_radius <= self.max_radius <= 0.45:
+            raise ValueError(
+                f"need 0 < min_radius <= max_radius <= 0.45, got "
+                f"{self.min_radius}, {self.max_radius}"
+            )
+
+
+DEMO_WALK_LAYOUT = ShapeLayout(max_shapes=3, min_radius=0.14, max_radius=0.26)
+
+
 @dataclass
 class _Shape:
     category_id: int
@@ -76,6 +102,7 @@ def generate_demo_dataset(
     image_size: tuple[int, int] = (256, 256),
     seed: int = 0,
     val_fraction: float = 0.2,
+    layout: ShapeLayout = ShapeLayout(),
 ) -> DemoDataset:
     """Write ``out_dir/images/{train,val}/*.jpg`` and ``out_dir/annotations/{train,val}.json``.
 
@@ -86,6 +113,7 @@ def generate_demo_dataset(
         image_size: ``(height, width)`` of every image, each side >= 32.
         seed: any integer; the same arguments always give the same files.
         val_fraction: share of images in the validation split (at least one image each).
+        layout: how many shapes per image and how large.
 
     Image ids run 1..num_images over both splits (train first); annotation ids likewise.
     Each file's ``file_name`` is relative to its split's image directory.
@@ -112,7 +140,9 @@ def generate_demo_dataset(
         for index in range(first, first + count):
             image_id = index + 1
             file_name = f"{image_id:06d}.jpg"
-            drawn = draw_image(np.random.default_rng([seed, index]), height, width)
+            drawn = draw_image(
+                np.random.default_rng([seed, index]), height, width, layout=layout
+            )
             Image.fromarray(drawn.pixels).save(
                 paths[split] / file_name, format="JPEG", quality=_JPEG_QUALITY
             )
@@ -152,15 +182,20 @@ class DrawnImage:
 
 
 def draw_image(
-    rng: np.random.Generator, height: int, width: int, *, noise: float = 4.0
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    *,
+    noise: float = 4.0,
+    layout: ShapeLayout = ShapeLayout(),
 ) -> DrawnImage:
     """One image and its annotations; ``noise`` is the sigma of the per-pixel noise."""
     background = _background(rng, height, width)
     shapes: list[_Shape] = []
     visible: list[np.ndarray] = []
-    for _ in range(int(rng.integers(1, _MAX_SHAPES + 1))):
+    for _ in range(int(rng.integers(1, layout.max_shapes + 1))):
         for _try in range(_PLACEMENT_TRIES):
-            candidate = _random_shape(rng, height, width, background)
+            candidate = _random_shape(rng, height, width, background, layout)
             masks = _visible_masks([*shapes, candidate], height, width)
             if masks is not None:
                 shapes.append(candidate)
@@ -210,10 +245,14 @@ def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray
 
 
 def _random_shape(
-    rng: np.random.Generator, height: int, width: int, background: np.ndarray
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    background: np.ndarray,
+    layout: ShapeLayout,
 ) -> _Shape:
     category = CATEGORIES[int(rng.integers(len(CATEGORIES)))]
-    radius = rng.uniform(0.09, 0.22) * min(height, width)
+    radius = rng.uniform(layout.min_radius, layout.max_radius) * min(height, width)
     cx = rng.uniform(radius + 1, width - radius - 1)
     cy = rng.uniform(radius + 1, height - radius - 1)
     rotation = rng.uniform(0, 2 * math.pi)

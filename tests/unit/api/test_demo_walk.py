@@ -1,0 +1,64 @@
+"""The demo walk's last step: what it prints about /infer's answer and the picture it draws."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pycocotools.mask as mask_util
+from PIL import Image
+
+from maskops_api.demo import SHOWN_SCORE, describe_detections, draw_demo_detections
+
+
+def _detection(
+    name: str, category_id: int, score: float, box: tuple[int, int, int, int]
+) -> dict[str, Any]:
+    x, y, w, h = box
+    mask = np.zeros((64, 96), dtype=np.uint8)
+    mask[y : y + h, x : x + w] = 1
+    rle = mask_util.encode(np.asfortranarray(mask))
+    return {
+        "image_id": 0,
+        "category_id": category_id,
+        "category_name": name,
+        "score": score,
+        "bbox": [float(v) for v in box],
+        # As /infer answers: compressed RLE with a text ``counts``.
+        "segmentation": {"size": [64, 96], "counts": rle["counts"].decode()},
+    }
+
+
+def test_detections_are_listed_by_name_best_first_and_low_scores_counted() -> None:
+    detections = [
+        _detection("square", 3, 0.71, (40, 10, 20, 20)),
+        _detection("circle", 1, 0.97, (5, 5, 20, 20)),
+        _detection("triangle", 7, 0.12, (60, 30, 10, 10)),
+    ]
+
+    text = describe_detections(detections)
+
+    assert text == f"3 detections: circle 0.97, square 0.71 (and 1 below {SHOWN_SCORE})"
+
+
+def test_the_best_detection_is_named_even_below_the_threshold() -> None:
+    assert describe_detections([_detection("circle", 1, 0.2, (0, 0, 4, 4))]) == (
+        "1 detection: circle 0.20"
+    )
+    assert describe_detections([]) == "0 detections"
+
+
+def test_the_picture_has_the_masks_of_the_listed_detections_drawn(tmp_path: Path) -> None:
+    image = tmp_path / "grey.jpg"
+    Image.fromarray(np.full((64, 96, 3), 128, dtype=np.uint8)).save(image)
+    shown = _detection("circle", 1, 0.9, (5, 5, 20, 20))
+    hidden = _detection("square", 3, 0.1, (60, 30, 20, 20))
+
+    out = draw_demo_detections(image, [shown, hidden], tmp_path / "state" / "picture.png")
+
+    drawn = np.asarray(Image.open(out).convert("RGB")).astype(int)
+    original = np.asarray(Image.open(image).convert("RGB")).astype(int)
+    changed = np.abs(drawn - original).sum(axis=2) > 30
+    assert changed[10:20, 10:20].all(), "the listed detection's mask is filled"
+    assert not changed[40:48, 68:76].any(), "a detection below the threshold is not drawn"
