@@ -110,7 +110,7 @@ from typing import Any, NamedTuple, cast
 
 import torch
 from machine import start_run, write_results
-from timing import paired_median_seconds
+from timing import alternated_seconds
 from torch import nn
 
 from maskops.checkpoint import load_weights_into
@@ -399,10 +399,11 @@ def sweep(
             for key, value in figures.items():
                 row[f"{key}_ratio"] = value / base_figures[key]
             for part in ("dense", "full"):
-                base_s, pruned_s = paired_median_seconds([base_fns[part], fns[part]], args.repeats)
-                base_times[part].append(base_s)
-                row[f"{part}_latency_s"] = pruned_s
-                row[f"{part}_latency_s_ratio"] = pruned_s / base_s
+                base, pruned = alternated_seconds([base_fns[part], fns[part]], args.repeats)
+                base_times[part].append(base.median)
+                row[f"{part}_latency_s"] = pruned.median
+                row[f"{part}_latency_s_range"] = [min(pruned.values), max(pruned.values)]
+                row[f"{part}_latency_s_ratio"] = pruned.median / base.median
             rows.append(row)
             print_row(row)
         for part, values in base_times.items():

@@ -77,8 +77,3 @@ def alternated_seconds(
 ) -> list[Spread]:
     """Wall seconds of each workload, timed in turn within every round."""
     return alternate([seconds_of(fn) for fn in fns], rounds, warmup)
-
-
-def paired_median_seconds(fns: list[Callable[[], Any]], reps: int, warmup: int = 1) -> list[float]:
-    """Median seconds of each workload, timed in turn within every repetition."""
-    return [spread.median for spread in alternated_seconds(fns, reps, warmup)]

@@ -95,3 +95,14 @@ def test_bench_data_pipeline_tiny(tmp_path: Path) -> None:
     doc = _results(out)
     assert doc["conversion"]["all"]["images"] == 10
     assert doc["pipeline"]["ratio"] > 0
+
+
+def test_bench_prune_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "prune.json"
+    run_bench("bench_prune.py", "--archs", "10", "--image-size", "128", "128", "--thresholds",
+              "0.5", "--repeats", "1", "--heads", "small", "--out", str(out))  # fmt: skip
+    doc = _results(out)
+    unpruned, pruned = doc["rows"]
+    assert pruned["macs"] < unpruned["macs"]
+    low, high = pruned["dense_latency_s_range"]
+    assert low <= pruned["dense_latency_s"] <= high
