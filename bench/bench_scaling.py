@@ -14,7 +14,7 @@ GPU host each rank has its own GPU.
     # on a GPU host (not measured here: this machine has no GPU):
     .venv/bin/python bench/bench_scaling.py --ranks 1 2 4 8 --nlayers 50 \\
         --image-size 832 1344 --batch 4 --steps 50 --warmup 10 \\
-        --out bench/results/bench_scaling_cuda.json
+        --out OUT.json
 
 The row to compare a GPU run with is NVIDIA's published Mask R-CNN training throughput
 (``REFERENCE``: 8 x A100, as quoted in issue #26); no GPU figure of maskops is recorded.
