@@ -10,6 +10,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
@@ -20,6 +21,7 @@ from pydantic import (
 from maskops_core import options
 from maskops_core.actions import JobAction
 from maskops_core.db.models import JobStatus
+from maskops_core.paths import RELATIVE_PATH_PATTERN
 
 T = TypeVar("T")
 
@@ -32,13 +34,24 @@ def _printable(value: str) -> str:
     return value
 
 
+def _integral(value: object) -> object:
+    # JSON Schema's "integer" includes 2.0 (a number without a fractional part).
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 MAX_OPTIONS_BYTES = 64 * 1024
 """A job's options, serialized as JSON."""
 # Request bodies take JSON's own types: "1" is not an id, nor true a count (pydantic's lax
 # mode would coerce both).
-Id = Annotated[int, Field(ge=1, le=MAX_ID), Strict()]
+Int = Annotated[int, BeforeValidator(_integral), Strict()]
+"""A JSON integer, ``2.0`` included."""
+Id = Annotated[int, Field(ge=1, le=MAX_ID), BeforeValidator(_integral), Strict()]
 """Database ids (Postgres ``integer``)."""
-Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_printable)]
+Name = Annotated[
+    str,
+    Field(min_length=1, max_length=200, json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*$"}),
+    AfterValidator(_printable),
+]
 """A resource's name: no control characters (a NUL byte was stored as it came)."""
 
 TAO_SPEC_EXAMPLE = """\
@@ -93,9 +106,12 @@ def _relative_path(value: str, field: str) -> str:
     return str(path)
 
 
+DataPath = Annotated[str, Field(json_schema_extra={"pattern": RELATIVE_PATH_PATTERN})]
+
+
 class DatasetSplit(_Body):
-    image_dir: str = Field(description="Image directory, relative to the server's data root.")
-    annotation_file: str = Field(description="COCO JSON, relative to the server's data root.")
+    image_dir: DataPath = Field(description="Image directory, relative to the server's data root.")
+    annotation_file: DataPath = Field(description="COCO JSON, relative to the server's data root.")
 
     @field_validator("image_dir", "annotation_file")
     @classmethod
@@ -127,7 +143,7 @@ class DatasetCreate(_Body):
     name: Name
     train: DatasetSplit
     val: DatasetSplit | None = None
-    num_shards: Annotated[int, Strict()] = Field(default=8, ge=1, le=1024)
+    num_shards: Int = Field(default=8, ge=1, le=1024)
     include_masks: Annotated[bool, Strict()] = True
 
 
@@ -144,10 +160,19 @@ class DatasetOut(_Out):
     created_at: datetime
 
 
+_SPEC_GIVEN: dict[str, Any] = {"required": ["spec"], "properties": {"spec": {"type": "object"}}}
+_SPEC_TEXT_GIVEN: dict[str, Any] = {
+    "required": ["spec_text"],
+    "properties": {"spec_text": {"type": "string"}},
+}
+"""JSON Schema for "``spec`` (``spec_text``) is there and not null"."""
+
+
 class ExperimentCreate(_Body):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
+            "oneOf": [_SPEC_GIVEN, _SPEC_TEXT_GIVEN],
             "examples": [
                 {"name": "shapes-r18", "dataset_id": 1, "spec_text": TAO_SPEC_EXAMPLE},
                 {
@@ -161,7 +186,7 @@ class ExperimentCreate(_Body):
                         "maskrcnn_config": {"nlayers": 18},
                     },
                 },
-            ]
+            ],
         },
     )
 
@@ -182,7 +207,10 @@ class ExperimentCreate(_Body):
 class ExperimentUpdate(_Body):
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"spec_text": TAO_SPEC_EXAMPLE}]},
+        json_schema_extra={
+            "not": {"allOf": [_SPEC_GIVEN, _SPEC_TEXT_GIVEN]},
+            "examples": [{"spec_text": TAO_SPEC_EXAMPLE}],
+        },
     )
 
     name: Name | None = None
@@ -221,16 +249,12 @@ class JobCreate(_Body):
 
     action: JobAction
     experiment_id: Id | None = None
-    experiment_version: Annotated[int, Strict()] | None = Field(
-        default=None, ge=1, le=MAX_ID, description="Defaults to the experiment's latest version."
+    experiment_version: Id | None = Field(
+        default=None, description="Defaults to the experiment's latest version."
     )
-    dataset_id: Annotated[int, Strict()] | None = Field(
-        default=None, ge=1, le=MAX_ID, description="Defaults to the experiment's dataset."
-    )
-    parent_job_id: Annotated[int, Strict()] | None = Field(
+    dataset_id: Id | None = Field(default=None, description="Defaults to the experiment's dataset.")
+    parent_job_id: Id | None = Field(
         default=None,
-        ge=1,
-        le=MAX_ID,
         description="The job whose model this one uses (evaluate/prune/export).",
     )
     options: dict[str, Any] = Field(
@@ -327,7 +351,7 @@ MODEL_NAME_PATTERN = options.MODEL_NAME_PATTERN
 class PublishRequest(_Body):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"job_id": 5}]})
 
-    job_id: Annotated[int, Strict()] = Field(ge=1, le=MAX_ID, description="A succeeded export job.")
+    job_id: Int = Field(ge=1, le=MAX_ID, description="A succeeded export job.")
 
 
 class Health(BaseModel):

@@ -79,9 +79,8 @@ class _Collector:
 
     def on_headers_finished(self) -> None:
         _, options = parse_options_header(self.disposition)
+        # A part without a name is one more field the route does not know: ignored.
         self.name = _text(options.get(b"name", b""), "a form part's name")
-        if not self.name:
-            raise Invalid("a form part has no name (Content-Disposition)")
         if self.name == self.file_field and b"filename" in options:
             if self.form.filename is not None:
                 raise Invalid(f"{self.file_field}: one file only")
@@ -101,7 +100,7 @@ class _Collector:
         self.text += chunk
 
     def on_part_end(self) -> None:
-        if not self.to_file:
+        if not self.to_file and self.name:
             self.form.fields[self.name] = _text(bytes(self.text), f"form field {self.name!r}")
 
 

@@ -12,6 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
+RELATIVE_PATH_PATTERN = (
+    r"^(?![/\\])"  # not absolute
+    r"(?!(?:\.?[/\\])*\.?$)"  # not empty once "." and "/" are dropped
+    r"(?!(?:[^\x00]*[/\\])?\.\.(?:[/\\]|$))"  # no ".." part
+    r"[^\x00:]+$"  # no NUL, no drive letter (nor any ":")
+)
+""":func:`relative_data_path`'s rule as a JSON Schema pattern (for the OpenAPI document;
+slightly stricter: no ``:`` anywhere)."""
+
 
 def relative_data_path(value: str) -> str:
     """``value`` if it is relative to the data root and stays inside it; else ValueError."""

@@ -6,7 +6,10 @@ the control plane's own decisions; tests/integration/api runs the real broker an
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,3 +93,47 @@ SMALL_SPEC = {
     "data_config": {"image_size": [128, 128], "num_classes": 4},
     "maskrcnn_config": {"nlayers": 10},
 }
+
+
+COCO = json.dumps({"images": [], "annotations": [], "categories": []}).encode()
+
+
+def zip_bytes(members: dict[str, bytes], *, symlink: str | None = None) -> bytes:
+    """A zip of ``members``; ``symlink`` adds a link of that name to /etc/passwd."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        if symlink:
+            info = zipfile.ZipInfo(symlink)
+            info.external_attr = 0o120777 << 16
+            archive.writestr(info, "/etc/passwd")
+    return buffer.getvalue()
+
+
+def tar_bytes(
+    members: dict[str, bytes], *, symlink: str | None = None, compression: str = "gz"
+) -> bytes:
+    """A tar of ``members`` (``compression``: gz, bz2, xz, or "" for none); ``symlink`` adds
+    a link of that name to /etc."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=f"w:{compression}") as archive:  # type: ignore[call-overload]
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        if symlink:
+            link = tarfile.TarInfo(symlink)
+            link.type = tarfile.SYMTYPE
+            link.linkname = "/etc"
+            archive.addfile(link)
+    return buffer.getvalue()
+
+
+ARCHIVE_LAYOUT = {
+    "images/train/1.jpg": b"x",
+    "annotations/train.json": COCO,
+    "images/val/2.jpg": b"y",
+    "annotations/val.json": COCO,
+}
+"""A dataset archive's members at the upload form's default paths."""

@@ -38,19 +38,20 @@ def test_register_dataset_queues_conversion(
 
 
 @pytest.mark.parametrize(
-    ("image_dir", "message"),
+    ("image_dir", "status", "message"),
     [
-        ("/etc", "relative to the data root"),
-        ("shapes/../../etc", "without '..'"),
-        ("shapes/images/nope", "is not a directory"),
+        ("/etc", 422, "relative to the data root"),
+        ("shapes/../../etc", 422, "without '..'"),
+        # Well formed, naming nothing: not found, as an id of no row.
+        ("shapes/images/nope", 404, "is not a directory"),
     ],
 )
 def test_dataset_paths_are_confined_to_the_data_root(
-    client: TestClient, image_dir: str, message: str
+    client: TestClient, image_dir: str, status: int, message: str
 ) -> None:
     body = {**DATASET_BODY, "train": {**DATASET_BODY["train"], "image_dir": image_dir}}  # type: ignore[dict-item]
     response = client.post("/datasets", json=body)
-    assert response.status_code == 422
+    assert response.status_code == status
     assert message in response.json()["detail"]
     assert "train" in response.json()["detail"]
 

@@ -4,11 +4,7 @@ links, bombs, oversized and non-archive uploads are 4xx and leave nothing behind
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import os
-import tarfile
-import zipfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -20,46 +16,7 @@ from maskops_api.main import create_app
 from maskops_api.services.uploads import MAX_RATIO, TooLargeArchive, extract_archive
 from maskops_core.settings import Settings
 from tests.conftest import PeakRss
-from tests.unit.api.conftest import RecordingDispatcher
-
-COCO = json.dumps({"images": [], "annotations": [], "categories": []}).encode()
-
-
-def _zip(members: dict[str, bytes], *, symlink: str | None = None) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-        if symlink:
-            info = zipfile.ZipInfo(symlink)
-            info.external_attr = 0o120777 << 16
-            archive.writestr(info, "/etc/passwd")
-    return buffer.getvalue()
-
-
-def _tar(
-    members: dict[str, bytes], *, symlink: str | None = None, compression: str = "gz"
-) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode=f"w:{compression}") as archive:  # type: ignore[call-overload]
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-        if symlink:
-            link = tarfile.TarInfo(symlink)
-            link.type = tarfile.SYMTYPE
-            link.linkname = "/etc"
-            archive.addfile(link)
-    return buffer.getvalue()
-
-
-LAYOUT = {
-    "images/train/1.jpg": b"x",
-    "annotations/train.json": COCO,
-    "images/val/2.jpg": b"y",
-    "annotations/val.json": COCO,
-}
+from tests.unit.api.conftest import ARCHIVE_LAYOUT, RecordingDispatcher, tar_bytes, zip_bytes
 
 
 @pytest.fixture
@@ -76,11 +33,11 @@ def _upload(client: TestClient, data: bytes, name: str = "d.zip") -> tuple[int, 
     return response.status_code, response.json()
 
 
-@pytest.mark.parametrize("pack", [_zip, _tar])
+@pytest.mark.parametrize("pack", [zip_bytes, tar_bytes])
 def test_upload_registers_the_extracted_dataset(
     small_client: TestClient, settings: Settings, pack
 ) -> None:
-    code, body = _upload(small_client, pack(LAYOUT))
+    code, body = _upload(small_client, pack(ARCHIVE_LAYOUT))
     assert code == 201, body
     assert set(body["splits"]) == {"train", "val"} and body["status"] == "queued"
     folder = settings.data_root / body["splits"]["train"]["image_dir"]
@@ -91,12 +48,12 @@ def test_upload_registers_the_extracted_dataset(
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (_zip({**LAYOUT, "../evil.txt": b"!"}), "leaves the archive"),
-        (_zip({**LAYOUT, "/abs.txt": b"!"}), "leaves the archive"),
-        (_zip(LAYOUT, symlink="images/train/link"), "links are not allowed"),
-        (_tar(LAYOUT, symlink="images/link"), "only files and folders"),
+        (zip_bytes({**ARCHIVE_LAYOUT, "../evil.txt": b"!"}), "leaves the archive"),
+        (zip_bytes({**ARCHIVE_LAYOUT, "/abs.txt": b"!"}), "leaves the archive"),
+        (zip_bytes(ARCHIVE_LAYOUT, symlink="images/train/link"), "links are not allowed"),
+        (tar_bytes(ARCHIVE_LAYOUT, symlink="images/link"), "only files and folders"),
         (b"definitely not an archive", "not a zip or tar"),
-        (_tar({**LAYOUT, "r.bin": bytes(range(256)) * 40})[:-300], "corrupt archive"),
+        (tar_bytes({**ARCHIVE_LAYOUT, "r.bin": bytes(range(256)) * 40})[:-300], "corrupt archive"),
     ],
 )
 def test_unsafe_or_bad_archives_are_422_and_cleaned_up(
@@ -112,8 +69,8 @@ def test_unsafe_or_bad_archives_are_422_and_cleaned_up(
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (_zip({**LAYOUT, "bomb.bin": b"\0" * 400_000}), "compression ratio"),
-        (_tar({**LAYOUT, "big.bin": bytes(range(256)) * 2400}), "size limit"),
+        (zip_bytes({**ARCHIVE_LAYOUT, "bomb.bin": b"\0" * 400_000}), "compression ratio"),
+        (tar_bytes({**ARCHIVE_LAYOUT, "big.bin": bytes(range(256)) * 2400}), "size limit"),
     ],
 )
 def test_archives_expanding_too_far_are_413_and_cleaned_up(
@@ -142,7 +99,7 @@ BOMB_ZEROS = b"\0" * (32 * 1024**2)
 def test_compressed_tar_bombs_stop_at_the_ratio_and_leave_nothing(
     roomy_client: TestClient, settings: Settings, compression: str
 ) -> None:
-    bomb = _tar({**LAYOUT, "zeros.bin": BOMB_ZEROS}, compression=compression)
+    bomb = tar_bytes({**ARCHIVE_LAYOUT, "zeros.bin": BOMB_ZEROS}, compression=compression)
     assert len(bomb) * MAX_RATIO < len(BOMB_ZEROS) // 2  # a bomb by the ratio, not by the size
     with PeakRss() as api_process:  # in-process: the API is this process
         code, body = _upload(roomy_client, bomb, name=f"d.tar.{compression}")
@@ -155,7 +112,7 @@ def test_compressed_tar_bombs_stop_at_the_ratio_and_leave_nothing(
 
 def test_extraction_stops_writing_at_the_budget(tmp_path: Path) -> None:
     archive = tmp_path / "bomb.tar.bz2"
-    archive.write_bytes(_tar({"a.bin": ZEROS, "b.bin": ZEROS}, compression="bz2"))
+    archive.write_bytes(tar_bytes({"a.bin": ZEROS, "b.bin": ZEROS}, compression="bz2"))
     dest = tmp_path / "out"
     # Stopped inside the first member (not after writing both), and nothing is left.
     with pytest.raises(TooLargeArchive, match=r"'a\.bin'.*size limit of 3145728"):
@@ -195,7 +152,7 @@ def test_the_archive_is_written_once_under_the_data_root_as_it_arrives(
 ) -> None:
     """Not spooled first (Starlette's form parser would, and the route copied that): the
     bytes reach their file under ``uploads/`` while the rest of the body is still coming."""
-    archive = _zip({**LAYOUT, "noise.bin": os.urandom(150_000)})
+    archive = zip_bytes({**ARCHIVE_LAYOUT, "noise.bin": os.urandom(150_000)})
     request = httpx.Request("POST", "/", data={"name": "up"}, files={"archive": ("d.zip", archive)})
     body = request.read()
     written: list[int] = []
@@ -219,6 +176,6 @@ def test_the_archive_is_written_once_under_the_data_root_as_it_arrives(
     assert list(settings.data_root.glob("uploads/*.part")) == []
 
 
-def test_missing_train_files_in_archive_is_422(small_client: TestClient) -> None:
-    code, body = _upload(small_client, _zip({"other/x.jpg": b"x"}))
-    assert code == 422 and "train.image_dir" in body["detail"]
+def test_missing_train_files_in_archive_is_404(small_client: TestClient) -> None:
+    code, body = _upload(small_client, zip_bytes({"other/x.jpg": b"x"}))
+    assert code == 404 and "train.image_dir" in body["detail"]

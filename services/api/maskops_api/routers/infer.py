@@ -53,7 +53,7 @@ async def infer(
     request: Request,
     settings: SettingsDep,
     factory: FactoryDep,
-    images: Annotated[list[UploadFile], File(description="JPEG or PNG images")],
+    images: Annotated[list[UploadFile], File(description="JPEG or PNG images", min_length=1)],
     model: Annotated[str, Query(pattern=MODEL_NAME_PATTERN)],
     version: Annotated[str, Query(pattern=r"^[0-9]{0,9}$")] = "",
     score_threshold: Annotated[float, Query(ge=0.0, le=1.0)] = 0.0,

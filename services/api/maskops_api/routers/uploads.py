@@ -14,12 +14,20 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
 from maskops_api.errors import Invalid, TooLarge
-from maskops_api.schemas import DatasetCreate, Name
+from maskops_api.schemas import DataPath, DatasetCreate, Name
 from maskops_api.services.uploads import TooLargeArchive, UnsafeArchive, extract_archive
 from maskops_api.streamed_form import read_form
 from maskops_core.settings import Settings
 
 ARCHIVE_FIELD = "archive"
+ARCHIVE_MEDIA_TYPES = (
+    "application/zip",
+    "application/x-tar",
+    "application/gzip",
+    "application/x-bzip2",
+    "application/x-xz",
+)
+"""What the archive part may be (told by its bytes, not by its part's Content-Type)."""
 
 
 class UploadForm(BaseModel):
@@ -28,10 +36,10 @@ class UploadForm(BaseModel):
     # Lax types, unlike JSON bodies: every form value arrives as text ("8" is a number).
 
     name: Name
-    train_image_dir: str = "images/train"
-    train_annotation_file: str = "annotations/train.json"
-    val_image_dir: str | None = "images/val"
-    val_annotation_file: str | None = "annotations/val.json"
+    train_image_dir: DataPath = "images/train"
+    train_annotation_file: DataPath = "annotations/train.json"
+    val_image_dir: DataPath | None = "images/val"
+    val_annotation_file: DataPath | None = "annotations/val.json"
     num_shards: Annotated[int, Field(ge=1, le=1024)] = 8
 
 
@@ -45,7 +53,11 @@ def request_body() -> dict[str, Any]:
     }
     schema["properties"] = {ARCHIVE_FIELD: archive, **schema["properties"]}
     schema["required"] = [ARCHIVE_FIELD, *schema.get("required", [])]
-    return {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
+    encoding = {ARCHIVE_FIELD: {"contentType": ", ".join(ARCHIVE_MEDIA_TYPES)}}
+    return {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": schema, "encoding": encoding}},
+    }
 
 
 async def receive(request: Request, settings: Settings) -> tuple[Path, UploadForm]:

@@ -41,16 +41,18 @@ def check_split(settings: Settings, split: str, paths: DatasetSplit) -> None:
     annotations = _inside_root(
         settings.data_root, paths.annotation_file, f"{split}.annotation_file"
     )
+    # A well-formed path that names nothing is a 404, as an id that names no row is: the
+    # request is valid, what it refers to does not exist.
     try:
         image_ok, annotations_ok = image_dir.is_dir(), annotations.is_file()
     except OSError as exc:
-        raise Invalid(f"{split}: {_reason(exc)}") from None
+        raise NotFound(f"{split}: {_reason(exc)}") from None
     if not image_ok:
-        raise Invalid(
+        raise NotFound(
             f"{split}.image_dir: {paths.image_dir!r} is not a directory under the data root"
         )
     if not annotations_ok:
-        raise Invalid(
+        raise NotFound(
             f"{split}.annotation_file: {paths.annotation_file!r} is not a file under the data root"
         )
 

@@ -98,7 +98,9 @@ def _parent(session: Session, action: JobAction, parent_job_id: int | None) -> J
     if parent is None:
         raise Invalid(f"{action} needs parent_job_id (a {' or '.join(sorted(allowed))} job)")
     if parent.action not in allowed:
-        raise Invalid(f"{action} cannot use a {parent.action} job's output (job {parent.id})")
+        # The parent exists but is of another kind: its state, not the request, is wrong
+        # (409, as a parent that has not succeeded).
+        raise Conflict(f"{action} cannot use a {parent.action} job's output (job {parent.id})")
     if parent.status == JobStatus.cancelled and action == JobAction.evaluate:
         # A training cancelled after its first checkpoint keeps it: worth evaluating.
         if not (parent.result or {}).get("checkpoint"):
