@@ -74,6 +74,25 @@ class PeakRss:
         self.grew_mb = (self._kib("VmHWM") - self._start_kib) / 1024
 
 
+def large_jpeg(width: int, height: int, *, seed: int = 0, rotated: bool = False) -> bytes:
+    """A photo-like JPEG with structure at several scales, made at full size by Pillow (fast
+    at tens of megapixels); ``rotated`` adds EXIF orientation 6 (displayed turned 90 deg)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    coarse = Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8))
+    image = coarse.resize((width, height), Image.Resampling.BICUBIC)
+    exif = image.getexif()
+    if rotated:
+        exif[0x0112] = 6
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=90, exif=exif)
+    return buffer.getvalue()
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     return _require(POSTGRES_URL, 5432, "PostgreSQL")

@@ -37,7 +37,7 @@ from maskops.export import graph
 from maskops.serving import protocol
 from maskops.serving.processing import coco_results, preprocess_image, unpad_detections
 from maskops.serving.repository import OPS_FILE
-from tests.conftest import PeakRss
+from tests.conftest import PeakRss, large_jpeg
 
 LABELS = LabelMap.from_coco_categories(
     [{"id": 3, "name": "square"}, {"id": 7, "name": "tri"}, {"id": 9, "name": "circle"}]
@@ -123,22 +123,9 @@ def test_preprocess_decodes_like_the_engine(ops):
     assert ops.preprocess(encoded["exif rotated"], (64, 96))[2] == (70, 40)
 
 
-def _large_jpeg(rng: np.random.Generator, width: int, height: int, *, rotated: bool) -> bytes:
-    """Structure at several scales, made at full size by Pillow (fast at tens of MP)."""
-    coarse = Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8))
-    image = coarse.resize((width, height), Image.Resampling.BICUBIC)
-    exif = image.getexif()
-    if rotated:
-        exif[0x0112] = 6
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=90, exif=exif)
-    return buffer.getvalue()
-
-
 @pytest.mark.parametrize("rotated", [False, True])
 def test_large_jpegs_decode_reduced_close_to_the_full_decode(ops, rotated):
-    rng = np.random.default_rng(11)
-    data = _large_jpeg(rng, 1600, 1200, rotated=rotated)
+    data = large_jpeg(1600, 1200, seed=11, rotated=rotated)
     upright_hw = (1600, 1200) if rotated else (1200, 1600)
     # 1600 // (2 x 128) = 6: libjpeg's 1/4 is the largest reduction keeping the margin.
     reduced, full_hw = ops.load_rgb(data, fit=(128, 128))
@@ -154,7 +141,7 @@ def test_large_jpegs_decode_reduced_close_to_the_full_decode(ops, rotated):
 def test_large_jpeg_decode_memory_is_bounded(ops):
     """17 MP: about 120 MB decoded in full (Pillow's 4 bytes a pixel, then the RGB array);
     decoded at 1/8 for a 128 px model it needs a few MB."""
-    data = _large_jpeg(np.random.default_rng(12), 4800, 3600, rotated=False)
+    data = large_jpeg(4800, 3600, seed=12)
     with PeakRss() as reduced:
         image, _, _ = ops.preprocess(data, (128, 128))
     assert image.shape == (3, 128, 128)
