@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -91,6 +92,31 @@ def server_environment() -> dict[str, str]:
     env["LD_LIBRARY_PATH"] = ":".join(libs)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     return env
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminated_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to SIGTERM the server when its parent dies.
+
+    Its own session keeps the server out of its parent's signals, so a parent killed
+    without :meth:`TritonServer.stop` (SIGKILL, a CI timeout, the OOM killer) left the
+    server and its python stubs running, about 1 GB each. On SIGTERM Triton shuts down as
+    on :meth:`TritonServer.stop`, stubs included. ``prctl`` is looked up here: the forked
+    child only calls it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the request was made
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 class TritonServer:
@@ -167,7 +193,11 @@ class TritonServer:
         return self
 
     def launch(self) -> None:
-        """Start the process and return at once (a supervisor polls :meth:`is_ready`)."""
+        """Start the process and return at once (a supervisor polls :meth:`is_ready`).
+
+        The server gets SIGTERM when the thread that called this ends (Linux), so call it
+        from one that outlives the server (the main thread, a supervising thread).
+        """
         if not self.repository.is_dir():
             raise TritonLaunchError(f"model repository {self.repository} is not a directory")
         prepare_backends(self.backend_dir)
@@ -185,6 +215,7 @@ class TritonServer:
             stderr=subprocess.STDOUT,
             env=server_environment(),
             start_new_session=True,
+            preexec_fn=_terminated_with_parent(),
         )
 
     @property

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +37,68 @@ def test_failed_start_reports_the_log(tmp_path):
     (tmp_path / "broken" / "config.pbtxt").write_text('backend: "python"\nmax_batch_size: 0\n')
     with pytest.raises(TritonLaunchError, match="broken"):
         TritonServer(tmp_path, models=["broken"], startup_timeout_s=60).start()
+
+
+ECHO_CONFIG = """backend: "python"
+max_batch_size: 0
+input [{ name: "x", data_type: TYPE_FP32, dims: [1] }]
+output [{ name: "y", data_type: TYPE_FP32, dims: [1] }]
+"""
+ECHO_MODEL = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+
+def _group(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_a_killed_parent_takes_the_server_and_its_stubs_along(tmp_path):
+    """A process that dies without stop() (SIGKILL, a CI timeout) leaves no Triton behind."""
+    (tmp_path / "echo" / "1").mkdir(parents=True)
+    (tmp_path / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
+    (tmp_path / "echo" / "1" / "model.py").write_text(ECHO_MODEL)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+            import time
+            from maskops_triton.launcher import TritonServer
+            print(TritonServer({str(tmp_path)!r}, models=["echo"]).start().pid, flush=True)
+            time.sleep(600)
+        """),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert parent.stdout is not None
+    server = int(parent.stdout.readline())
+    try:
+        assert len(_group(server)) >= 2  # the server and the echo model's python stub
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while _group(server) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _group(server) == []
+    finally:
+        if _group(server):
+            os.killpg(server, 9)
