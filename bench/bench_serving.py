@@ -7,16 +7,16 @@
    execution providers where this onnxruntime build has them. The exported graph takes one
    image per ``session.run``: a batch of b is b runs. Each arm: p50/p90/p99 latency of a
    batch and images/s at the p50, over ``--reps`` rounds.
-2. Post-processing of 100 detections: maskops paste + RLE vs torchvision's
+2. Post-processing of ``--detections`` (100): maskops paste + RLE vs torchvision's
    ``paste_masks_in_image`` + ``pycocotools.mask.encode``.
 3. ``POST /infer`` through the API (``python -m maskops_api.server``, multipart upload)
    and Triton, and Triton alone (encoded image -> COCO JSON through the ensemble), each vs
    the same steps in-process (decode/resize + ONNX + post-processing): p50/p90/p99, and
    images/s through ``/infer`` with concurrent clients (Triton's dynamic batching on).
 
-Random weights (100 detections per image: the worst case for post-processing). Defaults
-run in a few minutes on 2 cores; ``--full`` runs the issue's sizes (resnet18 and 50 at
-512x640 and 832x1344). Figures go to bench/results/bench_serving.json
+Random weights (``--detections`` per image, 100 by default: the worst case for
+post-processing). Defaults run in a few minutes on 2 cores; ``--full`` runs the issue's
+sizes (resnet18 and 50 at 512x640 and 832x1344). Figures go to bench/results/bench_serving.json
 (bench_serving_full.json with ``--full``, a ``_cuda`` suffix with ``--device cuda``;
 ``--out`` elsewhere).
 
@@ -66,27 +66,34 @@ LABELS = LabelMap.from_coco_categories([{"id": i, "name": f"c{i}"} for i in (1, 
 Predict = Callable[[list[torch.Tensor]], Any]
 
 
-def random_model(nlayers: int, image_size: tuple[int, int]) -> torch.nn.Module:
+def config(nlayers: int, detections: int) -> MaskRCNNConfig:
+    return MaskRCNNConfig(nlayers=nlayers, test_detections_per_image=detections)
+
+
+def random_model(nlayers: int, image_size: tuple[int, int], detections: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    config = MaskRCNNConfig(nlayers=nlayers)
-    model = build_model(config, num_classes=LABELS.num_classes, image_size=image_size)
+    model = build_model(
+        config(nlayers, detections), num_classes=LABELS.num_classes, image_size=image_size
+    )
     # Random weights score everything alike; keep every candidate so each image has the
-    # full 100 detections (the heaviest case for masks and post-processing).
+    # full ``detections`` (the heaviest case for masks and post-processing).
     model.roi_heads.score_thresh = 0.0
     return model.eval()
 
 
-def metadata(nlayers: int, image_size: tuple[int, int], data_type: str) -> GraphMetadata:
+def metadata(
+    nlayers: int, image_size: tuple[int, int], data_type: str, detections: int
+) -> GraphMetadata:
     spec = ExperimentSpec(
         data_config=DataConfig(image_size=image_size, num_classes=LABELS.num_classes),
-        maskrcnn_config=MaskRCNNConfig(nlayers=nlayers),
+        maskrcnn_config=config(nlayers, detections),
     )
     return GraphMetadata(
         spec=spec,
         label_map=LABELS,
         data_type=data_type,
         image_size=image_size,
-        max_detections=100,
+        max_detections=detections,
         mask_resolution=28,
         max_batch_size=4,
     )
@@ -160,15 +167,19 @@ def bench_network(
     nlayers: int, image_size: tuple[int, int], args: argparse.Namespace, workdir: Path
 ) -> tuple[dict[str, Any], Path]:
     device = torch.device(args.device)
-    model = random_model(nlayers, image_size)
+    model = random_model(nlayers, image_size, args.detections)
     image = torch.rand(3, *image_size, generator=torch.Generator().manual_seed(1))
-    graph = trace_to_onnx(model, image_size=image_size, max_detections=100, example=image[None])
-    set_metadata(graph, metadata(nlayers, image_size, "fp32"))
+    graph = trace_to_onnx(
+        model, image_size=image_size, max_detections=args.detections, example=image[None]
+    )
+    set_metadata(graph, metadata(nlayers, image_size, "fp32", args.detections))
     path = workdir / f"r{nlayers}_{image_size[0]}x{image_size[1]}.onnx"
     onnx.save(graph, str(path))
     arms = {
         **eager_arms(model, device),
-        **onnx_arms(graph, path, lambda dtype: metadata(nlayers, image_size, dtype), device),
+        **onnx_arms(
+            graph, path, lambda dtype: metadata(nlayers, image_size, dtype, args.detections), device
+        ),
     }
     row: dict[str, Any] = {"backbone": f"resnet{nlayers}", "image_size": list(image_size)}
     for batch in args.batches:
@@ -195,9 +206,8 @@ def bench_network(
     return row, path
 
 
-def bench_postprocess(image_hw: tuple[int, int], reps: int) -> dict[str, Any]:
+def bench_postprocess(image_hw: tuple[int, int], n: int, reps: int) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(0)
-    n = 100
     xy = torch.rand(n, 2, generator=gen) * torch.tensor([image_hw[1] * 0.8, image_hw[0] * 0.8])
     wh = torch.rand(n, 2, generator=gen) * torch.tensor([image_hw[1] * 0.3, image_hw[0] * 0.3])
     boxes = torch.cat([xy, xy + wh + 4], dim=1)
@@ -213,7 +223,7 @@ def bench_postprocess(image_hw: tuple[int, int], reps: int) -> dict[str, Any]:
 
     ref, mine = alternated_seconds([reference, ours], reps)
     print(
-        f"post-processing 100 detections {image_hw}: torchvision+pycocotools "
+        f"post-processing {n} detections {image_hw}: torchvision+pycocotools "
         f"{ref.median * 1e3:.1f} ms, maskops {mine.median * 1e3:.1f} ms "
         f"({ref.median / mine.median:.1f}x)"
     )
@@ -358,6 +368,7 @@ def main() -> None:
     parser.add_argument("--nlayers", type=int, default=18, help="backbone without --full")
     parser.add_argument("--image-size", type=int, nargs=2, default=[256, 320])
     parser.add_argument("--batches", type=int, nargs="+", default=[1])
+    parser.add_argument("--detections", type=int, default=100, help="per image")
     parser.add_argument("--reps", type=int, default=5, help="rounds: each arm once per round")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(
@@ -390,7 +401,7 @@ def main() -> None:
             results["network"].append(row)
             first_onnx = first_onnx or path
         for hw in args.postprocess_hw or [(480, 640), (832, 1344)]:
-            results["postprocess"].append(bench_postprocess(tuple(hw), args.reps))
+            results["postprocess"].append(bench_postprocess(tuple(hw), args.detections, args.reps))
         if not args.no_triton and first_onnx is not None:
             results["triton"] = bench_triton(first_onnx, args.reps, args.clients, args.seconds)
     name = (

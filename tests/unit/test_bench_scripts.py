@@ -78,7 +78,8 @@ def test_bench_train_tiny(tmp_path: Path) -> None:
 def test_bench_serving_tiny(tmp_path: Path) -> None:
     out = tmp_path / "serving.json"
     run_bench("bench_serving.py", "--nlayers", "10", "--image-size", "128", "128", "--reps",
-              "1", "--postprocess-hw", "64", "96", "--no-triton", "--out", str(out))  # fmt: skip
+              "1", "--detections", "10", "--postprocess-hw", "64", "96", "--no-triton",
+              "--out", str(out))  # fmt: skip
     doc = _results(out)
     arms = doc["network"][0]["batch_1"]["arms"]
     assert {"eager_fp32", "ort_fp32", "ort_int8"} <= set(arms)
