@@ -96,7 +96,7 @@ def test_worker_modules_have_no_import_cycle() -> None:
 
 
 def test_every_catalogue_action_has_a_function_and_a_task_and_nothing_else() -> None:
-    from maskops_core.actions import JobAction
+    from maskops_core.actions import TRAIN_NODE_TASK, JobAction
     from maskops_core.settings import get_settings
     from maskops_worker.actions import ACTIONS
     from maskops_worker.celery_app import app
@@ -107,7 +107,7 @@ def test_every_catalogue_action_has_a_function_and_a_task_and_nothing_else() -> 
     assert set(ACTIONS) == catalogue
     assert set(TASKS) == catalogue
     registered = {name for name in app.tasks if name.startswith("maskops.")}
-    assert registered == {action.task_name for action in JobAction}
+    assert registered == {action.task_name for action in JobAction} | {TRAIN_NODE_TASK}
     routes, settings = app.conf.task_routes, get_settings()
     for action in JobAction:
         assert routes[action.task_name] == {"queue": action.queue(settings)}

@@ -133,6 +133,14 @@ class JobAction(enum.StrEnum):
         return settings.gpu_queue if self.spec.queue == "gpu" else settings.cpu_queue
 
 
+TRAIN_NODE_TASK = "maskops.train.node"
+"""The Celery task running one more node (host) of a multi-node train job: the worker
+leading the job sends one per other node, to the train queue. Not an action: it never owns
+the job."""
+
+
 def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
-    """Celery's ``task_routes`` for every action: producers and consumers route alike."""
-    return {action.task_name: {"queue": action.queue(settings)} for action in JobAction}
+    """Celery's ``task_routes`` for every action (and the train nodes): producers and
+    consumers route alike."""
+    routes = {action.task_name: {"queue": action.queue(settings)} for action in JobAction}
+    return routes | {TRAIN_NODE_TASK: {"queue": JobAction.train.queue(settings)}}

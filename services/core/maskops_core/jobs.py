@@ -78,32 +78,46 @@ def claim(
         )
         if claimed != 1:
             return None
-        job = session.get_one(Job, job_id)
-        spec = None
-        if job.experiment_id is not None:
-            spec = session.scalars(
-                select(ExperimentVersion.spec).where(
-                    ExperimentVersion.experiment_id == job.experiment_id,
-                    ExperimentVersion.version == job.experiment_version,
-                )
-            ).one()
-        dataset = session.get(Dataset, job.dataset_id) if job.dataset_id is not None else None
-        parent = session.get(Job, job.parent_job_id) if job.parent_job_id is not None else None
-        return JobSnapshot(
-            id=job.id,
-            action=job.action,
-            attempts=job.attempts,
-            options=dict(job.options or {}),
-            spec=spec,
-            dataset_id=job.dataset_id,
-            dataset_splits=dataset.splits if dataset else None,
-            dataset_shards_dir=dataset.shards_dir if dataset else None,
-            dataset_include_masks=dataset.include_masks if dataset else True,
-            dataset_num_shards=dataset.num_shards if dataset else 1,
-            parent_job_id=job.parent_job_id,
-            parent_action=parent.action if parent else None,
-            parent_result=parent.result if parent else None,
-        )
+        return _snapshot(session, session.get_one(Job, job_id))
+
+
+def running_snapshot(factory: sessionmaker[Session], job_id: int) -> JobSnapshot | None:
+    """The job as :func:`claim` returns it, without claiming it, while it runs (the other
+    nodes of a multi-node job read it so); None once it is not running."""
+    with transaction(factory) as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status != JobStatus.running:
+            return None
+        return _snapshot(session, job)
+
+
+def _snapshot(session: Session, job: Job) -> JobSnapshot:
+    """What a worker reads of ``job`` (its spec, dataset and parent)."""
+    spec = None
+    if job.experiment_id is not None:
+        spec = session.scalars(
+            select(ExperimentVersion.spec).where(
+                ExperimentVersion.experiment_id == job.experiment_id,
+                ExperimentVersion.version == job.experiment_version,
+            )
+        ).one()
+    dataset = session.get(Dataset, job.dataset_id) if job.dataset_id is not None else None
+    parent = session.get(Job, job.parent_job_id) if job.parent_job_id is not None else None
+    return JobSnapshot(
+        id=job.id,
+        action=job.action,
+        attempts=job.attempts,
+        options=dict(job.options or {}),
+        spec=spec,
+        dataset_id=job.dataset_id,
+        dataset_splits=dataset.splits if dataset else None,
+        dataset_shards_dir=dataset.shards_dir if dataset else None,
+        dataset_include_masks=dataset.include_masks if dataset else True,
+        dataset_num_shards=dataset.num_shards if dataset else 1,
+        parent_job_id=job.parent_job_id,
+        parent_action=parent.action if parent else None,
+        parent_result=parent.result if parent else None,
+    )
 
 
 def heartbeat(factory: sessionmaker[Session], job_id: int, *, owner: str) -> Heartbeat:
@@ -180,6 +194,28 @@ def finish(
             )
         )
     return True
+
+
+def requeue(factory: sessionmaker[Session], job_id: int, *, owner: str, reason: str) -> bool:
+    """Put a running job back in the queue with ``reason`` as its error until the next
+    claim (the reconciler sends it again); False if the lease was lost."""
+    now = utcnow()
+    with transaction(factory) as session:
+        kept = rowcount(
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == owner)
+                .where(Job.status == JobStatus.running)
+                .values(
+                    status=JobStatus.queued,
+                    error=reason,
+                    lease_owner=None,
+                    dispatched_at=None,
+                    updated_at=now,
+                )
+            )
+        )
+    return kept == 1
 
 
 def job_dir(data_root: Path, job_id: int) -> Path:

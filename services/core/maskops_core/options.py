@@ -51,6 +51,13 @@ class TrainOptions(ActionOptions):
         "scale linearly with them. At most what a live worker reports (its GPUs, or "
         "MASKOPS_CPU_RANKS gloo processes on a worker without a GPU).",
     )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Workers (hosts) the job spans, each running `gpus` ranks; they gather "
+        "in a c10d rendezvous hosted by the first worker to claim the job.",
+    )
 
 
 class ModelSource(ActionOptions):

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     last checkpoint) before the job fails with the failing rank's error."""
     worker_gpus: int | None = Field(default=None, ge=0)
     """The GPUs this worker reports; None: the NVIDIA devices it sees."""
+    rendezvous_timeout_s: float = Field(default=600.0, gt=0)
+    """How long the nodes of a multi-node train job may take to gather; after it the job
+    goes back to the queue with the reason."""
     cpu_ranks: int = Field(default=1, ge=1, le=64)
     """The ranks a worker without a GPU offers a train job (gloo on its cores): a job's
     ``options.gpus`` may go up to this where no worker has a GPU."""

@@ -53,15 +53,14 @@ def worker_ranks(gpus: int, settings: Settings) -> int:
     return gpus or settings.cpu_ranks
 
 
-def most_ranks(
+def rank_offers(
     session: Session, settings: Settings, queue: str, *, now: datetime | None = None
-) -> int | None:
-    """The most ranks (:func:`worker_ranks`) a live worker of ``queue`` offers; None when no
-    worker of that queue has a fresh heartbeat."""
+) -> list[int]:
+    """The ranks (:func:`worker_ranks`) each live worker of ``queue`` offers, most first."""
     fresh_after = (now or utcnow()) - timedelta(seconds=settings.heartbeat_timeout_s)
     rows = session.scalars(select(WorkerHeartbeat).where(WorkerHeartbeat.last_seen >= fresh_after))
     offers = [worker_ranks(r.gpus, settings) for r in rows if queue in r.queues.split(",")]
-    return max(offers, default=None)
+    return sorted(offers, reverse=True)
 
 
 def forget(factory: sessionmaker[Session], hostname: str) -> None:

@@ -8,6 +8,7 @@ imports the model code.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,9 +28,16 @@ from maskops_core.options import (
     TrainOptions,
 )
 from maskops_core.triton import ReplicaLookupError, triton_replicas
-from maskops_worker.contract import Action, JobCancelled, JobContext, JobInputError
+from maskops_worker.contract import (
+    Action,
+    JobCancelled,
+    JobContext,
+    JobInputError,
+    JobRequeued,
+)
 
 if TYPE_CHECKING:
+    from maskops.engine.launcher import RankPlan
     from maskops.engine.train import TrainResult
 
 MAX_LISTED_WARNINGS = 100
@@ -160,6 +168,7 @@ def train(ctx: JobContext) -> dict[str, Any]:
     except TrainingCancelled as exc:
         raise JobCancelled(_checkpoint_result(ctx, exc.step, exc.checkpoint)) from exc
     root = ctx.settings.data_root
+    ranks = options.gpus * options.nodes
     return {
         "step": outcome.step,
         "total_steps": outcome.total_steps,
@@ -167,8 +176,8 @@ def train(ctx: JobContext) -> dict[str, Any]:
         "checkpoint": str(outcome.checkpoint.relative_to(root)) if outcome.checkpoint else None,
         "metrics": outcome.metrics,
         "stop_reason": outcome.stop_reason,
-        "ranks": options.gpus,
-        "effective_batch": options.gpus * spec.train_batch_size * spec.accumulate_grad_steps,
+        "ranks": ranks,
+        "effective_batch": ranks * spec.train_batch_size * spec.accumulate_grad_steps,
     }
 
 
@@ -177,11 +186,12 @@ def _train_ranks(
 ) -> TrainResult:
     """One rank in this process, reporting through a hook; several under torchrun as a
     child process (the launcher the CLI uses), reporting rank 0's status file."""
-    from maskops.engine.launcher import RankPlan, train_under_torchrun
+    from maskops.engine.errors import RendezvousFailed
+    from maskops.engine.launcher import train_under_torchrun
     from maskops.engine.train import run_training
     from maskops_worker.hooks import control_plane_hook, status_reporter
 
-    if options.gpus == 1:
+    if options.gpus == 1 and options.nodes == 1:
         return run_training(
             spec,
             results_dir,
@@ -189,22 +199,68 @@ def _train_ranks(
             log_file=ctx.log_file,
             extra_hooks=[control_plane_hook(ctx, every_steps=spec.report_frequency)],
         )
-    plan = RankPlan(
-        nproc_per_node=options.gpus,
-        max_restarts=ctx.settings.train_max_restarts,
-        rdzv_id=f"maskops-job-{ctx.job.id}",
-        gpu_index=options.gpu_index,
-    )
+    plan = _rank_plan(ctx, options, endpoint=_lead_nodes(ctx, options))
     # torchrun's own lines (a rank failed, the group restarts) and the ranks' logs all go
     # to the job's log.
     with ctx.log_file.open("ab") as log:
-        return train_under_torchrun(
-            spec,
-            results_dir,
-            plan,
+        try:
+            return train_under_torchrun(
+                spec,
+                results_dir,
+                plan,
+                output=log,
+                should_stop=ctx.stop_event.is_set,
+                on_status=status_reporter(ctx),
+            )
+        except RendezvousFailed as exc:
+            raise JobRequeued(str(exc)) from exc
+
+
+def _rank_plan(ctx: JobContext, options: TrainOptions, *, endpoint: str) -> RankPlan:
+    """The torchrun plan of this attempt: the same on every node of the job."""
+    from maskops.engine.launcher import RankPlan
+
+    return RankPlan(
+        nproc_per_node=options.gpus,
+        nnodes=options.nodes,
+        rdzv_endpoint=endpoint,
+        rdzv_id=f"maskops-job-{ctx.job.id}-attempt-{ctx.job.attempts}",
+        max_restarts=ctx.settings.train_max_restarts,
+        join_timeout_s=ctx.settings.rendezvous_timeout_s,
+        gpu_index=options.gpu_index,
+    )
+
+
+def _lead_nodes(ctx: JobContext, options: TrainOptions) -> str:
+    """For a multi-node job: host its rendezvous here (this worker claimed it) and send
+    one node task per other node; returns the endpoint ("" for one node)."""
+    if options.nodes == 1:
+        return ""
+    from maskops_core.actions import TRAIN_NODE_TASK
+    from maskops_worker.celery_app import app
+
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        endpoint = f"{socket.gethostname()}:{probe.getsockname()[1]}"
+    for _ in range(options.nodes - 1):
+        app.send_task(TRAIN_NODE_TASK, args=[ctx.job.id, ctx.job.attempts, endpoint])
+    wait = ctx.settings.rendezvous_timeout_s
+    _append(ctx, f"{options.nodes} nodes gather at {endpoint} (for up to {wait:g} s)")
+    return endpoint
+
+
+def train_node(ctx: JobContext, endpoint: str) -> None:
+    """One more node of a multi-node train job: a torchrun agent joining the rendezvous
+    the leading worker hosts. Rank 0 (wherever it lands) writes the shared results."""
+    from maskops.engine.launcher import train_under_torchrun
+
+    options = job_options(ctx, TrainOptions)
+    with ctx.log_file.open("ab") as log:
+        train_under_torchrun(
+            job_spec(ctx),
+            ctx.work_dir / "results",
+            _rank_plan(ctx, options, endpoint=endpoint),
             output=log,
-            should_stop=ctx.stop_event.is_set,
-            on_status=status_reporter(ctx),
         )
 
 

@@ -32,6 +32,11 @@ class JobCancelled(Exception):
         self.result = result or {}
 
 
+class JobRequeued(Exception):
+    """Raised by an action that could not start for now (the nodes of a multi-node job did
+    not gather): the job goes back to the queue with this reason."""
+
+
 class JobInputError(Exception):
     """The job cannot run with what it was given; the message is shown to the user."""
 

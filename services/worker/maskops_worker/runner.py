@@ -22,7 +22,13 @@ from maskops_core import jobs as state
 from maskops_core.db.models import JobStatus
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings, get_settings
-from maskops_worker.contract import Action, JobCancelled, JobContext, JobInputError
+from maskops_worker.contract import (
+    Action,
+    JobCancelled,
+    JobContext,
+    JobInputError,
+    JobRequeued,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +112,8 @@ def run_job(
         status = JobStatus.cancelled if ctx.cancel_requested else JobStatus.succeeded
     except JobCancelled as cancelled:
         status, result = JobStatus.cancelled, cancelled.result
+    except JobRequeued as requeued:
+        status, error = JobStatus.queued, str(requeued)
     except Exception as exc:
         error = _one_line(exc)
         _append_log(ctx.log_file, traceback.format_exc())
@@ -116,9 +124,11 @@ def run_job(
         _append_log(ctx.log_file, f"attempt {job.attempts}: lease lost; another worker owns it")
         return "lease_lost"
     _append_log(ctx.log_file, f"attempt {job.attempts}: {status}" + (f": {error}" if error else ""))
-    if not state.finish(factory, job_id, owner=owner, status=status, error=error, result=result):
-        return "lease_lost"
-    return str(status)
+    if status == JobStatus.queued:
+        kept = state.requeue(factory, job_id, owner=owner, reason=str(error))
+    else:
+        kept = state.finish(factory, job_id, owner=owner, status=status, error=error, result=result)
+    return str(status) if kept else "lease_lost"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -131,3 +141,27 @@ def _one_line(exc: BaseException) -> str:
 def _append_log(path: Path, line: str) -> None:
     with path.open("a", encoding="utf-8") as f:
         f.write(line.rstrip("\n") + "\n")
+
+
+def run_node(job_id: int, attempt: int, endpoint: str, *, settings: Settings | None = None) -> str:
+    """Run one more node of multi-node job ``job_id``'s attempt ``attempt``, joining the
+    rendezvous at ``endpoint`` that the worker leading it hosts. The leader owns the job's
+    state; this node only appends to its log. Returns ``"skipped"`` when that attempt is
+    over, else how the node ended."""
+    from maskops_worker.actions import train_node
+
+    settings = settings or get_settings()
+    factory = session_factory(settings)
+    job = state.running_snapshot(factory, job_id)
+    if job is None or job.attempts != attempt:
+        log.info("job %s attempt %s is not running; skipping this node", job_id, attempt)
+        return "skipped"
+    work_dir = state.job_dir(settings.data_root, job_id)
+    ctx = JobContext(job, settings, work_dir, work_dir / "job.log", factory, owner=_owner())
+    _append_log(ctx.log_file, f"attempt {attempt}: a node joins on {socket.gethostname()}")
+    try:
+        train_node(ctx, endpoint)
+    except Exception as exc:
+        _append_log(ctx.log_file, f"attempt {attempt}: the node on {ctx.owner} ended: {exc}")
+        return "failed"
+    return "succeeded"

@@ -14,9 +14,9 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.exc import OperationalError as DatabaseOperationalError
 
-from maskops_core.actions import JobAction
+from maskops_core.actions import TRAIN_NODE_TASK, JobAction
 from maskops_worker.celery_app import app
-from maskops_worker.runner import run_job
+from maskops_worker.runner import run_job, run_node
 
 RETRYABLE: tuple[type[BaseException], ...] = (
     BrokerOperationalError,
@@ -43,3 +43,9 @@ def _register(action: JobAction) -> Any:
 
 
 TASKS = {action.value: _register(action) for action in JobAction}
+
+
+@app.task(name=TRAIN_NODE_TASK, acks_late=True, autoretry_for=RETRYABLE, max_retries=10)
+def train_node(job_id: int, attempt: int, endpoint: str) -> str:
+    """One more node of a multi-node train job (see :func:`run_node`)."""
+    return run_node(job_id, attempt, endpoint)

@@ -85,6 +85,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MASKOPS_MODEL_REPOSITORY=str(settings.model_repository),
         MASKOPS_TRITON_NET_BACKEND=settings.triton_net_backend,
         MASKOPS_CPU_RANKS=str(settings.cpu_ranks),
+        MASKOPS_RENDEZVOUS_TIMEOUT_S=str(settings.rendezvous_timeout_s),
         OMP_NUM_THREADS="1",
     )
     return env

@@ -153,6 +153,7 @@ def trained(client: TestClient, clean_db: Settings) -> dict[str, int]:
         ("evaluate", {"gpu_index": -1}, "options.gpu_index"),
         ("train", {"gpus": 65}, "options.gpus"),
         ("train", {"gpus": 2}, "options.gpus"),  # no live worker offers two ranks
+        ("train", {"nodes": 2}, "options.nodes"),  # nor two workers
         ("dataset_convert", {"anything": 1}, "options.anything"),
     ],
 )

@@ -18,8 +18,11 @@ import torch
 from fastapi.testclient import TestClient
 
 from maskops.checkpoint import load_model
+from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
+from maskops_core.workers import rank_offers
 from tests.integration.api.conftest import Worker, wait_for
+from tests.integration.api.test_reliability import _reconcile
 from tests.integration.api.test_workflow import create_experiment, register_demo
 from tests.support.ranks import rank_pids, wait_until
 
@@ -87,3 +90,47 @@ def test_two_rank_job_cancels_resumes_and_ends_as_the_cli_run(
     assert all(torch.equal(job_model[k], cli_model[k]) for k in cli_model)
     cli_status = (cli_dir / "status.json").read_text()
     assert f'"Total loss": {job["result"]["metrics"]["Total loss"]}' in cli_status
+
+
+@pytest.mark.slow  # four workers and a rendezvous timeout: over CI's time budget
+def test_two_workers_run_one_node_each_and_a_missing_node_requeues_the_job(
+    client: TestClient,
+    clean_db: Settings,
+    workers: Callable[..., Worker],
+    demo_root: str,
+) -> None:
+    settings = clean_db.model_copy(update={"rendezvous_timeout_s": 10.0})
+    first, lost = workers("w1", settings), workers("w2", settings)
+    dataset_id = register_demo(client, demo_root, first)
+    experiment_id = create_experiment(client, dataset_id, steps=2, every=2)
+    engine = make_engine(clean_db)
+    factory = make_session_factory(engine)
+
+    def offers() -> list[int]:
+        with factory() as session:
+            return rank_offers(session, clean_db, clean_db.gpu_queue)
+
+    wait_until(lambda: offers() == [2, 2], timeout_s=60, what="both workers' heartbeats")
+    engine.dispose()
+    # w2 dies without a clean stop: its heartbeat row stays fresh, so the door accepts a
+    # two-node job, but only one node comes to the rendezvous.
+    lost.kill()
+    body = {"action": "train", "experiment_id": experiment_id, "options": {"nodes": 2}}
+    job_id = client.post("/jobs", json=body).json()["id"]
+    job = wait_for(client, job_id, {"queued"}, worker=first, until=lambda j: bool(j["error"]))
+    assert "the 2 hosts did not gather within 10 s" in job["error"], job
+
+    # Two workers that wait long enough for each other (a loaded machine starts torchrun
+    # slowly) replace them and the reconciler sends the job again: one worker leads it
+    # (hosting the rendezvous), the other runs its second node.
+    first.stop()
+    patient = clean_db.model_copy(update={"rendezvous_timeout_s": 180.0})
+    leader = workers("w3", patient)
+    workers("w4", patient)
+    _reconcile(clean_db)
+    job = wait_for(client, job_id, {"succeeded", "failed"}, worker=leader, timeout=900)
+    logs = client.get(f"/jobs/{job_id}/logs").text
+    assert job["status"] == "succeeded", logs
+    assert job["attempts"] == 2 and job["result"]["ranks"] == 2
+    assert "attempt 2: a node joins on" in logs
+    assert "2 process(es) x batch 2 x accumulate 1 = 4 images per step" in logs

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from maskops_api.reconciler import reconcile
 from maskops_core.db.models import Job, JobMetric, JobStatus, utcnow
 from maskops_core.settings import Settings
-from maskops_worker.contract import JobContext
+from maskops_worker.contract import JobContext, JobRequeued
 from maskops_worker.runner import run_job
 from tests.unit.api.conftest import RecordingDispatcher
 
@@ -66,6 +66,28 @@ def test_failure_is_one_line_with_traceback_in_the_log(settings: Settings, facto
     job = _get(factory, job_id)
     assert job.error == "ValueError: image 7: annotation 3 has a negative width"
     assert "Traceback" in (settings.jobs_dir / str(job_id) / "job.log").read_text()
+
+
+def test_a_job_that_cannot_start_yet_goes_back_to_the_queue_with_the_reason(
+    settings: Settings, factory
+) -> None:
+    """(The nodes of a multi-node job that did not gather.) Queued again for the
+    reconciler to send, the reason as its error until the next claim clears it."""
+    job_id = _job(factory)
+
+    def action(ctx: JobContext) -> dict[str, Any]:
+        raise JobRequeued("the 2 hosts did not gather within 10 s")
+
+    assert run_job(job_id, settings=settings, actions={"train": action}) == "queued"
+    job = _get(factory, job_id)
+    assert (job.status, job.error, job.lease_owner, job.dispatched_at) == (
+        "queued",
+        "the 2 hosts did not gather within 10 s",
+        None,
+        None,
+    )
+    assert run_job(job_id, settings=settings, actions={"train": lambda c: {}}) == "succeeded"
+    assert _get(factory, job_id).error is None
 
 
 def test_only_queued_jobs_are_claimed(settings: Settings, factory) -> None:

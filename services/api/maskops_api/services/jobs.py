@@ -158,17 +158,22 @@ def _check_options(action: JobAction, options: dict[str, object]) -> None:
 def _check_ranks(
     session: Session, settings: Settings, action: JobAction, options: TrainOptions
 ) -> None:
-    """A multi-rank job needs a live worker offering that many ranks: refused now rather
-    than queued for a worker that never comes (one rank always queues)."""
-    if options.gpus == 1:
+    """A job on several ranks needs live workers offering them (``nodes`` workers of
+    ``gpus`` ranks each): refused now rather than queued for workers that never come (one
+    rank always queues)."""
+    if options.gpus == 1 and options.nodes == 1:
         return
     queue = action.queue(settings)
-    most = workers.most_ranks(session, settings, queue)
-    if most is None or most < options.gpus:
-        offer = "no live worker" if most is None else f"the most a live worker offers is {most}"
+    offers = workers.rank_offers(session, settings, queue)
+    rule = f"(its GPUs, or {settings.cpu_ranks} without a GPU: MASKOPS_CPU_RANKS)"
+    if options.gpus > (offers[0] if offers else 1):
+        most = f"the most a live worker offers is {offers[0]}" if offers else "no live worker"
+        raise Invalid(f"options.gpus: {options.gpus} ranks asked, {most} on queue {queue} {rule}")
+    enough = sum(1 for offer in offers if offer >= options.gpus)
+    if enough < options.nodes:
         raise Invalid(
-            f"options.gpus: {options.gpus} ranks asked, {offer} on queue {queue} (its GPUs, "
-            f"or {settings.cpu_ranks} without a GPU: MASKOPS_CPU_RANKS)"
+            f"options.nodes: {options.nodes} nodes of {options.gpus} rank(s) asked, {enough} "
+            f"live worker(s) on queue {queue} offer that many {rule}"
         )
 
 

@@ -26,6 +26,11 @@ class RankFailed(TrainingError):
     did not gather): the run failed, not its input. The message is the rank's error."""
 
 
+class RendezvousFailed(RankFailed):
+    """The hosts of a multi-host run did not all join its rendezvous in time: no rank
+    started."""
+
+
 class TrainingCancelled(Exception):
     """Training stopped on request at a step boundary; ``checkpoint`` holds that step."""
 

@@ -34,7 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from maskops.engine.errors import RankFailed, TrainingCancelled, TrainingError
+from maskops.engine.errors import (
+    RankFailed,
+    RendezvousFailed,
+    TrainingCancelled,
+    TrainingError,
+)
 from maskops.engine.train import STATUS_FILE, TrainResult
 from maskops.spec.models import ExperimentSpec
 
@@ -154,8 +159,8 @@ def train_under_torchrun(
 
     Raises:
         TrainingError: bad input, as rank 0 reported it.
-        RankFailed: a rank failed and torchrun's restarts are spent (its error), or a host
-            of several did not join the rendezvous.
+        RendezvousFailed: the hosts of a several-host plan did not gather in time.
+        RankFailed: a rank failed and torchrun's restarts are spent (its error).
         TrainingCancelled: stopped on request; its checkpoint holds the last step.
     """
     results_dir = Path(results_dir)
@@ -164,6 +169,7 @@ def train_under_torchrun(
         results_dir, gpu_index=plan.gpu_index, log_file=log_file, log_every=log_every
     )
     command = torchrun_command(plan, args)
+    started = time.time()
     logger.info("starting %d rank(s): %s", plan.nproc_per_node, " ".join(command))
     # A session of its own: a terminal's Ctrl-C reaches the parent only, which stops the
     # ranks through the cancel flag (and, as a last resort, the whole group by its id).
@@ -182,7 +188,18 @@ def train_under_torchrun(
         watcher.poll()
     finally:
         stop_process_group(process)
+    if process.returncode != 0 and plan.nnodes > 1 and not _ranks_ran(results_dir, started):
+        raise RendezvousFailed(
+            f"the {plan.nnodes} hosts did not gather within {plan.join_timeout_s:g} s at "
+            f"{plan.rdzv_endpoint} (rendezvous {plan.rdzv_id}): no rank started"
+        )
     return outcome(process.returncode, results_dir, killed=watcher.killed)
+
+
+def _ranks_ran(results_dir: Path, since: float) -> bool:
+    """Whether a rank of the run started at ``since`` wrote its status or an error."""
+    written = [results_dir / STATUS_FILE, *(results_dir / LAUNCH_DIR).glob(f"*{ERROR_SUFFIX}")]
+    return any(path.is_file() and path.stat().st_mtime >= since for path in written)
 
 
 def _die_with_parent() -> None:
