@@ -25,7 +25,7 @@ def load_bench_module(name: str) -> ModuleType:
     return module
 
 
-def run_bench(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_bench(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """``python bench/<script> args...`` from the repository root; fails with its stderr."""
     process = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
