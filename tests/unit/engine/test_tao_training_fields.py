@@ -9,7 +9,8 @@ import itertools
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -225,63 +226,99 @@ def test_training_evaluation_publishes_per_class_ap(
     assert any("per-class AP" in r.getMessage() for r in caplog.records)
 
 
-def test_wandb_offline_run_receives_the_training_metrics(
-    spec_factory: SpecFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Runs only where the optional extra is installed (maskops[wandb]); OFFLINE mode
-    # writes the run locally, no account or network involved.
+@dataclass(frozen=True)
+class TrackedRun:
+    """One short training run logged to every tracker whose library is installed."""
+
+    root: Path
+    spec: ExperimentSpec
+
+    @property
+    def results(self) -> Path:
+        return self.root / "run"
+
+
+TRACKERS: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "wandb": lambda root: {
+        "wandb_config": {
+            "enabled": True,
+            "project": "p",
+            "mode": "OFFLINE",
+            "wandb_dir": str(root / "wandb_runs"),
+        }
+    },
+    "clearml": lambda root: {"clearml_config": {"project": "p", "task": "t"}},
+    "mlflow": lambda root: {
+        "mlflow_config": {
+            "tracking_uri": str(root / "mlruns"),
+            "experiment_name": "e",
+            "run_name": "r",
+            "tags": ["a=b"],
+        }
+    },
+}
+"""Each tracker's library and its spec block for a run under ``root``."""
+
+
+@pytest.fixture(scope="module")
+def tracked_run(
+    tmp_path_factory: pytest.TempPathFactory, tiny_spec: ExperimentSpec
+) -> Iterator[TrackedRun]:
+    # The trackers are optional extras (the lock installs them all, so CI runs every test
+    # below). Offline modes write the runs locally: no account, server or network. The
+    # real end-of-training COCO evaluation runs, so validation loss is logged beside AP.
+    root = tmp_path_factory.mktemp("tracked")
+    (root / "wandb_runs").mkdir()
+    blocks: dict[str, Any] = {}
+    for library, block in TRACKERS.items():
+        if importlib.util.find_spec(library) is not None:
+            blocks |= block(root)
+    spec = ExperimentSpec.model_validate(
+        tiny_spec.model_dump() | {"total_steps": 2, "logging_frequency": 1} | blocks
+    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("WANDB_SILENT", "true")
+        # W&B stages (copies) artifacts under WANDB_DATA_DIR: keep them out of the home dir.
+        env.setenv("WANDB_DATA_DIR", str(root / "wandb_data"))
+        env.setenv("WANDB_CACHE_DIR", str(root / "wandb_cache"))
+        # Read when clearml is first imported.
+        env.setenv("CLEARML_OFFLINE_MODE", "1")
+        env.setenv("CLEARML_CACHE_DIR", str(root / "clearml"))
+        run_training(spec, root / "run")
+        yield TrackedRun(root, spec)
+
+
+ARTIFACTS = {"model.best.pth", "best_checkpoint.json", "metrics.jsonl"}
+"""What every tracker attaches at the end of the run (the best model kept, its record)."""
+
+
+def test_wandb_offline_run_receives_the_training_metrics(tracked_run: TrackedRun) -> None:
     pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    # Artifacts are staged (copied) under WANDB_DATA_DIR: keep them out of the home dir.
-    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb_data"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache"))
-    wandb_dir = tmp_path / "wandb_runs"
-    wandb_dir.mkdir()
-    config = {"enabled": True, "project": "p", "mode": "OFFLINE", "wandb_dir": str(wandb_dir)}
-    spec = spec_factory(total_steps=2, logging_frequency=1, wandb_config=config)
-    run_training(spec, tmp_path / "run", eval_fn=lambda model, step: {"mask_AP": 0.25})
-    runs = list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    runs = list(tracked_run.root.glob("wandb_runs/wandb/offline-run-*/run-*.wandb"))
     assert len(runs) == 1
     # wandb 0.31 ships no reader for offline runs (its datastore module is gone; `wandb
     # sync` uploads them): the records' protobuf bytes hold every key and file name.
     record = runs[0].read_bytes()
-    assert b"Total loss" in record and b"mask_AP" in record
+    assert b"Total loss" in record and b"mask_AP" in record and b"val/Total loss" in record
     assert b"init_learning_rate" in record
-    assert b"model.best.pth" in record and b"metrics.jsonl" in record
+    assert all(name.encode() in record for name in ARTIFACTS)
 
 
-def test_clearml_offline_task_receives_the_training_metrics(
-    spec_factory: SpecFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Runs only where maskops[clearml] is installed; offline mode needs no server (and is
-    # read when clearml is first imported).
-    monkeypatch.setenv("CLEARML_OFFLINE_MODE", "1")
-    monkeypatch.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml"))
+def test_clearml_offline_task_receives_the_training_metrics(tracked_run: TrackedRun) -> None:
     pytest.importorskip("clearml")
-    spec = spec_factory(
-        total_steps=2, logging_frequency=1, clearml_config={"project": "p", "task": "t"}
-    )
-    run_training(spec, tmp_path / "run", eval_fn=lambda model, step: {"mask_AP": 0.25})
-    logged = list((tmp_path / "clearml" / "offline").glob("*/metrics.jsonl"))
+    logged = list((tracked_run.root / "clearml" / "offline").glob("*/metrics.jsonl"))
     assert len(logged) == 1
     text = logged[0].read_text()
-    assert "Total loss" in text and "mask_AP" in text
+    assert "Total loss" in text and "mask_AP" in text and "val/Total loss" in text
     # ClearML's offline session (what Task.import_offline_session uploads) as it stores it.
     task = json.loads((logged[0].parent / "task.json").read_text())
     assert task["hyperparams"]["spec"]["init_learning_rate"]["value"] == "0.004"
-    artifacts = {a["key"] for a in task["execution"]["artifacts"]}
-    assert artifacts == {"model.best.pth", "best_checkpoint.json", "metrics.jsonl"}
+    assert {a["key"] for a in task["execution"]["artifacts"]} == ARTIFACTS
 
 
-def test_mlflow_file_store_run_reads_back(spec_factory: SpecFactory, tmp_path: Path) -> None:
-    # Runs where maskops[mlflow] is installed (the lock installs it in CI). The real
-    # end-of-training COCO evaluation runs, so validation loss is checked beside AP too.
+def test_mlflow_file_store_run_reads_back(tracked_run: TrackedRun) -> None:
     mlflow = pytest.importorskip("mlflow")
-    store = tmp_path / "mlruns"
-    config = {"tracking_uri": str(store), "experiment_name": "e", "run_name": "r", "tags": ["a=b"]}
-    spec = spec_factory(total_steps=2, logging_frequency=1, mlflow_config=config)
-    run_training(spec, tmp_path / "run")
-
+    store = tracked_run.root / "mlruns"
     with pytest.MonkeyPatch.context() as env:  # reading MLflow's file store needs the opt-in
         env.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
         client = mlflow.MlflowClient(store.as_uri())
@@ -291,10 +328,12 @@ def test_mlflow_file_store_run_reads_back(spec_factory: SpecFactory, tmp_path: P
     assert sorted(m.step for m in history) == [1, 2]
     assert {"mask_AP", "val/Total loss", "per_class/mask_AP/circle"} <= set(run.data.metrics)
     assert run.data.params["data_config.image_size"] == "[128, 128]"
-    assert float(run.data.params["init_learning_rate"]) == spec.init_learning_rate
-    files = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert files == {"model.best.pth", "best_checkpoint.json", "metrics.jsonl"}
-    # metrics.jsonl (and so the job's metrics stream) carries validation loss beside AP.
-    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert float(run.data.params["init_learning_rate"]) == tracked_run.spec.init_learning_rate
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == ARTIFACTS
+
+
+def test_validation_loss_is_logged_beside_ap(tracked_run: TrackedRun) -> None:
+    # metrics.jsonl, TensorBoard and the job's metrics stream get the same records.
+    lines = (tracked_run.results / "metrics.jsonl").read_text().splitlines()
     final = next(r for r in map(json.loads, lines) if "mask_AP" in r)
     assert final["val/Total loss"] > 0 and final["step"] == 2

@@ -136,6 +136,25 @@ class WandbWriter:
         self.run.finish(exit_code=1 if end.failed else 0)
 
 
+_CLEARML_NO_AUTO_CONNECT = {
+    **dict.fromkeys(
+        [
+            *("catboost", "fastai", "gradio", "hydra", "joblib", "lightgbm", "matplotlib"),
+            *("megengine", "pytorch", "scikit", "tensorboard", "tensorflow", "tfdefines"),
+            "xgboost",
+        ],
+        False,
+    ),
+    "detect_repository": False,
+}
+"""ClearML's auto-connect switches, all off. maskops reports its metrics itself (hooking
+torch.save would register, and offline copy, every checkpoint; hooking TensorBoard would
+report each scalar twice). The repository and package analysis describes maskops' own
+code, not the experiment (the spec is its hyper-parameters), and took up to its 300 s
+timeout when the task closed. ``False`` alone would leave that analysis on; a framework
+a later ClearML adds is connected by default."""
+
+
 class ClearMLWriter:
     """Metrics to a ClearML task configured by ``clearml_config`` (each metric one scalar
     plot, titled by its name); the spec as the task's ``spec`` parameters; the final
@@ -151,9 +170,7 @@ class ClearMLWriter:
             reuse_last_task_id=config.reuse_last_task_id,
             continue_last_task=config.continue_last_task,
             deferred_init=config.deferred_init,
-            # maskops reports its metrics itself; hooking torch.save would register (and
-            # offline, copy) every checkpoint as an output model.
-            auto_connect_frameworks=False,
+            auto_connect_frameworks=_CLEARML_NO_AUTO_CONNECT,
         )
         self.task.connect(hyperparameters(spec), name="spec")
         self.logger = self.task.get_logger()
