@@ -207,6 +207,9 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_spec: Experim
     return result.checkpoint
 
 
+TRAINED_MODEL_STEPS = 320
+
+
 @dataclass(frozen=True)
 class TrainedModel:
     """A model that really detects, with what it was trained and validated on."""
@@ -218,54 +221,24 @@ class TrainedModel:
 
 
 @pytest.fixture(scope="session")
-def trained_model(
-    tmp_path_factory: pytest.TempPathFactory, tiny_spec: ExperimentSpec
-) -> TrainedModel:
-    """``tiny_spec``'s resnet10 with roomier heads, trained from scratch for 800 steps on 72
-    demo images (128x128) and validated on 24: about 4 minutes on 2 cores, mask AP about
-    0.2 (0.21 when measured). For assertions that only mean something on a model that
-    detects, such as the INT8 export's mask AP drop; everything else uses tiny_checkpoint.
+def trained_model(tmp_path_factory: pytest.TempPathFactory) -> TrainedModel:
+    """The demo walk's recipe (``maskops_api.demo``: resnet10 from scratch, 128 px, its
+    dataset of 160 train / 40 val images) cut to ``TRAINED_MODEL_STEPS`` steps (about 3
+    minutes on 2 cores), far enough to detect: its mask AP is checked below. For
+    assertions that only mean something on a model that detects, such as the INT8
+    export's mask AP drop; everything else uses tiny_checkpoint.
     """
     from maskops.data.convert import convert_dataset
-    from maskops.data.demo import generate_demo_dataset
     from maskops.engine import run_training
+    from maskops.spec.text import parse_spec_text
+    from maskops_api.demo import demo_spec_text, generate_walk_dataset
 
     root = tmp_path_factory.mktemp("trained_model")
-    dataset = generate_demo_dataset(
-        root / "demo", num_images=96, image_size=(128, 128), seed=0, val_fraction=0.25
-    )
+    dataset = generate_walk_dataset(root / "demo")
     convert_dataset(dataset.train_images, dataset.train_json, root / "shards", workers=1)
     convert_dataset(dataset.val_images, dataset.val_json, root / "shards", workers=1)
-    spec = tiny_spec.model_copy(
-        update={
-            "total_steps": 800,
-            "init_learning_rate": 0.01,
-            "warmup_learning_rate": 0.001,
-            "warmup_steps": 50,
-            "learning_rate_steps": [640],
-            "learning_rate_decay_levels": [0.1],
-            "eval_batch_size": 8,
-            "data_config": tiny_spec.data_config.model_copy(
-                update={
-                    "training_file_pattern": f"{root}/shards/train*",
-                    "validation_file_pattern": f"{root}/shards/val*",
-                    "val_json_file": str(dataset.val_json),
-                    "augment_input_data": True,
-                    "eval_samples": 0,
-                }
-            ),
-            "maskrcnn_config": tiny_spec.maskrcnn_config.model_copy(
-                update={
-                    "batch_size_per_im": 64,
-                    "fast_rcnn_mlp_head_dim": 256,
-                    "train_rpn_pre_nms_topn": 400,
-                    "train_rpn_post_nms_topn": 200,
-                    "test_rpn_pre_nms_topn": 200,
-                    "test_rpn_post_nms_topn": 100,
-                    "test_detections_per_image": 50,
-                }
-            ),
-        }
+    spec = parse_spec_text(
+        demo_spec_text(TRAINED_MODEL_STEPS, shards=root / "shards", val_json=dataset.val_json)
     )
     result = run_training(spec, root / "run")
     assert result.checkpoint is not None

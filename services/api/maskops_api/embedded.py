@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from maskops_api.demo import DEMO_DATA_VERSION, generate_walk_dataset
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.reconciler import reconcile
 from maskops_api.supervisor import Supervision, TritonSupervisor, WorkerSupervisor
@@ -31,8 +33,8 @@ from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.processes import group_members, kill_group
 from maskops_core.settings import Settings
 
-DEMO_IMAGES = 48
-DEMO_IMAGE_SIZE = (256, 256)
+DEMO_STAMP = "VERSION"
+"""In the demo dataset's folder: which recipe's data it holds."""
 ADMIN_TOKEN_FILE = "admin-token"
 """Under the state dir: the stack's admin token (mode 0600), kept across starts."""
 ADMIN_TOKEN_DAYS = 30
@@ -206,11 +208,15 @@ class ChildRecord:
 
 
 def ensure_demo_dataset(settings: Settings) -> Path:
+    """The walk's demo dataset under the data root, rewritten when the recipe changed."""
     root = settings.data_root / "demo"
-    if not (root / "annotations" / "val.json").is_file():
-        from maskops.data.demo import generate_demo_dataset
-
-        generate_demo_dataset(root, num_images=DEMO_IMAGES, image_size=DEMO_IMAGE_SIZE, seed=0)
+    stamp = root / DEMO_STAMP
+    if not stamp.is_file() or stamp.read_text().strip() != DEMO_DATA_VERSION:
+        # Images of an earlier recipe would linger beside the new ones (and the walk sends
+        # the first validation image to /infer).
+        shutil.rmtree(root / "images", ignore_errors=True)
+        generate_walk_dataset(root)
+        stamp.write_text(DEMO_DATA_VERSION + "\n")
     return root
 
 

@@ -1,0 +1,108 @@
+"""How fast the demo walk's recipe learns: mask AP against steps and minutes of training.
+
+Trains exactly what ``maskops serve --demo`` trains (the walk's dataset, layout and spec,
+from ``maskops_api.demo``) in this process, evaluating every ``--eval-every`` steps, and
+records each evaluation's box/mask AP with the training minutes spent to reach it (the
+evaluations' own time left out: it is estimated per step from the steps without one).
+
+    python bench/demo_recipe.py                   # the walk's steps, about 6 min idle
+    python bench/demo_recipe.py --steps 40 --eval-every 20 --out /tmp/r.json   # smoke run
+
+Results: bench/results/demo_recipe.json (machine and load recorded; see bench/machine.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from machine import start_run, write_results
+
+from maskops.data.convert import convert_dataset
+from maskops.engine import run_training
+from maskops.engine.trainer import HookBase
+from maskops.spec.text import parse_spec_text
+from maskops_api.demo import DEMO_STEPS, demo_spec_text, generate_walk_dataset
+
+RESULTS = Path(__file__).parent / "results" / "demo_recipe.json"
+
+
+class StepTimes(HookBase):
+    """Wall time of every step (whatever other hooks do after it, evaluation included)."""
+
+    def __init__(self) -> None:
+        self.durations: dict[int, float] = {}
+        self._start = 0.0
+
+    def before_step(self) -> None:
+        self._start = time.perf_counter()
+
+    def after_step(self) -> None:
+        self.durations[self.trainer.iter] = time.perf_counter() - self._start
+
+
+def training_minutes(durations: dict[int, float], eval_steps: set[int]) -> dict[int, float]:
+    """Minutes of training up to each step: an evaluating step counts as a median step."""
+    plain = [d for step, d in durations.items() if step not in eval_steps]
+    typical = statistics.median(plain) if plain else 0.0
+    elapsed, minutes = 0.0, {}
+    for step in sorted(durations):
+        elapsed += typical if step in eval_steps else durations[step]
+        minutes[step] = elapsed / 60
+    return minutes
+
+
+def curve(results_dir: Path, durations: dict[int, float]) -> list[dict[str, Any]]:
+    """One point per evaluation: step, training minutes, box AP, mask AP."""
+    evaluations = [
+        record
+        for line in (results_dir / "metrics.jsonl").read_text().splitlines()
+        if "mask_AP" in (record := json.loads(line))
+    ]
+    minutes = training_minutes(durations, {int(r["step"]) for r in evaluations})
+    return [
+        {
+            "step": int(r["step"]),
+            "train_minutes": round(minutes[int(r["step"])], 2),
+            "AP": round(float(r["AP"]), 4),
+            "mask_AP": round(float(r["mask_AP"]), 4),
+        }
+        for r in evaluations
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=DEMO_STEPS)
+    parser.add_argument("--eval-every", type=int, default=DEMO_STEPS // 6)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    conditions = start_run()
+    work = Path(tempfile.mkdtemp(prefix="demo_recipe_"))
+    data = generate_walk_dataset(work / "demo")
+    for images, coco_json in (
+        (data.train_images, data.train_json),
+        (data.val_images, data.val_json),
+    ):
+        convert_dataset(images, coco_json, work / "shards", workers=1)
+    text = demo_spec_text(args.steps, shards=work / "shards", val_json=data.val_json)
+    spec = parse_spec_text(text).model_copy(update={"num_steps_per_eval": args.eval_every})
+    times = StepTimes()
+    run_training(spec, work / "run", extra_hooks=[times])
+    points = curve(work / "run", times.durations)
+    for point in points:
+        print(
+            f"step {point['step']:4d}  {point['train_minutes']:5.2f} min  "
+            f"box AP {point['AP']:.3f}  mask AP {point['mask_AP']:.3f}"
+        )
+    figures = {"steps": args.steps, "eval_every": args.eval_every, "curve": points}
+    write_results(args.out, figures, conditions)
+
+
+if __name__ == "__main__":
+    main()
