@@ -105,6 +105,7 @@ SLOW_CALL_S = 600.0
 
 
 DEMO_PICTURE = "demo-detections.png"
+PICTURE_SIDE = 512
 SHOWN_SCORE = 0.5
 """Detections at or above this score are listed (the best one is, whatever its score)."""
 
@@ -127,17 +128,29 @@ def describe_detections(detections: list[dict[str, Any]]) -> str:
 
 
 def draw_demo_detections(image: Path, detections: list[dict[str, Any]], out: Path) -> Path:
-    """Draw the listed detections' masks, boxes and labels over ``image`` into ``out``."""
+    """Draw the listed detections' masks, boxes and labels over ``image`` into ``out``,
+    enlarged to about ``PICTURE_SIDE`` pixels so that the labels stay legible."""
     # The embedded stack runs with the engine installed; the API service alone does not
-    # need Pillow, so the drawing code is imported only here.
+    # need Pillow or pycocotools, so they are imported only here.
+    import numpy as np
+    import pycocotools.mask as mask_util
     from PIL import Image
 
     from maskops.evaluation.visualize import draw_detections
 
-    shown = [d for d in detections if d["score"] >= SHOWN_SCORE]
-    names = {int(d["category_id"]): str(d.get("category_name", d["category_id"])) for d in shown}
     with Image.open(image) as original:
-        drawn = draw_detections(original, shown, category_names=names, include_mask=True)
+        scale = max(1, PICTURE_SIDE // max(original.size))
+        enlarged = original.convert("RGB").resize(
+            (original.width * scale, original.height * scale), Image.Resampling.BICUBIC
+        )
+    shown = []
+    for det in (d for d in detections if d["score"] >= SHOWN_SCORE):
+        mask = mask_util.decode(det["segmentation"]).repeat(scale, 0).repeat(scale, 1)
+        rle = mask_util.encode(np.asfortranarray(mask))
+        box = [v * scale for v in det["bbox"]]
+        shown.append({**det, "bbox": box, "segmentation": rle})
+    names = {int(d["category_id"]): str(d.get("category_name", d["category_id"])) for d in shown}
+    drawn = draw_detections(enlarged, shown, category_names=names, include_mask=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     drawn.save(out)
     return out

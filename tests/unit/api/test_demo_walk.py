@@ -57,8 +57,9 @@ def test_the_picture_has_the_masks_of_the_listed_detections_drawn(tmp_path: Path
 
     out = draw_demo_detections(image, [shown, hidden], tmp_path / "state" / "picture.png")
 
+    # Enlarged 5x (96 px wide -> 480): every test pixel below is 5x its place in the image.
     drawn = np.asarray(Image.open(out).convert("RGB")).astype(int)
-    original = np.asarray(Image.open(image).convert("RGB")).astype(int)
-    changed = np.abs(drawn - original).sum(axis=2) > 30
-    assert changed[10:20, 10:20].all(), "the listed detection's mask is filled"
-    assert not changed[40:48, 68:76].any(), "a detection below the threshold is not drawn"
+    assert drawn.shape == (320, 480, 3)
+    changed = np.abs(drawn - 128).sum(axis=2) > 30
+    assert changed[50:100, 50:100].all(), "the listed detection's mask is filled"
+    assert not changed[200:240, 340:380].any(), "a detection below the threshold is not drawn"
