@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from maskops_api.demo import DEMO_IMAGES
+
 pytestmark = pytest.mark.integration
 
 MASKOPS = Path(sys.executable).with_name("maskops")
@@ -50,7 +52,8 @@ def test_serve_runs_the_stack_and_stops_cleanly(tmp_path: Path) -> None:
             assert process.poll() is None, out.read_text()
             time.sleep(1)
         assert dataset is not None and dataset["status"] == "succeeded", out.read_text()
-        assert dataset["counts"]["train"]["images"] + dataset["counts"]["val"]["images"] == 48
+        counts = dataset["counts"]
+        assert counts["train"]["images"] + counts["val"]["images"] == DEMO_IMAGES
         assert httpx.get(f"{base}/readyz", timeout=10).json()["checks"]["broker"] == "ok"
         text = out.read_text()
         assert f"Swagger UI: {base}/docs" in text and "sqla+sqlite" in text
