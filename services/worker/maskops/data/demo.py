@@ -140,9 +140,7 @@ def generate_demo_dataset(
         for index in range(first, first + count):
             image_id = index + 1
             file_name = f"{image_id:06d}.jpg"
-            drawn = draw_image(
-                np.random.default_rng([seed, index]), height, width, layout=layout
-            )
+            drawn = draw_image(np.random.default_rng([seed, index]), height, width, layout=layout)
             Image.fromarray(drawn.pixels).save(
                 paths[split] / file_name, format="JPEG", quality=_JPEG_QUALITY
             )
