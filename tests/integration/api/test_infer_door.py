@@ -85,4 +85,4 @@ def test_only_published_models_are_called(client: TestClient, published: str) ->
     assert response.status_code == 404 and "version 7" in response.json()["detail"]
     # Everything checked: only the missing Triton is left to say.
     code, detail = _infer(client, _image("JPEG"), published)
-    assert code == 503 and "no Triton server" in detail
+    assert code == 503 and "no Triton is configured" in detail
