@@ -120,14 +120,10 @@ def client(clean_db: Settings) -> Iterator[TestClient]:
 def stop_group(process: subprocess.Popen[bytes] | None, *, grace_s: float = 30) -> None:
     """SIGTERM the process group of ``process`` (started in a session of its own), then
     SIGKILL it if it outlives ``grace_s``."""
-    if process is None or process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(30)
+    from maskops.engine.launcher import stop_process_group
+
+    if process is not None:
+        stop_process_group(process, grace_s=grace_s)
 
 
 class Worker:
