@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from maskops_triton.launcher import TritonLaunchError, TritonServer
+from tests.support.triton_toy import toy_model
 
 pytestmark = pytest.mark.integration
 
@@ -39,25 +40,6 @@ def test_failed_start_reports_the_log(tmp_path):
         TritonServer(tmp_path, models=["broken"], startup_timeout_s=60).start()
 
 
-ECHO_CONFIG = """backend: "python"
-max_batch_size: 0
-input [{ name: "x", data_type: TYPE_FP32, dims: [1] }]
-output [{ name: "y", data_type: TYPE_FP32, dims: [1] }]
-"""
-ECHO_MODEL = """import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
-
-
 def _group(pgid: int) -> list[int]:
     """The live (not zombie) processes of process group ``pgid``."""
     members = []
@@ -73,9 +55,7 @@ def _group(pgid: int) -> list[int]:
 
 def test_a_killed_parent_takes_the_server_and_its_stubs_along(tmp_path):
     """A process that dies without stop() (SIGKILL, a CI timeout) leaves no Triton behind."""
-    (tmp_path / "echo" / "1").mkdir(parents=True)
-    (tmp_path / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
-    (tmp_path / "echo" / "1" / "model.py").write_text(ECHO_MODEL)
+    toy_model(tmp_path, "echo")
     parent = subprocess.Popen(
         [
             sys.executable,
