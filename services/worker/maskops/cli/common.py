@@ -48,6 +48,23 @@ MODEL_HELP = (
 )
 
 
+def add_spec_argument(parser: argparse.ArgumentParser) -> None:
+    """``-e/--experiment_spec``, also under TAO's long name ``--experiment_spec_file``."""
+    parser.add_argument(
+        "-e",
+        "--experiment_spec",
+        "--experiment_spec_file",
+        required=True,
+        type=Path,
+        help="spec file",
+    )
+
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    """``-m/--model``, also under TAO's long name ``--model_path`` (see MODEL_HELP)."""
+    parser.add_argument("-m", "--model", "--model_path", required=True, type=Path, help=MODEL_HELP)
+
+
 def model_argument(path: Path) -> Path:
     """The model file ``-m`` names (see maskops.engine.checkpointing.resolve_model_path)."""
     from maskops.engine.checkpointing import resolve_model_path

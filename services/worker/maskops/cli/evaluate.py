@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import (
     EXIT_OK,
-    MODEL_HELP,
     CLIError,
     add_key_argument,
+    add_model_argument,
+    add_spec_argument,
     engine_errors,
     load_resolved_spec,
     model_argument,
@@ -38,15 +39,8 @@ def register(subparsers: Any) -> None:
             "as JSON."
         ),
     )
-    parser.add_argument(
-        "-e",
-        "--experiment_spec",
-        "--experiment_spec_file",
-        required=True,
-        type=Path,
-        help="spec file",
-    )
-    parser.add_argument("-m", "--model", "--model_path", required=True, type=Path, help=MODEL_HELP)
+    add_spec_argument(parser)
+    add_model_argument(parser)
     parser.add_argument("--gpu_index", type=int, default=0, help="CUDA device (CPU if none)")
     parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
     parser.add_argument(

@@ -13,9 +13,10 @@ from typing import Any
 
 from maskops.cli.common import (
     EXIT_OK,
-    MODEL_HELP,
     CLIError,
     add_key_argument,
+    add_model_argument,
+    add_spec_argument,
     engine_errors,
     load_resolved_spec,
     model_argument,
@@ -61,15 +62,8 @@ def register(subparsers: Any) -> None:
         default=None,
         help=f"TAO's output directory: {ANNOTATED_DIR}/ and {LABEL_DIR}/ are written there",
     )
-    parser.add_argument(
-        "-e",
-        "--experiment_spec",
-        "--experiment_spec_file",
-        required=True,
-        type=Path,
-        help="spec file",
-    )
-    parser.add_argument("-m", "--model", "--model_path", required=True, type=Path, help=MODEL_HELP)
+    add_spec_argument(parser)
+    add_model_argument(parser)
     parser.add_argument(
         "-l",
         "--out_label_dir",

@@ -24,6 +24,7 @@ from maskops.cli.common import (
     EXIT_OK,
     CLIError,
     add_key_argument,
+    add_spec_argument,
     load_resolved_spec,
 )
 
@@ -42,14 +43,7 @@ def register(subparsers: Any) -> None:
             "same command resumes from the last checkpoint."
         ),
     )
-    parser.add_argument(
-        "-e",
-        "--experiment_spec",
-        "--experiment_spec_file",
-        required=True,
-        type=Path,
-        help="spec file",
-    )
+    add_spec_argument(parser)
     parser.add_argument(
         "-d",
         "--results_dir",
