@@ -1,16 +1,21 @@
-"""Verified API tokens are answered from memory, and a revocation made anywhere (here:
-straight in the database, as ``maskops token revoke`` from another process does) takes
-effect in every API process within a second, through Postgres notifications."""
+"""Verified API tokens are answered from memory (no query per request, counted), and a
+revocation made anywhere (here: straight in the database, as ``maskops token revoke`` from
+another process does) takes effect in every API process within a second, through Postgres
+notifications: with two app instances in this process, and with two real API processes
+(``python -m maskops_api.server``)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, update
+from sqlalchemy import Engine, create_engine, event, text, update
 
 from maskops_api.job_cache import JobCache
 from maskops_api.main import create_app
@@ -19,6 +24,7 @@ from maskops_api.token_cache import TokenCache
 from maskops_core.db.models import ApiToken, Job, TokenScope, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
+from tests.integration.api.conftest import ApiProcess
 
 pytestmark = pytest.mark.integration
 
@@ -130,4 +136,135 @@ def test_authenticated_polls_come_from_memory_until_the_token_is_revoked(
     started = time.monotonic()
     while first.get(f"/jobs/{job_id}", headers=auth).status_code != 401:
         assert time.monotonic() - started < 1.0, "a revoked token still read the job"
+        time.sleep(0.02)
+
+
+def test_verified_tokens_cost_no_query_per_request(
+    two_apis: list[TestClient], clean_db: Settings
+) -> None:
+    """Every statement the app sends to Postgres is counted: once a token is verified,
+    neither polls (answered ahead of the routes) nor routed requests read ``api_tokens``."""
+    _, secret = _token(clean_db)
+    auth = {"Authorization": f"Bearer {secret}"}
+    api = two_apis[0]
+    with api.app.state.session_factory() as session:  # type: ignore[attr-defined]
+        job = Job(action="train", queue="gpu", options={})
+        session.add(job)
+        session.commit()
+        job_id = job.id
+    engine: Engine = api.app.state.session_factory.kw["bind"]  # type: ignore[attr-defined]
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))  # (connection, cursor, statement, ...)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        assert api.get(f"/jobs/{job_id}", headers=auth).status_code == 200
+        assert sum("api_tokens" in s for s in statements) == 1  # the first check reads it
+        statements.clear()
+        for _ in range(50):
+            assert api.get(f"/jobs/{job_id}", headers=auth).status_code == 200
+        assert statements == []  # token and job both from memory
+        for _ in range(20):
+            assert api.get("/datasets", headers=auth).status_code == 200
+        assert len(statements) >= 20  # the listing itself is read each time...
+        assert not [s for s in statements if "api_tokens" in s]  # ...the token never is
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+
+@pytest.fixture(scope="module")
+def two_api_processes(
+    api_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[httpx.Client]]:
+    """Two ``python -m maskops_api.server`` processes on one database, auth required,
+    each with its notification listener connected."""
+    processes = [
+        ApiProcess(
+            Path(sys.executable),
+            api_settings,
+            tmp_path_factory.mktemp(f"api{index}"),
+            {"MASKOPS_AUTH": "required"},
+        )
+        for index in range(2)
+    ]
+    clients: list[httpx.Client] = []
+    try:
+        for process in processes:
+            clients.append(process.start())
+        for client in clients:
+            _wait_listening(client)
+        yield clients
+    finally:
+        for client in clients:
+            client.close()
+        for process in processes:
+            process.stop()
+
+
+def _wait_listening(client: httpx.Client, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while "maskops_job_cache_live 1.0" not in client.get("/metrics").text:
+        assert time.monotonic() < deadline, "the API's notification listener did not connect"
+        time.sleep(0.1)
+
+
+def _codes(clients: list[httpx.Client], paths: list[str], secret: str) -> list[int]:
+    auth = {"Authorization": f"Bearer {secret}"}
+    return [c.get(path, headers=auth).status_code for c in clients for path in paths]
+
+
+def _queued_job(settings: Settings) -> int:
+    engine = make_engine(settings)
+    with make_session_factory(engine)() as session:
+        job = Job(action="train", queue="gpu", options={})
+        session.add(job)
+        session.commit()
+        job_id = job.id
+    engine.dispose()
+    return job_id
+
+
+def test_a_revocation_reaches_every_api_process_within_a_second(
+    two_api_processes: list[httpx.Client], api_settings: Settings
+) -> None:
+    token_id, secret = _token(api_settings)
+    paths = [f"/jobs/{_queued_job(api_settings)}", "/datasets"]
+    assert _codes(two_api_processes, paths, secret) == [200] * 4  # verified: now in memory
+    # Revoked without telling anyone (no trigger fires in a replica-role session): both
+    # processes go on accepting it, so they answer from memory, not from the row.
+    engine = make_engine(api_settings)
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        conn.execute(update(ApiToken).where(ApiToken.id == token_id).values(revoked_at=utcnow()))
+    engine.dispose()
+    for _ in range(5):
+        assert _codes(two_api_processes, paths, secret) == [200] * 4
+    # Revoked as `maskops token revoke` does it (an ORM update of the row, committed).
+    engine = make_engine(api_settings)
+    with make_session_factory(engine)() as session:
+        token = session.get(ApiToken, token_id)
+        assert token is not None
+        token.revoked_at = utcnow()
+        started = time.monotonic()
+        session.commit()
+    engine.dispose()
+    while (codes := _codes(two_api_processes, paths, secret)) != [401] * 4:
+        assert time.monotonic() - started < 1.0, f"still {codes} after the revocation"
+        time.sleep(0.02)
+
+
+def test_an_expiry_reaches_every_api_process_on_time(
+    two_api_processes: list[httpx.Client], api_settings: Settings
+) -> None:
+    lifetime_s = 2.0
+    _, secret = _token(api_settings, expires_in_days=lifetime_s / 86400)
+    expires = time.monotonic() + lifetime_s
+    paths = [f"/jobs/{_queued_job(api_settings)}", "/datasets"]
+    while time.monotonic() < expires - 0.5:
+        assert _codes(two_api_processes, paths, secret) == [200] * 4
+        time.sleep(0.05)
+    while (codes := _codes(two_api_processes, paths, secret)) != [401] * 4:
+        assert time.monotonic() < expires + 1.0, f"still {codes} after the expiry"
         time.sleep(0.02)
