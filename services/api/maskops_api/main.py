@@ -79,7 +79,7 @@ def create_app(
     # Added before the metrics middleware, so that it sits inside it and is timed too.
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(JobStatusShortcut, cache=job_cache, settings=settings, tokens=token_cache)
-    install_metrics(app, factory, settings, job_cache)
+    install_metrics(app, factory, settings, job_cache, token_cache)
     for module in (health, datasets, experiments, jobs, models, infer):
         app.include_router(module.router)
     return app

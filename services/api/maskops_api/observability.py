@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from maskops_api.job_cache import JobCache
+from maskops_api.token_cache import TokenCache
 from maskops_core.db.models import Job
 from maskops_core.settings import Settings
 
@@ -105,8 +106,26 @@ class JobCacheCollector(Collector):
         )  # fmt: skip
 
 
+class TokenCacheCollector(Collector):
+    def __init__(self, cache: TokenCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        checks = CounterMetricFamily(
+            "maskops_token_checks", "Bearer token checks by where the token was found",
+            labels=["source"],
+        )  # fmt: skip
+        checks.add_metric(["memory"], self.cache.hits)
+        checks.add_metric(["database"], self.cache.misses)
+        yield checks
+
+
 def install_metrics(
-    app: FastAPI, factory: sessionmaker[Session], settings: Settings, job_cache: JobCache
+    app: FastAPI,
+    factory: sessionmaker[Session],
+    settings: Settings,
+    job_cache: JobCache,
+    token_cache: TokenCache,
 ) -> None:
     registry = CollectorRegistry()
     latency = Histogram(
@@ -118,5 +137,6 @@ def install_metrics(
     )
     registry.register(StateCollector(factory, settings))
     registry.register(JobCacheCollector(job_cache))
+    registry.register(TokenCacheCollector(token_cache))
     app.state.registry = registry
     app.add_middleware(LatencyMiddleware, histogram=latency)

@@ -40,6 +40,7 @@ class TokenCache:
         # seen the row as it was, and must not be kept.
         self._generation = 0
         self.hits = 0
+        self.misses = 0  # checks that read the database (also a wrong or new token)
 
     def cached(self, secret: str) -> str | None:
         """The scope of a token verified moments ago; None when it must be read (never
@@ -58,6 +59,7 @@ class TokenCache:
         digest = hash_token(secret)
         with self._lock:
             generation = self._generation
+            self.misses += 1
         with factory() as session:
             token = find_token(session, secret)
             if token is None:
