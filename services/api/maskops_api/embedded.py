@@ -30,7 +30,7 @@ from maskops_api.supervisor import Supervision, TritonSupervisor, WorkerSupervis
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import utcnow
 from maskops_core.db.session import make_engine, make_session_factory
-from maskops_core.processes import group_members, kill_group
+from maskops_core.processes import dies_with_parent, group_members, kill_group
 from maskops_core.settings import Settings
 
 DEMO_STAMP = "VERSION"
@@ -100,12 +100,16 @@ def start_worker(settings: Settings, log_file: Path) -> subprocess.Popen[bytes]:
         "--without-gossip", "--without-mingle", "-l", "INFO",
     ]  # fmt: skip
     handle = log_file.open("ab")
+    # SIGKILL when serve dies without stopping it: nobody is left to wait for a warm
+    # shutdown, Celery's pool processes die with their main process (their own death
+    # signal) and a training's ranks with theirs; the next start requeues the job.
     return subprocess.Popen(
         command,
         env=settings_environment(settings),
         stdout=handle,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=dies_with_parent(signal.SIGKILL),
     )
 
 

@@ -1,6 +1,7 @@
 """``maskops serve`` keeps its worker and Triton running.
 
-Each child runs in its own session (process group). A thread per child waits for it to
+Each child runs in its own session (process group), and dies with ``maskops serve`` even
+when serve is SIGKILLed (Linux's parent-death signal). A thread per child waits for it to
 exit, reaps it, kills what is left of its group (a killed Celery main process leaves its
 pool child, a killed tritonserver its python backend stubs), logs why, and starts it again
 after a back-off (1 s doubling to 60 s; back to 1 s once a child ran for a minute).
@@ -50,6 +51,7 @@ class SupervisedChild(threading.Thread):
         self.problem: str | None = f"{self.what} is starting"
         """What is wrong with the child now; None when it runs (as far as we know)."""
         self.stopping = threading.Event()
+        self._stopped = threading.Event()
         # Held while starting or stopping the child, so that stop() never races a start.
         self._lock = threading.Lock()
         self.backoff = Backoff()
@@ -76,6 +78,15 @@ class SupervisedChild(threading.Thread):
         raise NotImplementedError
 
     def run(self) -> None:
+        try:
+            self._supervise()
+        finally:
+            # This thread starts the children, so to Linux it is their parent: they die
+            # with it (``dies_with_parent``). It stays until stop() stopped the child its
+            # own way (a warm shutdown, Triton unloading its models).
+            self._stopped.wait()
+
+    def _supervise(self) -> None:
         while not self.stopping.is_set():
             started = time.monotonic()
             with self._lock:
@@ -105,8 +116,11 @@ class SupervisedChild(threading.Thread):
 
     def stop(self) -> None:
         self.stopping.set()
-        with self._lock:
-            self.terminate()
+        try:
+            with self._lock:
+                self.terminate()
+        finally:
+            self._stopped.set()
         self.join(30)
 
 

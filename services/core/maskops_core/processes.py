@@ -5,9 +5,12 @@ stubs survive a killed server otherwise)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -37,3 +40,29 @@ def kill_group(pgid: int, *, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def dies_with_parent(sig: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to send ``sig`` to the child when its parent dies
+    (None elsewhere).
+
+    A child in a session of its own is out of its parent's signals, so a ``maskops serve``
+    killed without stopping its children (SIGKILL, the OOM killer, a CI timeout) left the
+    worker and tritonserver running. Linux's "parent" is the thread that started the child:
+    start it from a thread that lives as long as the child should. ``prctl`` is looked up
+    here: the forked child only calls it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sig)
+        if os.getppid() != parent:  # the parent died before the request was made
+            os.kill(os.getpid(), sig)
+
+    return preexec

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -29,11 +28,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from maskops_core.processes import kill_group, signal_group
+from maskops_core.processes import dies_with_parent, kill_group, signal_group
 
 PYTHON_TAG = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -92,31 +91,6 @@ def server_environment() -> dict[str, str]:
     env["LD_LIBRARY_PATH"] = ":".join(libs)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     return env
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _terminated_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to SIGTERM the server when its parent dies.
-
-    Its own session keeps the server out of its parent's signals, so a parent killed
-    without :meth:`TritonServer.stop` (SIGKILL, a CI timeout, the OOM killer) left the
-    server and its python stubs running, about 1 GB each. On SIGTERM Triton shuts down as
-    on :meth:`TritonServer.stop`, stubs included. ``prctl`` is looked up here: the forked
-    child only calls it.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the request was made
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
 
 
 class TritonServer:
@@ -209,13 +183,14 @@ class TritonServer:
         self._log_handle = log
         # Its own session: the python backend stubs join the server's process group, which
         # stop() kills as one, also after the server itself died (the stubs outlive it).
+        # SIGTERM when its parent dies unstopped: Triton then shuts down, stubs included.
         self._process = subprocess.Popen(
             self.command(),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=server_environment(),
             start_new_session=True,
-            preexec_fn=_terminated_with_parent(),
+            preexec_fn=dies_with_parent(signal.SIGTERM),
         )
 
     @property

@@ -4,6 +4,7 @@ with SIGKILL comes back, is reaped, leaves no process of its group behind, queue
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from maskops_api.embedded import EmbeddedConfig, embedded_settings
+from maskops_api.embedded import CHILDREN_FILE, EmbeddedConfig, embedded_settings
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus, PublishedModel
 from maskops_core.db.session import make_engine, make_session_factory
@@ -176,24 +177,45 @@ def test_serve_restarts_a_killed_worker_and_triton(
     assert "worker: exited with code -9; restarting in" in out.read_text()
 
 
-def test_serve_kills_what_a_killed_serve_left_running(
+def test_a_killed_serve_takes_its_worker_and_triton_along(
     serve: tuple[subprocess.Popen[bytes], str, Path, list[int]],
 ) -> None:
+    """serve SIGKILLed (no chance to stop anything): its children, each in a session of
+    its own, die with it (parent-death signals), the worker's pool process and Triton's
+    backend stubs included."""
     process, base, out, groups = serve
     _wait("ready", lambda: _readyz(base)[0] == 200, 300, out)
     [server] = _children(process.pid, "tritonserver")
-    leftovers = [server, int(out.read_text().split("worker:   pid ")[-1].split()[0])]
-    # serve itself killed: its children, in sessions of their own, run on (stubs included).
+    worker = int(out.read_text().split("worker:   pid ")[-1].split()[0])
+    assert len(group_members(server)) >= 2, "the published model runs no backend stub"
+    assert len(group_members(worker)) >= 2, "the worker runs no pool process"
+    groups += [server, worker]
     process.kill()
     process.wait()
-    assert all(group_members(pgid) for pgid in leftovers)
-    state = Path(out.read_text().split("database: sqlite:///")[1].split()[0]).parent
-    again = _start_serve(state, int(base.rsplit(":", 1)[1]), out)
+    _wait("every process gone", lambda: not any(map(group_members, groups)), 10, out)
+
+
+def test_serve_kills_what_an_earlier_serve_left_running(tmp_path: Path) -> None:
+    """A child that outlived its serve anyway (a platform without parent-death signals):
+    the next start kills its recorded process group, when a member mentions the state."""
+    state = tmp_path / "state"
+    _prepare_state(state)
+    leftover = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", str(state.resolve())],
+        start_new_session=True,
+    )
+    (state / CHILDREN_FILE).write_text(json.dumps({"Worker": leftover.pid}))
+    out = tmp_path / "serve.out"
+    again = _start_serve(state, _free_port(), out)
     try:
-        _wait("leftovers killed", lambda: not any(map(group_members, leftovers)), 60, out)
-        _wait("ready", lambda: _readyz(base)[0] == 200, 300, out)
-        assert "left by an earlier run" in out.read_text()
+        _wait("leftover killed", lambda: leftover.poll() is not None, 60, out)
+        assert "worker: killing process group" in out.read_text()
+        # Stopped once serving and the demo dataset is registered (else it exits with 1).
+        _wait("serving", lambda: "'demo-shapes' registered" in out.read_text(), 120, out)
     finally:
-        groups += leftovers + _children(again.pid, "")
+        groups = _children(again.pid, "")
         again.send_signal(signal.SIGTERM)
         assert again.wait(120) == 0, out.read_text()[-4000:]
+        leftover.kill()
+        left = {pgid: members for pgid in groups if (members := group_members(pgid))}
+        assert not left, f"processes outlived maskops serve: {left}"
