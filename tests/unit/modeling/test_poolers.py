@@ -1,12 +1,17 @@
-"""The gather-merged multi-level RoIAlign equals torchvision's, forward and backward."""
+"""The gather-merged multi-level RoIAlign equals torchvision's, forward and backward.
+
+With gradients on (training) each level is pooled by ``roi_align_by_gather``, whose sums
+run in another order than torchvision's kernel: equal within float32 rounding. Without
+gradients (evaluation, export) torchvision's kernel runs: equal bit for bit.
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torchvision.ops import MultiScaleRoIAlign
+from torchvision.ops import MultiScaleRoIAlign, roi_align
 
-from maskops.modeling.poolers import GatherMultiScaleRoIAlign
+from maskops.modeling.poolers import GatherMultiScaleRoIAlign, roi_align_by_gather
 
 LEVELS = ["p2", "p3", "p4", "p5"]
 IMAGE = (256, 320)
@@ -45,7 +50,7 @@ def test_matches_torchvision_forward_and_backward(counts: tuple[int, ...], max_s
     reference = MultiScaleRoIAlign(LEVELS, 7, 2)(reference_features, rois, shapes)
     ours = GatherMultiScaleRoIAlign(LEVELS, 7, 2)(ours_features, rois, shapes)
     assert ours.shape == reference.shape == (sum(counts), 8, 7, 7)
-    torch.testing.assert_close(ours, reference, rtol=0, atol=0)
+    torch.testing.assert_close(ours, reference)
 
     weights = torch.randn(reference.shape, generator=torch.Generator().manual_seed(2))
     (reference * weights).sum().backward()
@@ -62,3 +67,50 @@ def test_single_level_pools_directly() -> None:
     reference = MultiScaleRoIAlign(["p3"], 14, 2)(feats, rois, [IMAGE] * 2)
     ours = GatherMultiScaleRoIAlign(["p3"], 14, 2)(feats, rois, [IMAGE] * 2)
     torch.testing.assert_close(ours, reference, rtol=0, atol=0)
+
+
+def rois_around(feature_side: int, stride: int, count: int, seed: int) -> torch.Tensor:
+    """``[count, 5]`` rois on two images, some reaching past every edge of the map."""
+    gen = torch.Generator().manual_seed(seed)
+    side = feature_side * stride
+    xy = torch.rand(count, 2, generator=gen) * (side + 40) - 30
+    wh = torch.rand(count, 2, generator=gen) * side * 0.7
+    wh[: count // 4] = torch.rand(count // 4, 2, generator=gen) * 0.5  # under one pixel
+    image = torch.randint(0, 2, (count, 1), generator=gen).float()
+    return torch.cat([image, xy, xy + wh], dim=1)
+
+
+@pytest.mark.parametrize(("output", "sampling"), [((7, 7), 2), ((8, 8), 2), ((5, 3), 3)])
+def test_gather_equals_torchvision_at_the_edges(output: tuple[int, int], sampling: int) -> None:
+    feature = torch.randn(2, 6, 16, 12, generator=torch.Generator().manual_seed(4))
+    rois = rois_around(16, 8, 64, seed=5)
+    reference_input = feature.clone().requires_grad_(True)
+    ours_input = feature.clone().requires_grad_(True)
+    reference = roi_align(reference_input, rois, output, 1 / 8, sampling)
+    ours = roi_align_by_gather(ours_input, rois, output, 1 / 8, sampling)
+    torch.testing.assert_close(ours, reference)
+    weights = torch.randn(reference.shape, generator=torch.Generator().manual_seed(6))
+    (reference * weights).sum().backward()
+    (ours * weights).sum().backward()
+    torch.testing.assert_close(ours_input.grad, reference_input.grad)
+
+
+def test_gather_under_bf16_autocast_computes_in_float32_as_torchvision() -> None:
+    feature = torch.randn(2, 6, 16, 16, generator=torch.Generator().manual_seed(7))
+    low = feature.bfloat16().requires_grad_(True)
+    rois = rois_around(16, 8, 32, seed=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = roi_align(low, rois, (7, 7), 1 / 8, 2)
+        ours = roi_align_by_gather(low, rois, (7, 7), 1 / 8, 2)
+    assert ours.dtype == reference.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, reference)
+    ours.float().sum().backward()
+    assert low.grad is not None and low.grad.dtype == torch.bfloat16
+
+
+def test_no_rois_pool_to_an_empty_batch() -> None:
+    feature = torch.randn(2, 6, 16, 16, requires_grad=True)
+    pooled = roi_align_by_gather(feature, torch.zeros(0, 5), (7, 7), 1 / 8, 2)
+    assert pooled.shape == (0, 6, 7, 7)
+    pooled.sum().backward()
+    assert feature.grad is not None and not feature.grad.any()

@@ -6,14 +6,124 @@ when traced for ONNX). In the exported graph that scatter, with its ``Expand`` a
 fill, was a third of onnxruntime's CPU time at 100 detections. Concatenating the levels
 and gathering rows back into box order (``[N]`` indices on dim 0) computes the same tensor
 with contiguous row copies, eagerly and in ONNX alike.
+
+When training on a CPU each level is pooled by :func:`roi_align_by_gather` instead of
+torchvision's kernel, whose backward runs on one thread, box by box: a quarter of a CPU
+training step at the demo's sizes, about 3% with the gather (docs/benchmarks.md).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
 from torchvision.ops import MultiScaleRoIAlign, roi_align
 from torchvision.ops.poolers import LevelMapper, _filter_input, _setup_scales
+
+
+def _bilinear_taps(coords: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Low/high pixel indices and their weights along one axis, as torchvision's kernel.
+
+    Args:
+        coords: sample coordinates in feature-map pixels, any shape.
+        size: the feature map's extent along this axis.
+
+    Returns:
+        ``(low, high, weight_low, weight_high)``, each shaped like ``coords``; both weights
+        are zero for a sample more than one pixel outside the map.
+    """
+    inside = (coords >= -1.0) & (coords <= size)
+    coords = coords.clamp(min=0.0)
+    low = coords.floor().clamp(max=size - 1)
+    at_edge = low >= size - 1
+    coords = torch.where(at_edge, low, coords)
+    high = torch.where(at_edge, low, low + 1)
+    frac = (coords - low) * inside
+    return low.long(), high.long(), (1.0 - frac) * inside, frac
+
+
+def _sample_coords(start: Tensor, bin_size: Tensor, bins: int, grid: int) -> Tensor:
+    """``[K, bins * grid]`` sample coordinates, rounded as torchvision's kernel rounds them."""
+    arange = functools.partial(torch.arange, device=start.device, dtype=start.dtype)
+    bin_offsets = arange(bins)[None, :, None] * bin_size[:, None, None]
+    sample_offsets = (arange(grid) + 0.5)[None, None, :] * bin_size[:, None, None] / grid
+    return (start[:, None, None] + bin_offsets + sample_offsets).flatten(1)
+
+
+def _bags(taps: Tensor, output_size: tuple[int, int], grid: int) -> Tensor:
+    """``[K, ph*grid, pw*grid, 4]`` taps to one bag per bin: ``[K*ph*pw, grid*grid*4]``."""
+    (ph, pw) = output_size
+    taps = taps.view(-1, ph, grid, pw, grid, 4).permute(0, 1, 3, 2, 4, 5)
+    return taps.reshape(-1, grid * grid * 4)
+
+
+def roi_align_by_gather(
+    feature: Tensor, rois: Tensor, output_size: tuple[int, int], spatial_scale: float,
+    sampling_ratio: int,
+) -> Tensor:  # fmt: skip
+    """torchvision's ``roi_align`` (``aligned=False``) as one weighted gather.
+
+    Every output bin is a weighted sum of at most ``4 * sampling_ratio**2`` feature pixels;
+    ``embedding_bag`` computes all of them at once, and its backward is one scatter-add
+    that runs on every core, where torchvision's CPU backward loops over boxes on one
+    thread (a quarter of a CPU training step). Same samples, weights and edge rules.
+
+    Args:
+        feature: ``[B, C, H, W]``.
+        rois: ``[K, 5]``: image index, x1, y1, x2, y2 in input-image pixels.
+        output_size: (ph, pw) bins per box.
+        spatial_scale: the feature map's scale (1 / stride).
+        sampling_ratio: sample points per bin side (> 0).
+
+    Returns:
+        ``[K, C, ph, pw]``.
+    """
+    batch, channels, height, width = feature.shape
+    (ph, pw), grid = output_size, sampling_ratio
+    boxes = rois[:, 1:] * spatial_scale
+    sizes = (boxes[:, 2:] - boxes[:, :2]).clamp(min=1.0)  # [K, 2]: roi width, height
+    xs = _sample_coords(boxes[:, 0], sizes[:, 0] / pw, pw, grid)  # [K, pw * grid]
+    ys = _sample_coords(boxes[:, 1], sizes[:, 1] / ph, ph, grid)  # [K, ph * grid]
+    x_lo, x_hi, wx_lo, wx_hi = _bilinear_taps(xs, width)
+    y_lo, y_hi, wy_lo, wy_hi = _bilinear_taps(ys, height)
+    base = rois[:, 0].long()[:, None, None] * (height * width)  # [K, 1, 1]
+    # Taps as [K, ph*grid, pw*grid, 4]: (y_lo, x_lo), (y_lo, x_hi), (y_hi, x_lo), (y_hi, x_hi).
+    rows = torch.stack([y_lo, y_lo, y_hi, y_hi], -1)[:, :, None] * width
+    cols = torch.stack([x_lo, x_hi, x_lo, x_hi], -1)[:, None]
+    weights = (
+        torch.stack([wy_lo, wy_lo, wy_hi, wy_hi], -1)[:, :, None]
+        * torch.stack([wx_lo, wx_hi, wx_lo, wx_hi], -1)[:, None]
+    )
+    index = base[..., None] + rows + cols
+
+    # In float32 as torchvision's autocast rule for roi_align computes it.
+    table = feature.float().permute(0, 2, 3, 1).reshape(batch * height * width, channels)
+    pooled = torch.nn.functional.embedding_bag(
+        _bags(index, output_size, grid), table, mode="sum",
+        per_sample_weights=(_bags(weights, output_size, grid) / grid**2).float(),
+    )  # fmt: skip
+    return pooled.view(-1, ph, pw, channels).permute(0, 3, 1, 2).to(feature.dtype)
+
+
+def _roi_align(
+    feature: Tensor, rois: Tensor, output_size: tuple[int, int], spatial_scale: float,
+    sampling_ratio: int,
+) -> Tensor:  # fmt: skip
+    """torchvision's kernel, or the gather when training on a CPU needs its backward."""
+    # On CUDA torchvision's backward is parallel (atomic adds): its kernel stays.
+    if (
+        feature.device.type == "cpu"
+        and feature.requires_grad
+        and torch.is_grad_enabled()
+        and sampling_ratio > 0
+        and not torch.jit.is_scripting()
+        and not torch.jit.is_tracing()
+    ):
+        return roi_align_by_gather(feature, rois, output_size, spatial_scale, sampling_ratio)
+    return roi_align(
+        feature, rois, output_size, spatial_scale=spatial_scale, sampling_ratio=sampling_ratio
+    )
 
 
 def multiscale_roi_align(
@@ -41,20 +151,15 @@ def multiscale_roi_align(
         [torch.cat([torch.full_like(b[:, :1], i), b], dim=1) for i, b in enumerate(boxes)]
     )
     if len(features) == 1:
-        return roi_align(
-            features[0], rois, output_size, spatial_scale=scales[0], sampling_ratio=sampling_ratio
-        )
+        return _roi_align(features[0], rois, output_size, scales[0], sampling_ratio)
     levels = mapper(boxes)
     dtype = features[0].dtype
     pooled, order = [], []
     for level, (feature, scale) in enumerate(zip(features, scales, strict=True)):
         index = torch.where(levels == level)[0]
         pooled.append(
-            roi_align(
-                feature, rois[index], output_size, spatial_scale=scale,
-                sampling_ratio=sampling_ratio,
-            ).to(dtype)
-        )  # fmt: skip
+            _roi_align(feature, rois[index], output_size, scale, sampling_ratio).to(dtype)
+        )
         order.append(index)
     # Row k of the concatenation is box order[k]; argsort(order) is the inverse permutation.
     return torch.cat(pooled)[torch.argsort(torch.cat(order))]
