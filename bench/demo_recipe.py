@@ -23,11 +23,9 @@ from typing import Any
 
 from machine import start_run, write_results
 
-from maskops.data.convert import convert_dataset
 from maskops.engine import run_training
 from maskops.engine.trainer import HookBase
-from maskops.spec.text import parse_spec_text
-from maskops_api.demo import DEMO_STEPS, demo_spec_text, generate_walk_dataset
+from maskops_api.demo import DEMO_STEPS, prepare_walk_training
 
 RESULTS = Path(__file__).parent / "results" / "demo_recipe.json"
 
@@ -84,14 +82,8 @@ def main() -> None:
     args = parser.parse_args()
     conditions = start_run()
     work = Path(tempfile.mkdtemp(prefix="demo_recipe_"))
-    data = generate_walk_dataset(work / "demo")
-    for images, coco_json in (
-        (data.train_images, data.train_json),
-        (data.val_images, data.val_json),
-    ):
-        convert_dataset(images, coco_json, work / "shards", workers=1)
-    text = demo_spec_text(args.steps, shards=work / "shards", val_json=data.val_json)
-    spec = parse_spec_text(text).model_copy(update={"num_steps_per_eval": args.eval_every})
+    walk = prepare_walk_training(work, args.steps)
+    spec = walk.spec.model_copy(update={"num_steps_per_eval": args.eval_every})
     times = StepTimes()
     run_training(spec, work / "run", extra_hooks=[times])
     points = curve(work / "run", times.durations)

@@ -223,27 +223,21 @@ class TrainedModel:
 @pytest.fixture(scope="session")
 def trained_model(tmp_path_factory: pytest.TempPathFactory) -> TrainedModel:
     """The demo walk's recipe (``maskops_api.demo``: resnet10 from scratch, 128 px, its
-    dataset of 160 train / 40 val images) cut to ``TRAINED_MODEL_STEPS`` steps (about 3
+    dataset of 160 train / 40 val images) cut to ``TRAINED_MODEL_STEPS`` steps in fp32 (about 2
     minutes on 2 cores), far enough to detect: its mask AP is checked below. For
     assertions that only mean something on a model that detects, such as the INT8
     export's mask AP drop; everything else uses tiny_checkpoint.
     """
-    from maskops.data.convert import convert_dataset
     from maskops.engine import run_training
-    from maskops.spec.text import parse_spec_text
-    from maskops_api.demo import demo_spec_text, generate_walk_dataset
+    from maskops_api.demo import prepare_walk_training
 
     root = tmp_path_factory.mktemp("trained_model")
-    dataset = generate_walk_dataset(root / "demo")
-    convert_dataset(dataset.train_images, dataset.train_json, root / "shards", workers=1)
-    convert_dataset(dataset.val_images, dataset.val_json, root / "shards", workers=1)
-    spec = parse_spec_text(
-        demo_spec_text(TRAINED_MODEL_STEPS, shards=root / "shards", val_json=dataset.val_json)
-    )
+    walk = prepare_walk_training(root, TRAINED_MODEL_STEPS)
+    spec = walk.spec.model_copy(update={"use_amp": False})  # fp32: test_bf16_recipe compares
     result = run_training(spec, root / "run")
     assert result.checkpoint is not None
     mask_ap = float(result.metrics["mask_AP"])
     # Below this, "the INT8 model lost at most x AP" would hold for a model that detects
     # nothing: fail loudly rather than let those tests pass vacuously.
     assert mask_ap >= 0.12, f"the trained fixture reached mask AP {mask_ap:.3f} only"
-    return TrainedModel(result.checkpoint, spec, dataset, mask_ap)
+    return TrainedModel(result.checkpoint, spec, walk.dataset, mask_ap)
