@@ -83,13 +83,12 @@ def require(scope: TokenScope) -> Callable[..., Awaitable[None]]:
         settings: Settings = request.app.state.settings
         if not settings.auth_required:
             return
-        factory: sessionmaker[Session] = request.app.state.session_factory
         if credentials is None:
             raise Unauthorized("an API token is required (Authorization: Bearer <token>)")
         tokens: TokenCache = request.app.state.token_cache
         granted = tokens.cached(credentials.credentials)
         if granted is None:
-            granted = await run_in_threadpool(tokens.load, factory, credentials.credentials)
+            granted = await run_in_threadpool(tokens.load, credentials.credentials)
         if granted is None:
             raise Unauthorized("the API token is unknown, revoked or expired")
         if not allows(granted, scope):

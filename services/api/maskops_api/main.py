@@ -45,7 +45,7 @@ def create_app(
     dispatch = dispatcher or CeleryDispatcher(settings)
     job_cache = JobCache(engine, schema=settings.database_schema)
     # Verified tokens in memory, dropped on the job cache's notification connection.
-    token_cache = TokenCache(schema=settings.database_schema)
+    token_cache = TokenCache(factory, schema=settings.database_schema)
     job_cache.subscribe(TOKEN_CHANNEL, token_cache)
 
     @asynccontextmanager
@@ -58,6 +58,7 @@ def create_app(
             yield
         finally:
             job_cache.stop()
+            token_cache.close()
             if reconciler is not None:
                 reconciler.stop()
             engine.dispose()

@@ -299,3 +299,23 @@ def test_an_expiry_reaches_every_api_process_on_time(
     assert _codes(two_api_processes, paths * 2, secret) == [200] * 8
     _assert_expires_on_time(lambda: _codes(two_api_processes, paths, secret), issued, created,
                             lifetime_s)  # fmt: skip
+
+
+def test_a_token_in_use_is_read_again_ahead_of_its_end(clean_db: Settings) -> None:
+    """Checks never wait for the database while a token is polled: it is read again in the
+    background after half its time in memory, once, not by every client whose check found
+    the entry run out."""
+    _, secret = _token(clean_db)
+    engine = make_engine(clean_db)
+    cache = TokenCache(make_session_factory(engine), schema=clean_db.database_schema, ttl_s=2)
+    cache.set_live(True)  # as the notification listener does once connected
+    try:
+        assert cache.cached(secret) is None and cache.load(secret) == "write"
+        started = time.monotonic()
+        while time.monotonic() - started < 4.5:  # two entries' time and more
+            assert cache.cached(secret) == "write", "a check found no entry"
+            time.sleep(0.005)
+        assert cache.misses == 1 and 3 <= cache.refreshes <= 5
+    finally:
+        cache.close()
+        engine.dispose()
