@@ -13,10 +13,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     Strict,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from maskops_core import options
 from maskops_core.actions import JobAction
@@ -270,6 +273,38 @@ class JobCreate(_Body):
         if size > MAX_OPTIONS_BYTES:
             raise ValueError(f"at most {MAX_OPTIONS_BYTES} bytes as JSON ({size} given)")
         return value
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The body as the server reads it: one variant per action of the catalogue (a
+        union keyed on ``action``), each with what the action needs and its options'
+        model. The service checks the same catalogue (services/jobs.py), so a body valid
+        here is refused only for the state of what it names (404, 409)."""
+        reference = handler(core_schema)
+        schema = handler.resolve_ref_schema(reference)
+        schema["oneOf"] = [_job_variant(action, handler) for action in JobAction]
+        return reference
+
+
+def _job_variant(action: JobAction, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    spec = action.spec
+    needed = ["parent_job_id"] if spec.parents else []
+    if spec.needs_experiment and not spec.parents:  # a parent brings its experiment
+        needed.append("experiment_id")
+    if spec.needs_dataset:
+        needed.append("dataset_id")
+    if any(field.is_required() for field in spec.options.model_fields.values()):
+        needed.append("options")
+    properties: dict[str, Any] = {
+        "action": {"const": action.value},
+        "options": handler(spec.options.__pydantic_core_schema__),
+    }
+    for name in needed:
+        if name != "options":  # given, and not null
+            properties[name] = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
+    return {"title": action.value, "properties": properties, "required": ["action", *needed]}
 
 
 class Progress(BaseModel):

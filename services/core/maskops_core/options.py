@@ -15,13 +15,17 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from maskops_core.paths import relative_data_path
+from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 """A published model's name (the Triton ensemble users call)."""
 
 
-DataPath = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(relative_data_path)]
+DataPath = Annotated[
+    str,
+    Field(min_length=1, max_length=1024, json_schema_extra={"pattern": RELATIVE_PATH_PATTERN}),
+    AfterValidator(relative_data_path),
+]
 """A file or folder under the server's data root."""
 GpuIndex = Annotated[int, Field(ge=0, le=63, description="Which GPU of the worker.")]
 Score = Annotated[float, Field(ge=0.0, le=1.0)]

@@ -152,8 +152,6 @@ def trained(client: TestClient, clean_db: Settings) -> dict[str, int]:
         ("inference", {"threshold": 1.5}, "options.threshold"),
         ("evaluate", {"gpu_index": -1}, "options.gpu_index"),
         ("train", {"gpus": 65}, "options.gpus"),
-        ("train", {"gpus": 2}, "options.gpus"),  # no live worker offers two ranks
-        ("train", {"nodes": 2}, "options.nodes"),  # nor two workers
         ("dataset_convert", {"anything": 1}, "options.anything"),
     ],
 )
@@ -174,6 +172,23 @@ def test_action_options_are_validated_at_the_door(
     assert client.get("/jobs").json()["total"] == before
 
 
+@pytest.mark.parametrize(
+    ("options", "where"),
+    [
+        ({"gpus": 2}, "options.gpus"),  # no live worker offers two ranks
+        ({"nodes": 2}, "options.nodes"),  # nor two workers
+    ],
+)
+def test_ranks_no_live_worker_offers_are_409(
+    client: TestClient, trained: dict[str, int], options: dict, where: str
+) -> None:
+    """Valid options (the document allows them), refused for the state of the workers."""
+    body = {"action": "train", "experiment_id": trained["experiment"], "options": options}
+    response = client.post("/jobs", json=body)
+    assert response.status_code == 409, response.text
+    assert response.json()["detail"].startswith(f"{where}: "), response.json()
+
+
 def test_valid_options_are_accepted(client: TestClient, trained: dict[str, int]) -> None:
     parent = trained["train"]
     for action, options in (
@@ -188,7 +203,7 @@ def test_valid_options_are_accepted(client: TestClient, trained: dict[str, int])
         assert response.json()["options"] == options
 
 
-def test_train_with_zero_steps_is_422(client: TestClient, trained: dict[str, int]) -> None:
+def test_train_with_zero_steps_is_409(client: TestClient, trained: dict[str, int]) -> None:
     changed = client.put(
         f"/experiments/{trained['experiment']}", json={"spec": _spec(total_steps=0)}
     )
@@ -196,7 +211,8 @@ def test_train_with_zero_steps_is_422(client: TestClient, trained: dict[str, int
     response = client.post(
         "/jobs", json={"action": "train", "experiment_id": trained["experiment"]}
     )
-    assert response.status_code == 422 and "spec.total_steps" in response.json()["detail"]
+    # The request is valid; the experiment's version is what cannot train.
+    assert response.status_code == 409 and "spec.total_steps" in response.json()["detail"]
 
 
 def test_evaluating_a_cancelled_training_needs_its_checkpoint(

@@ -42,7 +42,7 @@ def test_two_rank_job_cancels_resumes_and_ends_as_the_cli_run(
     body = {"action": "train", "experiment_id": experiment_id}
     # The worker has no GPU: it offers clean_db.cpu_ranks (2) gloo ranks.
     refused = client.post("/jobs", json=body | {"options": {"gpus": 3}})
-    assert refused.status_code == 422, refused.text
+    assert refused.status_code == 409, refused.text
     assert refused.json()["detail"].startswith(
         "options.gpus: 3 ranks asked, the most a live worker offers is 2"
     )

@@ -33,6 +33,8 @@ class UnsupportedMedia(ApiError):
     status_code = 415
 
 
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png")
+"""What each image part may be (told by its bytes, not by its part's Content-Type)."""
 HEADER_BYTES = 64 * 1024
 """Enough of a JPEG to reach its frame header past EXIF and ICC segments."""
 _OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
@@ -48,12 +50,30 @@ _OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
         502: ERROR_RESPONSES[422] | {"description": "Triton failed to run the model"},
         503: ERROR_RESPONSES[503],
     },
+    # Each part of ``images`` is a JPEG or PNG: encoding is how OpenAPI says so.
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "multipart/form-data": {
+                    "encoding": {"images": {"contentType": ", ".join(IMAGE_MEDIA_TYPES)}}
+                }
+            }
+        }
+    },
 )
 async def infer(
     request: Request,
     settings: SettingsDep,
     factory: FactoryDep,
-    images: Annotated[list[UploadFile], File(description="JPEG or PNG images", min_length=1)],
+    images: Annotated[
+        list[UploadFile],
+        File(
+            description="JPEG or PNG images: at most MASKOPS_MAX_INFER_IMAGES per request, "
+            "each at most MASKOPS_MAX_INFER_IMAGE_BYTES and MASKOPS_MAX_INFER_IMAGE_PIXELS "
+            "(413 beyond)",
+            min_length=1,
+        ),
+    ],
     model: Annotated[str, Query(pattern=MODEL_NAME_PATTERN)],
     version: Annotated[str, Query(pattern=r"^[0-9]{0,9}$")] = "",
     score_threshold: Annotated[float, Query(ge=0.0, le=1.0)] = 0.0,

@@ -118,9 +118,12 @@ def _experiment_version(
     if experiment_id is None and parent is not None:
         experiment_id = parent.experiment_id
     if experiment_id is None:
-        if action.spec.needs_experiment:
+        if not action.spec.needs_experiment:
+            return None, None
+        if parent is None:
             raise Invalid(f"{action} needs experiment_id")
-        return None, None
+        # The body is well formed (a parent brings its experiment); this parent has none.
+        raise Conflict(f"parent job {parent.id} has no experiment: give experiment_id")
     experiment = session.get(Experiment, experiment_id)
     if experiment is None:
         raise NotFound(f"experiment {experiment_id} not found")
@@ -160,7 +163,8 @@ def _check_ranks(
 ) -> None:
     """A job on several ranks needs live workers offering them (``nodes`` workers of
     ``gpus`` ranks each): refused now rather than queued for workers that never come (one
-    rank always queues)."""
+    rank always queues). A 409: the options are valid, the live workers are the state
+    that does not allow them."""
     if options.gpus == 1 and options.nodes == 1:
         return
     queue = action.queue(settings)
@@ -168,23 +172,24 @@ def _check_ranks(
     rule = f"(its GPUs, or {settings.cpu_ranks} without a GPU: MASKOPS_CPU_RANKS)"
     if options.gpus > (offers[0] if offers else 1):
         most = f"the most a live worker offers is {offers[0]}" if offers else "no live worker"
-        raise Invalid(f"options.gpus: {options.gpus} ranks asked, {most} on queue {queue} {rule}")
+        raise Conflict(f"options.gpus: {options.gpus} ranks asked, {most} on queue {queue} {rule}")
     enough = sum(1 for offer in offers if offer >= options.gpus)
     if enough < options.nodes:
-        raise Invalid(
+        raise Conflict(
             f"options.nodes: {options.nodes} nodes of {options.gpus} rank(s) asked, {enough} "
             f"live worker(s) on queue {queue} offer that many {rule}"
         )
 
 
 def _check_trains(version: ExperimentVersion) -> None:
-    """A train job needs steps to run; a spec may leave them at 0 for evaluation only."""
+    """A train job needs steps to run; a spec may leave them at 0 for evaluation only (a
+    409: the experiment version, not the request, is what does not allow it)."""
     try:
         spec = ExperimentSpec.model_validate(version.spec)
     except ValidationError:
         return  # a version stored by an older engine: the worker names what is wrong
     if spec.resolved_total_steps < 1:
-        raise Invalid(
+        raise Conflict(
             f"spec.total_steps: experiment version {version.version} trains 0 steps "
             "(set total_steps, or num_epochs with num_examples_per_epoch)"
         )
