@@ -21,16 +21,20 @@ clients' 180,000 polls in bench/bench_api.py, each through the full route).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import NamedTuple
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.services.tokens import find_token, hash_token
 from maskops_core.db.models import utcnow
+
+log = logging.getLogger(__name__)
 
 CHANNEL = "maskops_token_changed"
 
@@ -97,6 +101,8 @@ class TokenCache:
     def _refresh(self, digest: str, secret: str) -> None:
         try:
             self._read(digest, secret)
+        except SQLAlchemyError as exc:  # the entry runs out, and the next check reads it
+            log.warning("token cache: reading a token in use again failed (%s)", exc)
         finally:
             with self._lock:
                 self._refreshing.discard(digest)
