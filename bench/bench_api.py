@@ -414,7 +414,7 @@ def poll_rounds(
     checks_before = metric(production, checks)
     dsn = make_url(args.database_url).set(drivername="postgresql").render_as_string(False)
     with progress_writer(dsn, schema, followed, args.update_interval) as updates:
-        polls = alternated(arms, args.rounds)
+        polls: dict[str, Any] = dict(alternated(arms, args.rounds))
     polls["job_updates_during_polls"] = updates.value
     for name, base in (("status_poll", loopback), ("status_poll_token", production)):
         polls[name]["served_from"] = difference(metric(base, jobs), before[base])
