@@ -469,6 +469,8 @@ def publish(ctx: JobContext) -> dict[str, Any]:
             settings.model_repository,
             name,
             net_backend=settings.triton_net_backend,
+            # The API's limit, so that Triton called directly refuses what /infer does.
+            max_image_pixels=settings.max_infer_image_pixels,
             activate=load if replicas else None,
         )
     except PublishError as exc:

@@ -78,7 +78,13 @@ def _translate(exc: Exception, model: str, version: str) -> TritonError:
     lowered = message.lower()
     if any(
         marker in lowered
-        for marker in ("unreadable image", "not an image", "cannot identify", "or png expected")
+        for marker in (
+            "unreadable image",
+            "not an image",
+            "cannot identify",
+            "or png expected",
+            "above this model's limit",  # pixels (the preprocess model's own limit)
+        )
     ):
         return InvalidImage(message)
     if "unknown model" in lowered or "is not found" in lowered or "not ready" in lowered:

@@ -409,6 +409,13 @@ def _version_files(
     return files
 
 
+def _limit_pixels(preprocess: dict[str, str | Path], max_image_pixels: int) -> None:
+    """Add the pixel limit to the preprocess model's settings.json (its ``initialize``
+    reads ``max_image_pixels``)."""
+    settings = json.loads(str(preprocess["settings.json"]))
+    preprocess["settings.json"] = json.dumps(settings | {"max_image_pixels": max_image_pixels})
+
+
 def publish(
     export: Path,
     repository: Path,
@@ -419,6 +426,7 @@ def publish(
     net_backend: NetBackend = "python",
     max_batch_size: int | None = None,
     instances: int = 1,
+    max_image_pixels: int | None = None,
     activate: Callable[[int], None] | None = None,
 ) -> int:
     """Add the export as a new version of ``name`` in ``repository``; return the version.
@@ -432,6 +440,9 @@ def publish(
             "tensorrt" (official Triton image; see module doc).
         max_batch_size: Triton max_batch_size (default: the export's).
         instances: model instances per composing model.
+        max_image_pixels: the preprocess model refuses larger images from their header,
+            before decoding (the API's own limit: it may be called directly); None: none
+            but Pillow's.
         activate: called with the new version once it is written (to load it in Triton);
             if it raises, the publish is undone and the exception propagates.
 
@@ -477,6 +488,8 @@ def publish(
         }
     )
     files = _version_files(names, meta, onnx_path, net_backend)
+    if max_image_pixels is not None:
+        _limit_pixels(files[names.preprocess], max_image_pixels)
     try:
         with _all_or_nothing() as changes:
             changes.make_dirs(repository)

@@ -1,0 +1,113 @@
+"""The preprocess model's own pixel limit (issue #24 item 9): publish writes the API's limit
+into its settings.json, and the model refuses a larger image from its header, before any
+decoding, with a per-request error the client reads as an invalid image. The model runs
+here under a stand-in for Triton's python stub module."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from maskops.serving import EnsembleNames
+from maskops.serving.client import InvalidImage, _translate
+from tests.support.pixel_limit import LIMIT, NAME, png, publish_limited
+
+
+class _Error(Exception):
+    def message(self) -> str:
+        return str(self)
+
+
+class _Response:
+    def __init__(self, output_tensors: list[Any] | None = None, error: Any = None) -> None:
+        self.output_tensors, self.error = output_tensors, error
+
+
+class _Input:
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def as_numpy(self) -> np.ndarray:
+        return self.array
+
+
+def _stub() -> types.ModuleType:
+    """What the preprocess model uses of ``triton_python_backend_utils``."""
+    module = types.ModuleType("triton_python_backend_utils")
+    module.Tensor = lambda name, array: (name, array)  # type: ignore[attr-defined]
+    module.InferenceResponse = _Response  # type: ignore[attr-defined]
+    module.TritonError = _Error  # type: ignore[attr-defined]
+    module.get_input_tensor_by_name = lambda request, name: _Input(request[name])  # type: ignore[attr-defined]
+    return module
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    return publish_limited(tmp_path)
+
+
+@pytest.fixture
+def preprocess(repository: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The published preprocess model, initialized as Triton does."""
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _stub())
+    folder = repository / EnsembleNames(NAME).preprocess
+    path = folder / "1" / "model.py"
+    spec = importlib.util.spec_from_file_location("preprocess_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # model.py imports maskops_serving_ops from its own folder: not left for other tests.
+    monkeypatch.delitem(sys.modules, "maskops_serving_ops")
+    model = module.TritonPythonModel()
+    model.initialize({"model_repository": str(folder), "model_version": "1"})
+    return model
+
+
+def _request(*images: bytes) -> dict[str, np.ndarray]:
+    return {"image_bytes": np.array([[image] for image in images], dtype=np.object_)}
+
+
+def test_publish_writes_the_limit_for_the_preprocess_model(repository: Path) -> None:
+    names = EnsembleNames(NAME)
+    written = json.loads((repository / names.preprocess / "1" / "settings.json").read_text())
+    assert written["max_image_pixels"] == LIMIT
+    assert "max_image_pixels" not in json.loads(
+        (repository / names.net / "1" / "settings.json").read_text()
+    )
+
+
+def test_a_huge_png_is_refused_from_its_header(preprocess: Any) -> None:
+    """13000 x 13000 (169 MP, under Pillow's own limit): 6.6 s and +2.2 GB to decode."""
+    huge = png(13000, 13000, mode="1")  # 21 KB on the wire
+    small = png(40, 30)
+    started = time.monotonic()
+    [response] = preprocess.execute([_request(small, huge)])
+    took = time.monotonic() - started
+    assert response.error is not None and response.output_tensors is None
+    message = str(response.error)
+    assert message == f"image 1: 13000 x 13000 pixels is above this model's limit of {LIMIT} pixels"
+    assert took < 1.0, took  # decoded, it takes seconds
+    # The client reads the answer as an invalid image (the API's 422), not a server error.
+    assert isinstance(_translate(_Error(message), "m", ""), InvalidImage)
+
+
+def test_images_within_the_limit_are_prepared(preprocess: Any) -> None:
+    [response] = preprocess.execute([_request(png(40, 30), png(1000, 800, mode="1"))])
+    assert response.error is None
+    names = [name for name, _ in response.output_tensors]
+    assert names == ["images", "scale", "orig_hw"]
+    assert response.output_tensors[2][1].tolist() == [[30, 40], [800, 1000]]
+
+
+def test_a_version_published_without_a_limit_decodes_as_before(preprocess: Any) -> None:
+    preprocess.max_pixels = None  # what initialize reads from an older settings.json
+    [response] = preprocess.execute([_request(b"not an image")])
+    assert "unreadable image" in str(response.error)
