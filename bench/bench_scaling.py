@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -32,13 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from machine import start_run, write_results
+from synthetic import prepare_shards, throughput_spec
 
-from maskops.data.convert import convert_dataset
-from maskops.data.demo import generate_demo_dataset
-from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+from maskops.spec.models import ExperimentSpec
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_scaling.json"
-VAL_FRACTION = 0.2
 REFERENCE = {
     "source": "NVIDIA's published Mask R-CNN training throughput, as quoted in issue #26",
     "images_per_s": {"1 x A100": 24, "8 x A100": 209},
@@ -48,40 +45,18 @@ REFERENCE = {
 
 def make_spec(root: Path, args: argparse.Namespace) -> ExperimentSpec:
     steps = args.warmup + args.steps + 1
-    return ExperimentSpec(
-        seed=0,
-        total_steps=steps,
-        train_batch_size=args.batch,
-        init_learning_rate=0.002,
-        warmup_steps=0,
-        logging_frequency=1,
-        num_steps_per_eval=steps,
-        data_config=DataConfig(
-            image_size=tuple(args.image_size),
-            training_file_pattern=f"{root}/shards/train*",
-            validation_file_pattern=f"{root}/shards/val*",
-            num_classes=4,
-            n_workers=args.workers,
-            augment_input_data=False,
-            eval_samples=2,
-        ),
-        maskrcnn_config=MaskRCNNConfig(nlayers=args.nlayers),
-    )
-
-
-def prepare_data(root: Path, args: argparse.Namespace) -> None:
-    """Enough demo images that the most ranks read one epoch at most."""
-    train = (args.warmup + args.steps + 1) * args.batch * max(args.ranks)
-    demo = generate_demo_dataset(
-        root / "demo",
-        num_images=math.ceil(train / (1 - VAL_FRACTION)) + 1,
+    spec = throughput_spec(
+        root,
+        steps=steps,
+        batch=args.batch,
         image_size=tuple(args.image_size),
-        seed=0,
-        val_fraction=VAL_FRACTION,
+        nlayers=args.nlayers,
+        workers=args.workers,
     )
-    shards = max(args.ranks)
-    convert_dataset(demo.train_images, demo.train_json, root / "shards", num_shards=shards)
-    convert_dataset(demo.val_images, demo.val_json, root / "shards", workers=1)
+    data = spec.data_config.model_copy(update={"eval_samples": 2})
+    return spec.model_copy(
+        update={"logging_frequency": 1, "num_steps_per_eval": steps, "data_config": data}
+    )
 
 
 def measure(spec_file: Path, ranks: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -114,7 +89,13 @@ def main() -> None:
     conditions = start_run(require_idle=args.require_idle)
     with tempfile.TemporaryDirectory(prefix="bench_scaling-") as tmp:
         root = Path(tmp)
-        prepare_data(root, args)
+        # Enough images that the most ranks read one epoch at most, one shard per rank.
+        prepare_shards(
+            root,
+            train_images=(args.warmup + args.steps + 1) * args.batch * max(args.ranks),
+            image_size=tuple(args.image_size),
+            num_shards=max(args.ranks),
+        )
         spec_file = root / "spec.json"
         spec_file.write_text(make_spec(root, args).model_dump_json())
         rows = [measure(spec_file, ranks, root, args) for ranks in args.ranks]

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import shutil
@@ -51,60 +50,37 @@ import torch.nn.functional as F
 from machine import start_run, write_results
 from PIL import Image
 from pycocotools.coco import COCO
+from synthetic import images_for, prepare_shards, throughput_spec
 from timing import Spread, alternate
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms.functional import pil_to_tensor
 
-from maskops.data.convert import convert_dataset
-from maskops.data.demo import generate_demo_dataset
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.engine import HookBase, run_training
 from maskops.engine.trainer import AmpSettings
 from maskops.modeling import build_model
-from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+from maskops.spec.models import ExperimentSpec
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_train.json"
 ARMS = ("torchvision-fp32", "maskops-fp32", "torchvision-amp", "maskops-amp")
-VAL_FRACTION = 0.2
 
 
 def make_spec(root: Path, args: argparse.Namespace, *, use_amp: bool) -> ExperimentSpec:
-    return ExperimentSpec(
-        seed=0,
-        use_amp=use_amp,
-        total_steps=args.warmup + args.steps,
-        train_batch_size=args.batch,
-        init_learning_rate=0.002,
-        warmup_steps=0,
-        data_config=DataConfig(
-            image_size=tuple(args.image_size),
-            training_file_pattern=f"{root}/shards/train*",
-            validation_file_pattern=f"{root}/shards/val*",
-            num_classes=4,
-            n_workers=args.workers,
-            augment_input_data=False,
-        ),
-        maskrcnn_config=MaskRCNNConfig(nlayers=args.nlayers),
-    )
-
-
-def images_needed(args: argparse.Namespace) -> int:
-    """Demo images so that the training split covers every step: no second epoch."""
-    train = (args.warmup + args.steps) * args.batch
-    return math.ceil(train / (1 - VAL_FRACTION)) + 1
-
-
-def prepare_data(root: Path, args: argparse.Namespace) -> None:
-    demo = generate_demo_dataset(
-        root / "demo",
-        num_images=images_needed(args),
+    return throughput_spec(
+        root,
+        steps=args.warmup + args.steps,
+        batch=args.batch,
         image_size=tuple(args.image_size),
-        seed=0,
-        val_fraction=VAL_FRACTION,
+        nlayers=args.nlayers,
+        workers=args.workers,
+        use_amp=use_amp,
     )
-    convert_dataset(demo.train_images, demo.train_json, root / "shards", workers=1)
-    convert_dataset(demo.val_images, demo.val_json, root / "shards", workers=1)
+
+
+def train_images(args: argparse.Namespace) -> int:
+    """Training images that cover every step: no second epoch inside the run."""
+    return (args.warmup + args.steps) * args.batch
 
 
 class CocoJsonDataset(Dataset[tuple[torch.Tensor, dict[str, torch.Tensor]]]):
@@ -174,7 +150,7 @@ def run_torchvision(root: Path, args: argparse.Namespace, *, use_amp: bool) -> f
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=0.002, momentum=0.9, weight_decay=1e-4)
     model.train()
-    batches = iter(loader)  # one epoch covers the run (images_needed): no restart
+    batches = iter(loader)  # one epoch covers the run (train_images): no restart
     start = 0.0
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
@@ -324,12 +300,12 @@ def main() -> None:
     peaks: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_train_data_") as tmp:
         root = Path(tmp)
-        prepare_data(root, args)
+        prepare_shards(root, train_images=train_images(args), image_size=tuple(args.image_size))
         measures = [lambda arm=arm: run_arm(arm, root, args, peaks) for arm in arms]
         spreads = dict(zip(arms, alternate(measures, args.rounds, warmup=0), strict=True))
     figures: dict[str, Any] = {
         "config": {k: v for k, v in vars(args).items() if k not in ("arm", "root", "out")},
-        "images": images_needed(args),
+        "images": images_for(train_images(args)),
         "amp": {"dtype": str(amp.dtype), "scaler": amp.needs_scaler} if amp.enabled else None,
         "amp_skipped": amp.declined or None,
         "arms": {a: {**spreads[a].summary("images_per_s"), **peaks.get(a, {})} for a in arms},

@@ -1,0 +1,71 @@
+"""The training benchmarks' data and spec: demo shapes, converted, and a throughput spec.
+
+bench_train.py and bench_scaling.py time the same model on the same data; this module is
+the one place both take them from.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from maskops.data.convert import DEFAULT_NUM_SHARDS, convert_dataset
+from maskops.data.demo import generate_demo_dataset
+from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+
+VAL_FRACTION = 0.2
+
+
+def images_for(train_images: int) -> int:
+    """Demo images to generate so that the training split holds ``train_images``."""
+    return math.ceil(train_images / (1 - VAL_FRACTION)) + 1
+
+
+def prepare_shards(
+    root: Path,
+    *,
+    train_images: int,
+    image_size: tuple[int, int],
+    num_shards: int = DEFAULT_NUM_SHARDS,
+) -> None:
+    """Demo shapes at ``image_size`` under ``root/demo``, converted to ``root/shards``."""
+    demo = generate_demo_dataset(
+        root / "demo",
+        num_images=images_for(train_images),
+        image_size=image_size,
+        seed=0,
+        val_fraction=VAL_FRACTION,
+    )
+    shards = root / "shards"
+    convert_dataset(demo.train_images, demo.train_json, shards, num_shards=num_shards, workers=1)
+    convert_dataset(demo.val_images, demo.val_json, shards, workers=1)
+
+
+def throughput_spec(
+    root: Path,
+    *,
+    steps: int,
+    batch: int,
+    image_size: tuple[int, int],
+    nlayers: int,
+    workers: int,
+    use_amp: bool = False,
+) -> ExperimentSpec:
+    """A fixed-rate run (no warm-up, no augmentation) over ``prepare_shards``' data."""
+    return ExperimentSpec(
+        seed=0,
+        use_amp=use_amp,
+        total_steps=steps,
+        train_batch_size=batch,
+        init_learning_rate=0.002,
+        warmup_steps=0,
+        data_config=DataConfig(
+            image_size=image_size,
+            training_file_pattern=f"{root}/shards/train*",
+            validation_file_pattern=f"{root}/shards/val*",
+            num_classes=4,
+            n_workers=workers,
+            augment_input_data=False,
+        ),
+        maskrcnn_config=MaskRCNNConfig(nlayers=nlayers),
+    )
