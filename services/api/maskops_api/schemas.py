@@ -280,8 +280,8 @@ class JobCreate(_Body):
     ) -> JsonSchemaValue:
         """The body as the server reads it: one variant per action of the catalogue (a
         union keyed on ``action``), each with what the action needs and its options'
-        model. The service checks the same catalogue (services/jobs.py), so a body valid
-        here is refused only for the state of what it names (404, 409)."""
+        model. The service (maskops_api.services.jobs) checks the same catalogue, so a
+        body valid here is refused only for the state of what it names (404, 409)."""
         reference = handler(core_schema)
         schema = handler.resolve_ref_schema(reference)
         schema["oneOf"] = [_job_variant(action, handler) for action in JobAction]
