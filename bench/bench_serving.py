@@ -12,7 +12,10 @@
 3. ``POST /infer`` through the API (``python -m maskops_api.server``, multipart upload)
    and Triton, and Triton alone (encoded image -> COCO JSON through the ensemble), each vs
    the same steps in-process (decode/resize + ONNX + post-processing): p50/p90/p99, and
-   images/s through ``/infer`` with concurrent clients (Triton's dynamic batching on).
+   images/s through ``/infer`` with concurrent clients (Triton's dynamic batching on), then
+   ``/infer`` under open-loop load: ``--open-loop-requests`` requests at fixed arrival rates
+   of 0.5, 0.8 and 1.2 times that capacity, p50/p99 from each request's scheduled time;
+   and the cold start: publish a new model into the running Triton, load it, first answer.
 
 Random weights (``--detections`` per image, 100 by default: the worst case for
 post-processing). Defaults run in a few minutes on 2 cores; ``--full`` runs the issue's
@@ -62,6 +65,8 @@ from maskops.serving.processing import coco_results, preprocess_image
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 RESULTS = Path(__file__).parent / "results" / "bench_serving.json"
+OPEN_LOOP_LOADS = (0.5, 0.8, 1.2)
+"""Arrival rates through ``/infer`` as fractions of the closed-loop capacity (issue 25)."""
 LABELS = LabelMap.from_coco_categories([{"id": i, "name": f"c{i}"} for i in (1, 2, 3)])
 Predict = Callable[[list[torch.Tensor]], Any]
 
@@ -306,7 +311,69 @@ def closed_loop_images_per_s(call: Callable[[], Any], clients: int, seconds: flo
     return done / (time.perf_counter() - start)
 
 
-def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> dict[str, Any]:
+def open_loop(call: Callable[[], Any], rate: float, requests: int) -> dict[str, Any]:
+    """Send ``requests`` calls at a fixed arrival rate, whether earlier ones are answered.
+
+    Each call starts at its scheduled time on its own thread; its latency counts from that
+    time (not from when a busy client got round to it), so a server that falls behind shows
+    its queueing in the percentiles instead of silently slowing the arrivals down.
+    """
+    latencies: list[float] = [0.0] * requests
+    failures = 0
+    lock = threading.Lock()
+
+    def one(index: int, scheduled: float) -> None:
+        nonlocal failures
+        try:
+            call()
+        except Exception:
+            with lock:
+                failures += 1
+        latencies[index] = time.perf_counter() - scheduled
+
+    start = time.perf_counter()
+    threads = []
+    for index in range(requests):
+        scheduled = start + index / rate
+        time.sleep(max(0.0, scheduled - time.perf_counter()))
+        thread = threading.Thread(target=one, args=(index, scheduled))
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    ms = np.array(latencies) * 1e3
+    return {
+        "rate_per_s": round(rate, 3),
+        "requests": requests,
+        "failures": failures,
+        "p50_ms": round(float(np.percentile(ms, 50)), 2),
+        "p99_ms": round(float(np.percentile(ms, 99)), 2),
+        "images_per_s": round((requests - failures) / elapsed, 3),
+    }
+
+
+def bench_open_loop(
+    call: Callable[[], Any], capacity: float, requests: int, loads: tuple[float, ...]
+) -> list[dict[str, Any]]:
+    """``open_loop`` at each fraction of ``capacity`` (images/s), p99 against p50."""
+    rows = []
+    for load in loads:
+        row = {"load": load, **open_loop(call, load * capacity, requests)}
+        row["p99_over_p50"] = round(row["p99_ms"] / row["p50_ms"], 2)
+        print(
+            f"/infer open loop at {load:.1f}x capacity ({row['rate_per_s']:.2f}/s, "
+            f"{requests} requests): p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms "
+            f"({row['p99_over_p50']}x), {row['images_per_s']:.2f} img/s, "
+            f"{row['failures']} failed"
+        )
+        rows.append(row)
+    return rows
+
+
+def bench_triton(
+    onnx_path: Path, reps: int, clients: int, seconds: float, open_loop_requests: int
+) -> dict[str, Any]:
     from maskops.serving import EnsembleNames, publish
     from maskops.serving import client as triton
     from maskops_triton.launcher import TritonServer
@@ -344,6 +411,14 @@ def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> di
                     reps,
                 )
                 throughput = closed_loop_images_per_s(through_api, clients, seconds)
+                loaded = bench_open_loop(
+                    through_api, throughput, open_loop_requests, OPEN_LOOP_LOADS
+                )
+            cold_start = time.perf_counter()
+            publish(onnx_path, repo, "bench_cold")
+            triton.roll_out(url, "bench_cold")
+            triton.infer_images(url, "bench_cold", [data])
+            cold_start_s = time.perf_counter() - cold_start
     figures = {
         "in_process": latency(local, 1),
         "triton": latency(remote, 1),
@@ -352,12 +427,15 @@ def bench_triton(onnx_path: Path, reps: int, clients: int, seconds: float) -> di
         "api_infer_p50_overhead": round(via_api.median / local.median - 1, 4),
         "concurrent_clients": clients,
         "api_infer_images_per_s": round(throughput, 3),
+        "api_infer_open_loop": loaded,
+        "cold_start_s": round(cold_start_s, 2),
     }
     print(
         f"POST /infer (API + Triton) p50 {via_api.median * 1e3:.0f} ms, Triton alone "
         f"{remote.median * 1e3:.0f} ms, in-process {local.median * 1e3:.0f} ms: overhead "
         f"{figures['api_infer_p50_overhead']:+.1%}; {clients} concurrent clients through "
-        f"/infer: {throughput:.2f} img/s"
+        f"/infer: {throughput:.2f} img/s; cold start (publish, load, first answer) "
+        f"{cold_start_s:.1f} s"
     )
     return figures
 
@@ -381,6 +459,9 @@ def main() -> None:
     parser.add_argument("--no-triton", action="store_true")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--open-loop-requests", type=int, default=200, help="per arrival rate through /infer"
+    )
     parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -403,7 +484,9 @@ def main() -> None:
         for hw in args.postprocess_hw or [(480, 640), (832, 1344)]:
             results["postprocess"].append(bench_postprocess(tuple(hw), args.detections, args.reps))
         if not args.no_triton and first_onnx is not None:
-            results["triton"] = bench_triton(first_onnx, args.reps, args.clients, args.seconds)
+            results["triton"] = bench_triton(
+                first_onnx, args.reps, args.clients, args.seconds, args.open_loop_requests
+            )
     name = (
         "bench_serving"
         + ("_full" if args.full else "")

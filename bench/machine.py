@@ -5,9 +5,12 @@ an AVX-512 BF16 EPYC, a Xeon with AMX), and bf16 and INT8 figures depend on whic
 files that do not say so cannot be compared with each other. And a figure taken while
 other work shared the cores measures the contention as much as the code (an evaluation
 ratio of 82x at load 13.7 on 2 cores was 14x on the idle machine): every results file
-records the load average before and after its run, and is marked ``"loaded": true`` when
-the 1-minute load exceeded the usable cores (bench/readme_table.py keeps such figures out
-of the README).
+records the load average before and after its run and the share of CPU time other
+processes took while it ran, and is marked ``"loaded": true`` when the 1-minute load
+exceeded the usable cores as it started or other work took more than a quarter of the
+CPUs (bench/readme_table.py keeps such figures out of the README). The load average after
+a run is recorded but not judged: a benchmark that keeps two cores busy raises it by
+itself.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,21 +63,62 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+OTHER_WORK_LIMIT = 0.25
+"""Largest share of the machine's CPU time that work outside the benchmark may take while
+it runs before its figures are marked loaded."""
+
+
+@dataclass(frozen=True)
+class CpuClock:
+    """Wall time, CPU time spent by every process (``/proc/stat``) and by this benchmark."""
+
+    wall_s: float
+    all_busy_s: float
+    own_s: float
+
+    @classmethod
+    def now(cls) -> CpuClock:
+        with Path("/proc/stat").open() as stat:
+            # user nice system idle iowait irq softirq steal: all but idle and iowait busy.
+            ticks = [int(value) for value in stat.readline().split()[1:9]]
+        busy = sum(ticks) - ticks[3] - ticks[4]
+        own = 0.0
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+            usage = resource.getrusage(who)
+            own += usage.ru_utime + usage.ru_stime
+        return cls(time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), own)
+
+    def other_work_share(self, later: CpuClock) -> float:
+        """Share of all CPUs' time since ``self`` spent outside this benchmark's processes.
+
+        Children count as the benchmark's once waited for (``RUSAGE_CHILDREN``); one still
+        running at the end counts as other work, which errs towards marking a run loaded.
+        """
+        cpus = os.cpu_count() or 1
+        wall = max(later.wall_s - self.wall_s, 1e-9)
+        other = (later.all_busy_s - self.all_busy_s) - (later.own_s - self.own_s)
+        return max(other, 0.0) / (wall * cpus)
+
+
 @dataclass
 class RunConditions:
     """The machine and its load at the start of a run; ``record`` adds the load at the end."""
 
     machine: dict[str, Any] = field(default_factory=describe_machine)
     load_before: list[float] = field(default_factory=load_average)
+    clock: CpuClock = field(default_factory=CpuClock.now)
 
     def record(self) -> dict[str, Any]:
-        after = load_average()
-        cores = self.machine["cpus"]
+        """The run's conditions; loaded when the machine was busy as it started, or when
+        other work took more than ``OTHER_WORK_LIMIT`` of the CPUs while it ran (the load
+        average after a run counts the benchmark's own processes, so it cannot say)."""
+        other_share = self.clock.other_work_share(CpuClock.now())
         return {
             "command": shlex.join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
             "machine": self.machine,
-            "load_average": {"before": self.load_before, "after": after},
-            "loaded": max(self.load_before[0], after[0]) > cores,
+            "load_average": {"before": self.load_before, "after": load_average()},
+            "other_work_share": round(other_share, 3),
+            "loaded": self.load_before[0] > self.machine["cpus"] or other_share > OTHER_WORK_LIMIT,
         }
 
 
@@ -93,8 +139,9 @@ def write_results(path: Path, figures: dict[str, Any], conditions: RunConditions
     document = {**figures, **conditions.record()}
     if document["loaded"]:
         print(
-            f"warning: load average {document['load_average']} exceeded the "
-            f"{conditions.machine['cpus']} usable cores: {path.name} is marked loaded",
+            f"warning: load average {document['load_average']} (usable cores "
+            f"{conditions.machine['cpus']}), other work {document['other_work_share']:.0%} of "
+            f"the CPUs during the run: {path.name} is marked loaded",
             file=sys.stderr,
         )
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,15 @@ the rest of the suite); the published ones come from idle runs (bench/readme_tab
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.bench import load_bench_module, run_bench
 
@@ -48,6 +55,28 @@ def test_a_run_above_the_core_count_is_marked_loaded() -> None:
     busy = machine.RunConditions(load_before=[cores + 1.0, 0.0, 0.0])
     assert busy.record()["loaded"] is True
     assert busy.record()["load_average"]["before"][0] == cores + 1.0
+
+
+SPIN = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass"
+
+
+def test_other_processes_cpu_time_marks_a_run_loaded_and_its_own_does_not() -> None:
+    own = machine.RunConditions(load_before=[0.0, 0.0, 0.0])
+    subprocess.run([sys.executable, "-c", SPIN.format(s=1.0)], check=True)  # waited: ours
+    own_share = own.record()["other_work_share"]
+
+    shared = machine.RunConditions(load_before=[0.0, 0.0, 0.0])
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", SPIN.format(s=2.0)])
+        for _ in range(os.cpu_count() or 1)
+    ]
+    time.sleep(1.5)
+    record = shared.record()  # the spinners still run: not this benchmark's processes
+    for spinner in spinners:
+        spinner.wait()
+    assert record["loaded"] is True
+    assert record["other_work_share"] > machine.OTHER_WORK_LIMIT
+    assert record["other_work_share"] > own_share + 0.3
 
 
 def test_bench_eval_tiny(tmp_path: Path) -> None:
@@ -107,3 +136,21 @@ def test_bench_prune_tiny(tmp_path: Path) -> None:
     assert pruned["macs"] < unpruned["macs"]
     low, high = pruned["dense_latency_s_range"]
     assert low <= pruned["dense_latency_s"] <= high
+
+
+def test_open_loop_counts_queueing_from_the_scheduled_time() -> None:
+    """A server that takes 50 ms per call, one at a time, offered 40 calls/s (2x what it
+    can do): latencies grow with the queue, and arrivals keep their rate regardless."""
+    open_loop = load_bench_module("bench_serving").open_loop
+    lock = threading.Lock()
+
+    def serial_server() -> None:
+        with lock:
+            time.sleep(0.05)
+
+    row = open_loop(serial_server, rate=40.0, requests=20)
+    assert row["failures"] == 0
+    assert 45 <= row["p50_ms"] < row["p99_ms"]
+    # The last call waits behind 19 others: ~20 x 50 ms - its 0.475 s arrival offset.
+    assert row["p99_ms"] >= 400
+    assert row["images_per_s"] == pytest.approx(20, rel=0.3)
