@@ -31,6 +31,11 @@ class RendezvousFailed(RankFailed):
     started."""
 
 
+class ProcessGroupError(RuntimeError):
+    """A rank could not form its process group in time: the rank fails (and torchrun
+    restarts the group) rather than wait for peers that never come."""
+
+
 class TrainingCancelled(Exception):
     """Training stopped on request at a step boundary; ``checkpoint`` holds that step."""
 

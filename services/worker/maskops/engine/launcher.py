@@ -16,7 +16,8 @@ The parent and the ranks share only files in the results directory:
 * ``launch/rank-<R>.error``: a rank's one-line error, for the failure the parent reports.
 
 A rank that crashes fails the whole group: torchrun restarts every rank (up to
-``max_restarts``) and they resume from the last checkpoint, which rank 0 logs.
+``max_restarts``) and they resume from the last checkpoint, which rank 0 logs. torchrun runs
+with :data:`TORCHRUN_ENVIRONMENT`, so that each restarted group forms on a store of its own.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from maskops.engine.distributed import GroupTimeouts
 from maskops.engine.errors import (
     RankFailed,
     RendezvousFailed,
@@ -50,6 +52,12 @@ SPEC_FILE = "spec.json"
 CANCEL_FILE = "cancel"
 ERROR_SUFFIX = ".error"
 RANK_MODULE = "maskops.engine.rank_main"
+TORCHRUN_ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+"""Set for torchrun. By default the ranks form their group on the agent's store, which
+outlives the group: a restarted group found the dead group's addresses there (gloo's
+``default_pg/0//cpu//0/R`` keys), and a rank that read its peer's before the peer rewrote
+it connected to a dead port, then retried until the timeout (the restarted group hung).
+With this, rank 0 of each (re)started group serves a new store on a new port."""
 
 Status = dict[str, Any]
 
@@ -68,6 +76,8 @@ class RankPlan:
     join_timeout_s: float = 600.0
     """How long the hosts may take to gather before torchrun gives up."""
     gpu_index: int = 0
+    timeouts: GroupTimeouts = field(default_factory=GroupTimeouts)
+    """How long the ranks wait for each other to form the group, and in a collective."""
 
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1 or self.nnodes < 1:
@@ -82,8 +92,11 @@ class RankPlan:
         return self.nproc_per_node * self.nnodes
 
 
-def torchrun_command(plan: RankPlan, rank_args: list[str]) -> list[str]:
-    """The torchrun command line running :mod:`maskops.engine.rank_main` with ``rank_args``."""
+def torchrun_command(
+    plan: RankPlan, rank_args: list[str], *, module: str = RANK_MODULE
+) -> list[str]:
+    """The torchrun command line running ``module`` (:mod:`maskops.engine.rank_main`) with
+    ``rank_args``; run it with :func:`torchrun_environment`."""
     command = [
         sys.executable,
         "-m",
@@ -102,11 +115,16 @@ def torchrun_command(plan: RankPlan, rank_args: list[str]) -> list[str]:
         ]
     else:
         command.append("--standalone")
-    return [*command, "-m", RANK_MODULE, *rank_args]
+    return [*command, "-m", module, *rank_args]
+
+
+def torchrun_environment() -> dict[str, str]:
+    """This process's environment with :data:`TORCHRUN_ENVIRONMENT`."""
+    return {**os.environ, **TORCHRUN_ENVIRONMENT}
 
 
 def rank_arguments(
-    results_dir: Path, *, gpu_index: int, log_file: Path | None, log_every: int | None
+    results_dir: Path, plan: RankPlan, *, log_file: Path | None, log_every: int | None
 ) -> list[str]:
     """The arguments of :mod:`maskops.engine.rank_main` for a run in ``results_dir``."""
     launch_dir = results_dir / LAUNCH_DIR
@@ -118,7 +136,11 @@ def rank_arguments(
         "--cancel_file",
         str(launch_dir / CANCEL_FILE),
         "--gpu_index",
-        str(gpu_index),
+        str(plan.gpu_index),
+        "--init_timeout_s",
+        f"{plan.timeouts.init_s:g}",
+        "--collective_timeout_s",
+        f"{plan.timeouts.collective_s:g}",
     ]
     if log_file is not None:
         args += ["--log_file", str(log_file)]
@@ -165,9 +187,7 @@ def train_under_torchrun(
     """
     results_dir = Path(results_dir)
     prepare_run(spec, results_dir)
-    args = rank_arguments(
-        results_dir, gpu_index=plan.gpu_index, log_file=log_file, log_every=log_every
-    )
+    args = rank_arguments(results_dir, plan, log_file=log_file, log_every=log_every)
     command = torchrun_command(plan, args)
     started = time.time()
     logger.info("starting %d rank(s): %s", plan.nproc_per_node, " ".join(command))
@@ -177,6 +197,7 @@ def train_under_torchrun(
         command,
         stdout=output,
         stderr=subprocess.STDOUT if output is not None else None,
+        env=torchrun_environment(),
         start_new_session=True,
         preexec_fn=_die_with_parent,
     )

@@ -1,5 +1,6 @@
 """One training rank under torchrun: ``python -m maskops.engine.rank_main --spec S
---results_dir D [--cancel_file F] [--gpu_index I] [--log_file L] [--log_every N]``.
+--results_dir D [--cancel_file F] [--gpu_index I] [--log_file L] [--log_every N]
+[--init_timeout_s T] [--collective_timeout_s T]``.
 
 torchrun (:mod:`maskops.engine.launcher`) starts this once per rank with ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous in the environment. Rank 0 writes the
@@ -18,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from maskops.engine.distributed import torchrun_env
+from maskops.engine.distributed import GroupTimeouts, torchrun_env
 from maskops.engine.errors import NonFiniteLossError, TrainingCancelled, TrainingError
 from maskops.engine.hooks import CancelHook, write_json_atomic
-from maskops.engine.launcher import ERROR_SUFFIX, LAUNCH_DIR
+from maskops.engine.launcher import ERROR_SUFFIX, LAUNCH_DIR, TORCHRUN_ENVIRONMENT
 from maskops.engine.train import train_this_rank
 from maskops.spec.models import ExperimentSpec
 
@@ -39,6 +40,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu_index", type=int, default=0)
     parser.add_argument("--log_file", type=Path, default=None)
     parser.add_argument("--log_every", type=int, default=None)
+    parser.add_argument(
+        "--init_timeout_s",
+        type=float,
+        default=GroupTimeouts.init_s,
+        help="seconds the ranks wait for each other to form the group",
+    )
+    parser.add_argument(
+        "--collective_timeout_s",
+        type=float,
+        default=GroupTimeouts.collective_s,
+        help="seconds a rank waits for the others in one collective",
+    )
     return parser
 
 
@@ -70,6 +83,20 @@ def _load_spec(path: Path) -> ExperimentSpec:
         raise TrainingError(str(exc)) from None
 
 
+def warn_of_a_shared_store() -> None:
+    """A torchrun started without :data:`~maskops.engine.launcher.TORCHRUN_ENVIRONMENT`
+    (by hand, Kubernetes, Slurm) that may restart the ranks: say what a restart risks."""
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if shared and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+        setting = " ".join(f"{k}={v}" for k, v in TORCHRUN_ENVIRONMENT.items())
+        logger.warning(
+            "the ranks form their group on torchrun's own store, which keeps the previous "
+            "group's addresses: a restarted group may fail to form (within the init "
+            "timeout); run torchrun with %s",
+            setting,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -78,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     if restarts and rank == 0:
         # Also in the job's log: the group was restarted and resumes from its checkpoint.
         logger.warning("torchrun restarted the ranks (restart %d): resuming", restarts)
+    if rank == 0 and not restarts:
+        warn_of_a_shared_store()
     try:
         spec = _load_spec(args.spec)
         hooks = [CancelHook.on_file(args.cancel_file)] if args.cancel_file else []
@@ -88,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             log_file=args.log_file if rank == 0 else None,
             extra_hooks=hooks if rank == 0 else [],
             log_every=args.log_every,
+            timeouts=GroupTimeouts(args.init_timeout_s, args.collective_timeout_s),
         )
     except TrainingCancelled as exc:
         logger.info("%s", exc)

@@ -40,7 +40,7 @@ from maskops.engine.checkpointing import (
     restore_rank_state,
     save_rank_state,
 )
-from maskops.engine.distributed import RankInfo, run_rank, torchrun_env
+from maskops.engine.distributed import GroupTimeouts, RankInfo, run_rank, torchrun_env
 from maskops.engine.errors import TrainingCancelled, TrainingError
 from maskops.engine.hooks import (
     BEST_FILE,
@@ -549,9 +549,11 @@ def train_this_rank(
     eval_fn: EvalFn | None = None,
     log_every: int | None = None,
     channels_last: bool = False,
+    timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     """This process's rank of the run (torchrun's, else rank 0 of 1): rank 0 returns the
-    result, the others None. Arguments as :func:`run_training`'s."""
+    result, the others None. ``timeouts``: how long the ranks wait for each other. Other
+    arguments as :func:`run_training`'s."""
     if log_every is None:
         log_every = spec.logging_frequency or LOG_PERIOD
     results_dir = Path(results_dir)
@@ -564,6 +566,7 @@ def train_this_rank(
         return run_rank(
             _train_rank,
             gpu_index=gpu_index,
+            timeouts=timeouts,
             args=(spec, results_dir, log_file),
             kwargs={
                 "extra_hooks": tuple(extra_hooks),
