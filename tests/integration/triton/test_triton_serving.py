@@ -116,6 +116,42 @@ def test_infer_returns_coco_results_matching_in_process(
     assert answers[-1] and answers[-1][0]["segmentation"]["size"] == [197, 301]
 
 
+def _net_counts(url: str) -> tuple[int, int]:
+    """(images run, graph runs) of the network model so far, from Triton's statistics."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url)
+    try:
+        stats = client.get_inference_statistics(EnsembleNames(NAME).net)["model_stats"]
+    finally:
+        client.close()
+    return (
+        sum(int(s["inference_count"]) for s in stats),
+        sum(int(s["execution_count"]) for s in stats),
+    )
+
+
+def test_concurrent_requests_run_as_one_batch_with_the_same_detections(
+    server, val_images, resized_image
+):
+    """Eight single-image requests at once (the export's max_batch_size is 4): the network
+    runs them in batches of several images, and every image gets what it gets alone."""
+    images = [*val_images, resized_image] * 2
+    alone = [triton.infer_images(server.http_url, NAME, [image])[0] for image in images]
+    images_before, runs_before = _net_counts(server.http_url)
+    together = triton.infer_images(server.http_url, NAME, images)
+    images_run, runs = _net_counts(server.http_url)
+    assert images_run - images_before == len(images)
+    assert runs - runs_before < len(images), "no two requests shared a network run"
+    assert sum(len(want) for want in alone) > 0
+    for got, want in zip(together, alone, strict=True):
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert (g["category_id"], g["segmentation"]) == (w["category_id"], w["segmentation"])
+            np.testing.assert_allclose(g["bbox"], w["bbox"], atol=1e-3)
+            assert g["score"] == pytest.approx(w["score"], abs=1e-5)
+
+
 def test_score_threshold_filters(server, val_images):
     everything = triton.infer_images(server.http_url, NAME, val_images[:1], score_threshold=0.0)
     confident = triton.infer_images(server.http_url, NAME, val_images[:1], score_threshold=0.5)

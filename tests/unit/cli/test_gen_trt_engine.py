@@ -18,10 +18,12 @@ from maskops.spec.text import spec_to_text
 NO_TENSORRT = tensorrt_unavailable_reason()
 
 
-def _onnx(path: Path, *, input_name: str = "images", qdq: bool = False) -> Path:
-    """A minimal graph with maskops' input ``images`` [1, 3, 128, 192] (QDQ if asked)."""
-    x = helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [1, 3, 128, 192])
-    y = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 3, 128, 192])
+def _onnx(
+    path: Path, *, input_name: str = "images", qdq: bool = False, batch: int | str = 1
+) -> Path:
+    """A minimal graph with maskops' input ``images`` [batch, 3, 128, 192] (QDQ if asked)."""
+    x = helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, 3, 128, 192])
+    y = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [batch, 3, 128, 192])
     if qdq:
         scale = helper.make_tensor("scale", TensorProto.FLOAT, [], [0.1])
         zero = helper.make_tensor("zero", TensorProto.INT8, [], [0])
@@ -81,7 +83,7 @@ def test_parser_takes_tao_deploys_flags(tmp_path: Path) -> None:
     assert (defaults.data_type, defaults.max_workspace_size, defaults.max_batch_size) == (
         "fp32",
         2,
-        1,
+        None,
     )
     defaults.data_type = "fp16"
     assert engine_path(defaults) == Path("r/model.fp16.engine")
@@ -114,7 +116,7 @@ def test_bad_input_is_reported_before_any_gpu_work(
         (["-m", str(tmp_path / "missing.onnx")], "no such file"),
         (["-m", str(tmp_path / "model.etlt")], "encrypted .etlt models are not read"),
         (["-m", str(tmp_path / "junk.onnx")], "not a readable ONNX model"),
-        (["-m", str(foreign)], "no static input 'images'"),
+        (["-m", str(foreign)], "no input 'images' [N, 3, H, W]"),
         (["-m", str(plain), "--data_type", "int8"], "needs the QDQ ONNX"),
         (["-m", str(plain), "-e", str(spec)], "image_size [128, 128] differs from the ONNX"),
     ]
@@ -133,10 +135,37 @@ def test_flags_that_change_nothing_say_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = _onnx(tmp_path / "model.onnx")
-    argv = ["gen_trt_engine", "-m", str(model), "-r", str(tmp_path), "--max_batch_size", "8"]
+    argv = ["gen_trt_engine", "-m", str(model), "-r", str(tmp_path)]
     main([*argv, "--cal_cache_file", "cal.bin"])
     err = capsys.readouterr().err
-    assert "maskops: note: --max_batch_size is ignored: a maskops graph runs one image" in err
     assert "maskops: note: --cal_cache_file is ignored: a maskops int8 engine" in err
     main(["gen_trt_engine", "-m", str(model), "-r", str(tmp_path)])
     assert "note:" not in capsys.readouterr().err
+
+
+def test_batch_flags_shape_the_profile_or_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dynamic-batch ONNX takes the flags' profile (checked min <= opt <= max); a
+    static-batch one refuses a batch flag that contradicts it. Both before any GPU work."""
+    static = _onnx(tmp_path / "static.onnx", batch=1)
+    dynamic = _onnx(tmp_path / "dynamic.onnx", batch="batch")
+    refused = [
+        (
+            [str(static), "--max_batch_size", "8"],
+            "--max_batch_size 8: the ONNX has a static batch of 1",
+        ),
+        ([str(dynamic), "--min_batch_size", "3", "--max_batch_size", "2"], "min <= opt <= max"),
+        ([str(dynamic), "--min_batch_size", "0", "--max_batch_size", "2"], "at least 1"),
+        ([str(dynamic)], "not a maskops ONNX export"),  # no --max_batch_size, no metadata
+    ]
+    for model_and_flags, message in refused:
+        argv = ["gen_trt_engine", "-m", *model_and_flags, "-r", str(tmp_path / "r")]
+        assert main(argv) == 2, model_and_flags
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (model_and_flags, err)
+    code = main(
+        ["gen_trt_engine", "-m", str(dynamic), "--max_batch_size", "4", "-r", str(tmp_path)]
+    )
+    if NO_TENSORRT:
+        assert code == 1 and "no TensorRT engine built" in capsys.readouterr().err

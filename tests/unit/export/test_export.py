@@ -18,9 +18,10 @@ from maskops.export import (
     export_onnx,
     read_metadata,
 )
+from maskops.export.batching import image_graph
 from maskops.export.exporter import read_image_dir, training_calibration_images
 from maskops.export.precision import CALIBRATION_CACHE_FORMAT
-from maskops.export.tensorrt import build_engine, tensorrt_available
+from maskops.export.tensorrt import BatchProfile, build_engine, tensorrt_available
 from maskops.spec.models import ExperimentSpec
 
 
@@ -100,9 +101,10 @@ def test_fp16_export(tmp_path, tiny_checkpoint, tiny_spec, fp32_export):
     )
     assert result.parity.passed, result.parity.summary()
     assert result.parity.max_score > 0  # really half precision: not bit-identical to fp32
-    graph = onnx.load(str(result.onnx_path))
-    conv_weights = {n.input[1] for n in graph.graph.node if n.op_type == "Conv"}
-    dtypes = {i.data_type for i in graph.graph.initializer if i.name in conv_weights}
+    graph = image_graph(onnx.load(str(result.onnx_path)))
+    conv_weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}
+    assert conv_weights
+    dtypes = {i.data_type for i in graph.initializer if i.name in conv_weights}
     assert dtypes == {onnx.TensorProto.FLOAT16}
     assert result.onnx_path.stat().st_size < 0.6 * fp32_export.onnx_path.stat().st_size
 
@@ -125,8 +127,7 @@ def test_int8_export_reports_a_bounded_mask_ap_drop(tmp_path, trained_model):
         log=lambda _: None,
     )
     assert result.parity.passed, result.parity.summary()
-    graph = onnx.load(str(result.onnx_path))
-    ops = {n.op_type for n in graph.graph.node}
+    ops = {n.op_type for n in image_graph(onnx.load(str(result.onnx_path))).node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
     table = json.loads(cache.read_text())
     assert table["format"] == CALIBRATION_CACHE_FORMAT and table["num_images"] == 8
@@ -212,7 +213,11 @@ def test_engine_is_built_only_where_tensorrt_exists(fp32_export):
 def test_tensorrt_fp16_engine(tmp_path, fp32_export):
     pytest.importorskip("tensorrt")
     engine = build_engine(
-        fp32_export.onnx_path, tmp_path / "m.plan", data_type="fp16", image_size=(128, 128)
+        fp32_export.onnx_path,
+        tmp_path / "m.plan",
+        data_type="fp16",
+        image_size=(128, 128),
+        profile=BatchProfile(1, 2, 4),
     )
     assert engine.stat().st_size > 0
 

@@ -17,7 +17,6 @@ from tritonclient.grpc import model_config_pb2
 from maskops.cli.main import main as cli_main
 from maskops.data.labels import LabelMap
 from maskops.evaluation.errors import ImageReadError
-from maskops.export.graph import GraphMetadata, set_metadata
 from maskops.serving import EnsembleNames, PublishError, existing_versions, publish
 from maskops.serving.processing import (
     coco_results,
@@ -26,36 +25,13 @@ from maskops.serving.processing import (
     preprocess_image,
     unpad_detections,
 )
-from maskops.spec.models import ExperimentSpec
-
-LABELS = LabelMap.from_coco_categories([{"id": 3, "name": "square"}, {"id": 7, "name": "tri"}])
+from tests.support.fake_export import LABELS, fake_onnx_export
 
 
 @pytest.fixture
 def fake_export(tmp_path: Path) -> Path:
-    """A maskops-tagged ONNX file (an Identity graph: publishing never runs it)."""
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Identity", ["images"], ["boxes"])],
-        "g",
-        [onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, [1, 3, 64, 96])],
-        [onnx.helper.make_tensor_value_info("boxes", onnx.TensorProto.FLOAT, [1, 3, 64, 96])],
-    )
-    model = onnx.helper.make_model(graph)
-    set_metadata(
-        model,
-        GraphMetadata(
-            spec=ExperimentSpec(),
-            label_map=LABELS,
-            data_type="fp16",
-            image_size=(64, 96),
-            max_detections=7,
-            mask_resolution=14,
-            max_batch_size=3,
-        ),
-    )
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
-    return path
+    """A maskops-tagged ONNX file of a dynamic batch (publishing never runs it)."""
+    return fake_onnx_export(tmp_path / "m.onnx", "batch")
 
 
 def _config(path: Path) -> model_config_pb2.ModelConfig:
@@ -100,7 +76,12 @@ def test_publish_writes_a_valid_ensemble(tmp_path, fake_export):
         LabelMap.from_json(json.loads((repo / "shapes" / "label_map.json").read_text())) == LABELS
     )
     settings = json.loads((repo / names.preprocess / "1" / "settings.json").read_text())
-    assert settings == {"image_size": [64, 96], "data_type": "fp16"}
+    assert settings == {
+        "image_size": [64, 96],
+        "data_type": "fp16",
+        "max_batch_size": 3,
+        "static_batch_size": None,
+    }
 
 
 def test_each_publish_is_a_new_version(tmp_path, fake_export):
@@ -117,9 +98,37 @@ def test_tensorrt_variant(tmp_path, fake_export):
     publish(fake_export, repo, "m", net_backend="tensorrt")
     net_dir = repo / EnsembleNames("m").net
     net = _config(net_dir / "config.pbtxt")
-    assert net.platform == "tensorrt_plan" and net.max_batch_size == 1
-    assert _config(repo / "m" / "config.pbtxt").max_batch_size == 1
+    assert net.platform == "tensorrt_plan" and net.max_batch_size == 3
+    assert net.HasField("dynamic_batching")
+    assert _config(repo / "m" / "config.pbtxt").max_batch_size == 3
     assert not (net_dir / "1" / "model.py").exists()
+    settings = json.loads((net_dir / "1" / "settings.json").read_text())
+    assert (settings["max_batch_size"], settings["static_batch_size"]) == (3, None)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "tensorrt"])
+def test_static_batch_exports_on_graph_backends(tmp_path, backend):
+    """A batch-1 graph (exported before batching) is served at batch 1; another static
+    batch cannot be filled by Triton's own backends and is refused with the way out."""
+    names = EnsembleNames("m")
+    legacy = fake_onnx_export(tmp_path / "legacy.onnx", 1)
+    publish(legacy, tmp_path / "repo", "m", net_backend=backend)
+    net = _config(tmp_path / "repo" / names.net / "config.pbtxt")
+    assert net.max_batch_size == 1 and not net.HasField("dynamic_batching")
+    assert _config(tmp_path / "repo" / "m" / "config.pbtxt").max_batch_size == 1
+    static = fake_onnx_export(tmp_path / "static.onnx", 3)
+    with pytest.raises(PublishError, match=r"static batch of 3: the \w+ backend needs a dynamic"):
+        publish(static, tmp_path / "repo", "m", net_backend=backend)
+    assert existing_versions(tmp_path / "repo", "m") == [1]
+
+
+def test_static_batch_on_the_python_backend(tmp_path):
+    """The python network fills a static batch itself: it batches like a dynamic one."""
+    static = fake_onnx_export(tmp_path / "static.onnx", 3)
+    publish(static, tmp_path / "repo", "m")
+    net_dir = tmp_path / "repo" / EnsembleNames("m").net
+    assert _config(net_dir / "config.pbtxt").max_batch_size == 3
+    assert json.loads((net_dir / "1" / "settings.json").read_text())["static_batch_size"] == 3
 
 
 def test_publish_rejects_bad_input(tmp_path, fake_export):

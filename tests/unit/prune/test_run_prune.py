@@ -13,6 +13,7 @@ from maskops.checkpoint import load_model, save_checkpoint
 from maskops.cli.main import main
 from maskops.data.demo import DemoDataset
 from maskops.data.manifest import load_label_map
+from maskops.export.batching import image_graph
 from maskops.prune import PruneError, prune_model
 from maskops.prune.run import REPORT_FILENAME, run_prune, trace_input
 from maskops.spec.models import MaskRCNNConfig
@@ -166,7 +167,7 @@ def test_pruned_model_exports_to_onnx_that_matches_pytorch(
     unpruned = export_onnx(source_checkpoint, spec, tmp_path / "full.onnx", log=lambda _: None)
 
     def conv_weight_elements(path: Path) -> int:
-        graph = onnx.load(str(path)).graph
+        graph = image_graph(onnx.load(str(path)))
         conv_weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}
         return sum(
             int(torch.tensor(list(i.dims)).prod())

@@ -24,16 +24,15 @@ IGNORED_FLAGS: dict[str, str] = {
     "--cal_image_dir or the training shards",
     "onnx_route": "is ignored: maskops exports with torch.onnx (TAO's choice of keras2onnx "
     "or tf2onnx does not apply)",
-    "static_batch_size": "is ignored: a maskops graph always runs one image (batch 1); Triton "
-    "batches requests up to --max_batch_size",
-    "min_batch_size": "is ignored: the TensorRT profile is the graph's one shape (batch 1); "
-    "Triton batches requests up to --max_batch_size",
-    "opt_batch_size": "is ignored: the TensorRT profile is the graph's one shape (batch 1); "
-    "Triton batches requests up to --max_batch_size",
 }
 """TAO export flags accepted for compatibility, and why each changes nothing here."""
 
-ENGINE_FLAGS = {"max_workspace_size": "--max_workspace_size", "strict_type_constraints": "-s"}
+ENGINE_FLAGS = {
+    "max_workspace_size": "--max_workspace_size",
+    "strict_type_constraints": "-s",
+    "min_batch_size": "--min_batch_size",
+    "opt_batch_size": "--opt_batch_size",
+}
 """TensorRT builder flags: they act only when an engine is built here."""
 
 
@@ -42,9 +41,10 @@ def register(subparsers: Any) -> None:
         "export",
         help="export a model to ONNX (fp32, fp16, int8 QDQ), validated against PyTorch",
         description=(
-            "Export MODEL to ONNX with input 'images' [1, 3, H, W] (RGB 0..1, resized and "
-            "padded to the spec's image_size; normalisation is inside the graph) and outputs "
-            "boxes, scores, labels, masks (mask probabilities per box), num_detections. The "
+            "Export MODEL to ONNX with input 'images' [N, 3, H, W] (a batch of N images, RGB "
+            "0..1, resized and padded to the spec's image_size; normalisation is inside the "
+            "graph) and outputs boxes, scores, labels, masks (mask probabilities per box), "
+            "num_detections, one row per image. The "
             "ONNX is run in onnxruntime on validation images and compared with PyTorch; an "
             "export that disagrees fails. A TensorRT engine is built only where TensorRT and "
             "a GPU exist (elsewhere the Triton service builds it at start)."
@@ -78,7 +78,26 @@ def register(subparsers: Any) -> None:
         "--max_batch_size",
         type=int,
         default=16,
-        help="most images per serving batch (Triton max_batch_size; DeepStream batch-size)",
+        help="most images per batch: the graph's batch N is dynamic up to it (Triton "
+        "max_batch_size, the TensorRT profile's max, DeepStream batch-size)",
+    )
+    parser.add_argument(
+        "--static_batch_size",
+        type=int,
+        default=None,
+        help="fix the graph's batch N at this size instead of a dynamic N",
+    )
+    parser.add_argument(
+        "--min_batch_size",
+        type=int,
+        default=None,
+        help="TensorRT profile's smallest batch (with --engine_file; default 1)",
+    )
+    parser.add_argument(
+        "--opt_batch_size",
+        type=int,
+        default=None,
+        help="batch TensorRT tunes for (with --engine_file; default --max_batch_size)",
     )
     parser.add_argument(
         "--engine_file",
@@ -113,8 +132,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--force_ptq", action="store_true", help=argparse.SUPPRESS)
     for flag in ("cal_json_file", "cal_data_file", "onnx_route"):
         parser.add_argument(f"--{flag}", default=None, help=argparse.SUPPRESS)
-    for flag in ("static_batch_size", "min_batch_size", "opt_batch_size"):
-        parser.add_argument(f"--{flag}", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gpu_index", type=int, default=0, help="accepted for TAO; unused")
     parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
     add_key_argument(parser)
@@ -143,6 +160,10 @@ def builder_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.max_workspace_size is not None:
         options["workspace_bytes"] = args.max_workspace_size
     options["strict_types"] = args.strict_type_constraints
+    # The batch flags are checked (min <= opt <= max) and reported even with no engine.
+    for name in ("static_batch_size", "min_batch_size", "opt_batch_size"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     return options
 
 

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import EXIT_FAILURE, EXIT_OK, CLIError, add_key_argument, notice
+
+if TYPE_CHECKING:
+    from maskops.export.tensorrt import BatchProfile
 
 GB = 1 << 30
 
 _CALIBRATION_WHY = (
     "is ignored: a maskops int8 engine takes its scales from the QDQ ONNX; calibrate with "
     "`maskops export --data_type int8 --cal_image_dir ...`"
-)
-_BATCH_WHY = (
-    "is ignored: a maskops graph runs one image (batch 1), so the engine profile is batch 1; "
-    "Triton batches requests (maskops export --max_batch_size)"
 )
 
 
@@ -70,9 +69,15 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="TensorRT obeys the layer precisions instead of picking faster ones",
     )
+    batch_help = {
+        "min_batch_size": "smallest batch of the engine's profile (default 1)",
+        "opt_batch_size": "batch TensorRT tunes for (default --max_batch_size)",
+        "max_batch_size": "largest batch of the engine's profile (default: the export's "
+        "--max_batch_size); a static-batch ONNX takes only its own batch",
+    }
+    for flag, why in batch_help.items():
+        parser.add_argument(f"--{flag}", type=int, default=None, help=why)
     # tao-deploy flags that change nothing here; each prints why when given.
-    for flag in ("max_batch_size", "min_batch_size", "opt_batch_size"):
-        parser.add_argument(f"--{flag}", type=int, default=1, help="accepted; the graph is batch 1")
     parser.add_argument("--batch_size", type=int, default=1, help="accepted; calibrate at export")
     parser.add_argument("--batches", type=int, default=10, help="accepted; calibrate at export")
     for flag in ("cal_image_dir", "cal_data_file", "cal_cache_file"):
@@ -93,10 +98,6 @@ def ignored_flag_notices(args: argparse.Namespace) -> list[str]:
     if args.batches != 10 or args.batch_size != 1:
         notice("--batches/--batch_size", _CALIBRATION_WHY)
         given.append("batches")
-    for flag in ("max_batch_size", "min_batch_size", "opt_batch_size"):
-        if getattr(args, flag) != 1:
-            notice(f"--{flag}", _BATCH_WHY)
-            given.append(flag)
     return given
 
 
@@ -109,10 +110,12 @@ def engine_path(args: argparse.Namespace) -> Path:
     return args.results_dir / f"{stem.removesuffix(suffix)}{suffix}.engine"
 
 
-def _check_inputs(args: argparse.Namespace) -> tuple[int, int]:
-    """The ONNX's image size, after the checks that need no GPU."""
+def _check_inputs(args: argparse.Namespace) -> tuple[tuple[int, int], BatchProfile]:
+    """The ONNX's image size and the engine's batch profile, after the checks that need no
+    GPU."""
     from maskops.cli.common import load_resolved_spec
-    from maskops.export.tensorrt import EngineBuildError, onnx_engine_inputs
+    from maskops.export.graph import read_metadata
+    from maskops.export.tensorrt import EngineBuildError, batch_profile, onnx_engine_inputs
 
     model: Path = args.model_path
     if not model.is_file():
@@ -123,10 +126,18 @@ def _check_inputs(args: argparse.Namespace) -> tuple[int, int]:
             "maskops model with `maskops export` and pass its .onnx"
         )
     try:
-        image_size, is_qdq = onnx_engine_inputs(model)
-    except EngineBuildError as exc:
+        inputs = onnx_engine_inputs(model)
+        max_batch_size = args.max_batch_size or inputs.batch or read_metadata(model).max_batch_size
+        profile = batch_profile(
+            inputs.batch,
+            max_batch_size=max_batch_size,
+            min_batch_size=args.min_batch_size,
+            opt_batch_size=args.opt_batch_size,
+        )
+    except (EngineBuildError, ValueError, KeyError) as exc:
         raise CLIError(str(exc)) from None
-    if args.data_type == "int8" and not is_qdq:
+    image_size = inputs.image_size
+    if args.data_type == "int8" and not inputs.is_qdq:
         raise CLIError(
             f"-m {model}: --data_type int8 needs the QDQ ONNX of "
             "`maskops export --data_type int8` (this graph has no QuantizeLinear nodes)"
@@ -140,14 +151,14 @@ def _check_inputs(args: argparse.Namespace) -> tuple[int, int]:
             )
     if args.max_workspace_size <= 0:
         raise CLIError("--max_workspace_size must be positive (GB)")
-    return image_size
+    return image_size, profile
 
 
 def run(args: argparse.Namespace) -> int:
     from maskops.export.tensorrt import EngineBuildError, build_engine, tensorrt_unavailable_reason
 
     ignored_flag_notices(args)
-    image_size = _check_inputs(args)
+    image_size, profile = _check_inputs(args)
     reason = tensorrt_unavailable_reason()
     if reason is not None:
         raise CLIError(f"no TensorRT engine built: {reason}", exit_code=EXIT_FAILURE)
@@ -158,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             engine_path(args),
             data_type=args.data_type,
             image_size=image_size,
+            profile=profile,
             workspace_bytes=int(args.max_workspace_size * GB),
             strict_types=args.strict_type_constraints,
             verbose=args.verbose,

@@ -5,8 +5,9 @@
   (``maskops evaluate -m model.onnx`` goes through it).
 - :func:`read_metadata`: the spec, label map and precision an exported file carries.
 
-The graph contract (tensor names, shapes, batch 1) is documented in
-:mod:`maskops.export.graph`; tolerances of the parity check in :mod:`maskops.export.parity`.
+The graph contract (tensor names, shapes, the batch) is documented in
+:mod:`maskops.export.graph` (how the batch is made: :mod:`maskops.export.batching`);
+tolerances of the parity check in :mod:`maskops.export.parity`.
 """
 
 from maskops.export.exporter import DATA_TYPES, ExportError, ExportResult, export_onnx

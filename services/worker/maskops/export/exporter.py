@@ -25,6 +25,7 @@ from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.evaluation.coco import IouType
 from maskops.evaluation.predictor import TorchPredictor
+from maskops.export.batching import batch_over_images
 from maskops.export.deepstream import write_deepstream_files
 from maskops.export.graph import (
     MAX_OPSET,
@@ -40,6 +41,9 @@ from maskops.export.precision import convert_to_fp16, quantize_int8, write_calib
 from maskops.export.predictor import OnnxPredictor
 from maskops.export.tensorrt import (
     ENGINE_ELSEWHERE,
+    BatchProfile,
+    EngineBuildError,
+    batch_profile,
     build_engine,
     tensorrt_unavailable_reason,
 )
@@ -59,6 +63,8 @@ class ExportResult:
     onnx_path: Path
     data_type: str
     metadata: GraphMetadata
+    profile: BatchProfile
+    """The TensorRT profile's batch sizes (used when an engine is built)."""
     parity: ParityReport
     io: dict[str, Any]
     report_path: Path
@@ -86,7 +92,12 @@ class ExportResult:
             "max_detections": self.metadata.max_detections,
             "mask_resolution": self.metadata.mask_resolution,
             "max_batch_size": self.metadata.max_batch_size,
-            "batch": "1 per graph (Triton batches at the ensemble level)",
+            "static_batch_size": self.metadata.batch_size,
+            "tensorrt_profile": {
+                "min": self.profile.min,
+                "opt": self.profile.opt,
+                "max": self.profile.max,
+            },
             "io": self.io,
             "parity": self.parity.to_json(),
             "cal_cache_file": str(self.cal_cache_file) if self.cal_cache_file else None,
@@ -186,6 +197,31 @@ def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
     tmp.replace(path)
 
 
+def _batch_sizes(
+    max_batch_size: int,
+    static_batch_size: int | None,
+    min_batch_size: int | None,
+    opt_batch_size: int | None,
+) -> tuple[int, BatchProfile]:
+    """The export's max_batch_size and TensorRT profile, checked before any work."""
+    if static_batch_size is not None:
+        if static_batch_size < 1:
+            raise ExportError(f"--static_batch_size must be at least 1, got {static_batch_size}")
+        max_batch_size = static_batch_size
+    if max_batch_size < 1:
+        raise ExportError(f"--max_batch_size must be at least 1, got {max_batch_size}")
+    try:
+        profile = batch_profile(
+            static_batch_size,
+            max_batch_size=max_batch_size,
+            min_batch_size=min_batch_size,
+            opt_batch_size=opt_batch_size,
+        )
+    except EngineBuildError as exc:
+        raise ExportError(str(exc)) from None
+    return max_batch_size, profile
+
+
 def _check_opset(opset: int, data_type: str) -> None:
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ExportError(
@@ -205,6 +241,9 @@ def export_onnx(
     *,
     data_type: str = "fp32",
     max_batch_size: int = 16,
+    static_batch_size: int | None = None,
+    min_batch_size: int | None = None,
+    opt_batch_size: int | None = None,
     cal_image_dir: Path | None = None,
     cal_cache_file: Path | None = None,
     batches: int = 10,
@@ -229,8 +268,12 @@ def export_onnx(
             checkpoint's own spec.
         out: the ``.onnx`` to write (default :func:`default_output_path`).
         data_type: "fp32", "fp16" or "int8" (QDQ).
-        max_batch_size: the most images one Triton request may batch (recorded for
-            publishing and DeepStream; each graph runs one image, see maskops.export.graph).
+        max_batch_size: the most images one batch may carry (the graph's batch is dynamic
+            up to it; Triton's max_batch_size at publish, DeepStream's batch-size).
+        static_batch_size: fix the graph's batch at this size instead (it then is the
+            max_batch_size too).
+        min_batch_size, opt_batch_size: the TensorRT profile's smallest and tuned batch
+            (default 1 and max_batch_size; see maskops.export.tensorrt.batch_profile).
         cal_image_dir: int8 calibration images (default: the training shards).
         cal_cache_file: where to write the int8 calibration scales (default: next to out).
         batches, batch_size: int8 calibration uses ``batches * batch_size`` images.
@@ -254,8 +297,9 @@ def export_onnx(
     started = time.perf_counter()
     if data_type not in DATA_TYPES:
         raise ExportError(f"--data_type {data_type!r}: expected one of {', '.join(DATA_TYPES)}")
-    if max_batch_size < 1:
-        raise ExportError(f"--max_batch_size must be at least 1, got {max_batch_size}")
+    max_batch_size, profile = _batch_sizes(
+        max_batch_size, static_batch_size, min_batch_size, opt_batch_size
+    )
     if data_type == "int8" and (batches < 1 or batch_size < 1):
         raise ExportError(f"--batches and --batch_size must be >= 1, got {batches}, {batch_size}")
     _check_opset(opset, data_type)
@@ -286,6 +330,7 @@ def export_onnx(
         max_detections=max_detections,
         mask_resolution=mask_resolution,
         max_batch_size=max_batch_size,
+        batch_size=static_batch_size,
     )
 
     images = list(validation_images or validation_batch(spec, label_map, num_validation_images))
@@ -314,6 +359,12 @@ def export_onnx(
         graph, table = quantize_int8(graph, calibration, work_dir=out.parent)
         cal_cache_file = cal_cache_file or out.with_suffix(".cal.json")
         write_calibration_cache(cal_cache_file, table, num_images=calibration_count, source=source)
+    graph = batch_over_images(graph, static_batch_size=static_batch_size)
+    log(
+        f"Batch: {static_batch_size} images per run (static)"
+        if static_batch_size is not None
+        else f"Batch: 1 to {max_batch_size} images per run (dynamic)"
+    )
     set_metadata(graph, metadata)
 
     serialized = graph.SerializeToString()
@@ -343,6 +394,7 @@ def export_onnx(
         onnx_path=out,
         data_type=data_type,
         metadata=metadata,
+        profile=profile,
         parity=parity,
         io=describe_io(graph),
         report_path=out.with_suffix(".export.json"),
@@ -359,7 +411,12 @@ def export_onnx(
         if workspace_bytes is not None:
             builder["workspace_bytes"] = workspace_bytes
         result.engine_file = build_engine(
-            out, engine_file, data_type=data_type, image_size=metadata.image_size, **builder
+            out,
+            engine_file,
+            data_type=data_type,
+            image_size=metadata.image_size,
+            profile=profile,
+            **builder,
         )
         result.engine_note = f"TensorRT engine built: {result.engine_file}"
     else:

@@ -2,24 +2,28 @@
 
 Graph contract (the same for fp32, fp16 and int8 files):
 
-- input ``images``: float32 ``[1, 3, H, W]``, RGB in 0..1, already resized keeping the
-  aspect ratio and zero-padded bottom/right to the spec's ``image_size`` (H, W)
+- input ``images``: float32 ``[N, 3, H, W]``, RGB in 0..1, each image already resized
+  keeping the aspect ratio and zero-padded bottom/right to the spec's ``image_size`` (H, W)
   (:func:`maskops.data.transforms.resize_and_pad`). ImageNet normalisation is *inside* the
   graph (it is elementwise, so it exports cleanly); resizing and padding are not (inside, the
-  exporter bakes the example's padded size into the graph while reporting success).
-- outputs, padded to ``D = test_detections_per_image`` rows (rows past ``num_detections``
-  are zeros): ``boxes`` float32 ``[1, D, 4]`` xyxy in the input frame (divide by the
-  preprocessing scale for original pixels); ``scores`` float32 ``[1, D]``; ``labels`` int64
-  ``[1, D]`` (contiguous training labels 1..K, see the label map in the metadata);
-  ``masks`` float32 ``[1, D, M, M]`` mask probabilities over each box (M =
-  ``mrcnn_resolution``; pasting into the image happens on the host);
-  ``num_detections`` int32 ``[1, 1]``.
+  exporter bakes the example's padded size into the graph while reporting success). N is
+  dynamic (``batch``, up to the metadata's ``max_batch_size``) or, exported with
+  ``--static_batch_size``, fixed; files exported before batching have N fixed at 1.
+- outputs, row ``i`` for image ``i``, padded to ``D = test_detections_per_image`` rows per
+  image (rows past that image's ``num_detections`` are zeros): ``boxes`` float32
+  ``[N, D, 4]`` xyxy in the input frame (divide by the preprocessing scale for original
+  pixels); ``scores`` float32 ``[N, D]``; ``labels`` int64 ``[N, D]`` (contiguous training
+  labels 1..K, see the label map in the metadata); ``masks`` float32 ``[N, D, M, M]`` mask
+  probabilities over each box (M = ``mrcnn_resolution``; pasting into the image happens on
+  the host); ``num_detections`` int32 ``[N, 1]``.
 
-The batch dimension is 1: the legacy TorchScript exporter (the one that exports
-torchvision's Mask R-CNN as is, see docs/architecture.md) unrolls torchvision's per-image Python
-loops, so a graph serves one image. Triton batches at the ensemble level (dynamic batching
-on the python-backend models, which run the graph once per image); fixed output sizes keep
-TensorRT's and DeepStream's shapes static.
+:class:`DetectionGraph` is traced on one image: the legacy TorchScript exporter (the one
+that exports torchvision's Mask R-CNN as is, see docs/architecture.md) unrolls
+torchvision's per-image Python loops for the example's image count, so a trace cannot
+take a batch of run-time size. :mod:`maskops.export.batching` then makes that graph the
+body of an ONNX ``Loop`` over the batch, so an image's outputs do not depend on the other
+images of its batch. Fixed per-image output sizes keep TensorRT's and DeepStream's shapes
+static but for N.
 
 The exported file carries the spec, the label map and the precision in its metadata
 (``metadata_props``), so an ONNX file alone is enough to evaluate or publish it.
@@ -30,7 +34,7 @@ from __future__ import annotations
 import json
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +67,8 @@ class DetectionGraph(nn.Module):
         self.max_detections = max_detections
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``images`` float ``[1, 3, H, W]`` in 0..1 -> the five padded outputs."""
+        """``images`` float ``[1, 3, H, W]`` in 0..1 -> the five padded outputs (one image:
+        maskops.export.batching makes the batch)."""
         out = self.model([images[0]])[0]
         boxes, scores, labels = out["boxes"], out["scores"], out["labels"]
         masks = out["masks"][:, 0]
@@ -94,7 +99,12 @@ class GraphMetadata:
     max_detections: int
     mask_resolution: int
     max_batch_size: int = 16
-    """The most images one serving request may carry (Triton's max_batch_size)."""
+    """The most images one serving batch may carry (Triton's max_batch_size; the TensorRT
+    profile's largest batch)."""
+    batch_size: int | None = None
+    """The graph's fixed batch (``--static_batch_size``; 1 for files exported before
+    batching); None: dynamic up to ``max_batch_size``. Read from the graph's input shape,
+    not stored in the metadata."""
 
     def to_props(self) -> dict[str, str]:
         return {
@@ -137,9 +147,19 @@ def set_metadata(model: onnx.ModelProto, metadata: GraphMetadata) -> None:
 def read_metadata(path: Path) -> GraphMetadata:
     """The maskops metadata of an exported ONNX file (weights are not loaded)."""
     model = onnx.load(str(path), load_external_data=False)
-    return GraphMetadata.from_props(
+    metadata = GraphMetadata.from_props(
         {p.key: p.value for p in model.metadata_props}, source=str(path)
     )
+    return replace(metadata, batch_size=graph_batch_size(model))
+
+
+def graph_batch_size(model: onnx.ModelProto) -> int | None:
+    """The fixed first dimension of a maskops graph's ``images`` input; None when dynamic."""
+    for value in model.graph.input:
+        if value.name == INPUT_NAME:
+            first = value.type.tensor_type.shape.dim[0]
+            return int(first.dim_value) if first.HasField("dim_value") else None
+    raise ValueError(f"no '{INPUT_NAME}' input: not a maskops export")
 
 
 def trace_to_onnx(

@@ -22,6 +22,7 @@ import torch
 from maskops.evaluation.errors import ModelFileError
 from maskops.evaluation.predictor import LoadedPredictor
 from maskops.export.graph import INPUT_NAME, OUTPUT_NAMES, GraphMetadata, read_metadata
+from maskops.serving.triton_models.maskops_serving_ops import run_batched
 
 Output = dict[str, torch.Tensor]
 
@@ -86,21 +87,34 @@ class OnnxPredictor:
     def image_size(self) -> tuple[int, int]:
         return self.metadata.image_size
 
-    def run_padded(self, image: np.ndarray) -> list[np.ndarray]:
-        """Run the graph on one ``[1, 3, H, W]`` float32 array; the five padded outputs."""
-        result: list[np.ndarray] = self.session.run(list(OUTPUT_NAMES), {INPUT_NAME: image})
+    @property
+    def batch_size(self) -> int:
+        """Images per graph run: the graph's static batch, else the export's max_batch_size."""
+        return self.metadata.batch_size or self.metadata.max_batch_size
+
+    def run_padded(self, images: np.ndarray) -> list[np.ndarray]:
+        """Run the graph on a ``[n, 3, H, W]`` float32 array; the five padded outputs.
+
+        A graph of static batch ``S`` gets ``n`` = S; a dynamic one any ``n`` >= 1.
+        """
+        result: list[np.ndarray] = self.session.run(list(OUTPUT_NAMES), {INPUT_NAME: images})
         return result
 
     def __call__(self, images: Sequence[torch.Tensor]) -> list[Output]:
-        outputs: list[Output] = []
+        """The detections of each image, run ``batch_size`` images at a time."""
         for index, image in enumerate(images):
             if tuple(image.shape) != (3, *self.image_size):
                 raise ValueError(
                     f"image {index}: expected [3, {self.image_size[0]}, {self.image_size[1]}] "
                     f"(resize_and_pad to the export's image size), got {tuple(image.shape)}"
                 )
-            array = image.detach().to("cpu", torch.float32).numpy()[None]
-            outputs.append(unpad(self.run_padded(np.ascontiguousarray(array))))
+        outputs: list[Output] = []
+        for start in range(0, len(images), self.batch_size):
+            chunk = images[start : start + self.batch_size]
+            batch = torch.stack([image.detach().to("cpu", torch.float32) for image in chunk])
+            # The served network's batching rule (a static graph's last run is filled).
+            padded = run_batched(self.run_padded, batch.numpy(), self.metadata.batch_size)
+            outputs.extend(unpad(padded, index) for index in range(len(chunk)))
         return outputs
 
 

@@ -8,10 +8,13 @@ built: without it, the engine is built on the GPU host by the Triton container a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import onnx
 import torch
 
+from maskops.export.batching import image_graph
 from maskops.export.graph import INPUT_NAME
 
 ENGINE_ELSEWHERE = (
@@ -39,15 +42,83 @@ class EngineBuildError(RuntimeError):
     """TensorRT rejected the network or the build failed."""
 
 
-def onnx_engine_inputs(onnx_path: Path) -> tuple[tuple[int, int], bool]:
-    """``((H, W), is_qdq)`` of a maskops ONNX: its ``images`` input ``[1, 3, H, W]`` and
-    whether it holds QuantizeLinear nodes (the int8 export's explicit quantisation).
+@dataclass(frozen=True)
+class BatchProfile:
+    """The batch sizes of a TensorRT optimisation profile (TAO's ``--min/opt/max_batch_size``):
+    the engine runs any batch from ``min`` to ``max`` and is tuned for ``opt``."""
+
+    min: int
+    opt: int
+    max: int
+
+    def shapes(self, image_size: tuple[int, int]) -> tuple[tuple[int, ...], ...]:
+        """The ``images`` input's (min, opt, max) shapes."""
+        return tuple((batch, 3, *image_size) for batch in (self.min, self.opt, self.max))
+
+
+def batch_profile(
+    graph_batch: int | None,
+    *,
+    max_batch_size: int,
+    min_batch_size: int | None = None,
+    opt_batch_size: int | None = None,
+) -> BatchProfile:
+    """The profile of a graph whose batch is ``graph_batch`` (None: dynamic).
+
+    A dynamic graph gets ``min_batch_size`` (default 1) .. ``max_batch_size``, tuned for
+    ``opt_batch_size`` (default ``max_batch_size``: under load, Triton's dynamic batcher
+    fills batches). A static graph's profile is its one batch size; a flag asking for
+    another is an error, not silently dropped.
 
     Raises:
-        EngineBuildError: not an ONNX file, or no static ``images [1, 3, H, W]`` input.
+        EngineBuildError: sizes below 1, not min <= opt <= max, or contradicting a
+            static graph.
     """
-    import onnx
+    if graph_batch is not None:
+        given = {
+            "--min_batch_size": min_batch_size,
+            "--opt_batch_size": opt_batch_size,
+            "--max_batch_size": max_batch_size,
+        }
+        wrong = [
+            f"{flag} {value}" for flag, value in given.items() if value not in (None, graph_batch)
+        ]
+        if wrong:
+            raise EngineBuildError(
+                f"{', '.join(wrong)}: the ONNX has a static batch of {graph_batch}; export "
+                "without --static_batch_size for a dynamic batch"
+            )
+        return BatchProfile(graph_batch, graph_batch, graph_batch)
+    low = 1 if min_batch_size is None else min_batch_size
+    opt = max_batch_size if opt_batch_size is None else opt_batch_size
+    if low < 1:
+        raise EngineBuildError(f"--min_batch_size must be at least 1, got {low}")
+    if not low <= opt <= max_batch_size:
+        raise EngineBuildError(
+            "batch sizes must satisfy min <= opt <= max, got "
+            f"--min_batch_size {low}, --opt_batch_size {opt}, --max_batch_size {max_batch_size}"
+        )
+    return BatchProfile(low, opt, max_batch_size)
 
+
+@dataclass(frozen=True)
+class EngineInputs:
+    """What an engine build needs to know of a maskops ONNX."""
+
+    image_size: tuple[int, int]
+    batch: int | None
+    """The graph's fixed batch, None when dynamic."""
+    is_qdq: bool
+    """Whether it holds QuantizeLinear nodes (the int8 export's explicit quantisation)."""
+
+
+def onnx_engine_inputs(onnx_path: Path) -> EngineInputs:
+    """The image size, batch and quantisation of a maskops ONNX's ``images [N, 3, H, W]``.
+
+    Raises:
+        EngineBuildError: not an ONNX file, or no ``images`` input ``[N, 3, H, W]`` with
+            static H and W.
+    """
     try:
         model = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as exc:
@@ -56,15 +127,16 @@ def onnx_engine_inputs(onnx_path: Path) -> tuple[tuple[int, int], bool]:
         if graph_input.name != INPUT_NAME:
             continue
         dims = [
-            d.dim_value if d.HasField("dim_value") else 0
+            d.dim_value if d.HasField("dim_value") else None
             for d in graph_input.type.tensor_type.shape.dim
         ]
-        if len(dims) == 4 and dims[1] == 3 and dims[2] > 0 and dims[3] > 0:
-            is_qdq = any(node.op_type == "QuantizeLinear" for node in model.graph.node)
-            return (dims[2], dims[3]), is_qdq
+        if len(dims) == 4 and dims[1] == 3 and dims[2] and dims[3]:
+            # The int8 graph's QDQ nodes sit in the one-image graph, the batch Loop's body.
+            is_qdq = any(n.op_type == "QuantizeLinear" for n in image_graph(model).node)
+            return EngineInputs(image_size=(dims[2], dims[3]), batch=dims[0], is_qdq=is_qdq)
         break
     raise EngineBuildError(
-        f"{onnx_path}: no static input '{INPUT_NAME}' [1, 3, H, W]; is it a maskops export?"
+        f"{onnx_path}: no input '{INPUT_NAME}' [N, 3, H, W]; is it a maskops export?"
     )
 
 
@@ -74,6 +146,7 @@ def build_engine(
     *,
     data_type: str,
     image_size: tuple[int, int],
+    profile: BatchProfile,
     workspace_bytes: int = 4 << 30,
     strict_types: bool = False,
     verbose: bool = False,
@@ -81,8 +154,8 @@ def build_engine(
     """Parse ``onnx_path`` and serialise a TensorRT engine to ``engine_path``.
 
     fp16 sets the FP16 builder flag; int8 expects the QDQ graph (explicit quantisation:
-    the scales are in the graph, no calibrator). The graph's batch dimension is 1 (see
-    :mod:`maskops.export.graph`), so the optimisation profile is that one shape.
+    the scales are in the graph, no calibrator). ``profile`` gives the batch sizes of the
+    optimisation profile (:func:`batch_profile`).
     ``strict_types`` (TAO's ``--strict_type_constraints``) makes TensorRT obey the layer
     precisions instead of picking faster ones; ``verbose`` logs at TensorRT's VERBOSE level.
     """
@@ -104,10 +177,9 @@ def build_engine(
     if strict_types:
         # TensorRT 10 replaced STRICT_TYPES with OBEY_PRECISION_CONSTRAINTS.
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-    profile = builder.create_optimization_profile()
-    shape = (1, 3, *image_size)
-    profile.set_shape(INPUT_NAME, shape, shape, shape)
-    config.add_optimization_profile(profile)
+    shapes = builder.create_optimization_profile()
+    shapes.set_shape(INPUT_NAME, *profile.shapes(image_size))
+    config.add_optimization_profile(shapes)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise EngineBuildError(f"{onnx_path}: TensorRT engine build failed (see the log above)")

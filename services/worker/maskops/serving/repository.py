@@ -29,13 +29,20 @@ A publish is all or nothing: every version folder is written in a staging folder
 then all are moved into place and the configs replaced; on any failure what was moved or
 replaced is undone, so the repository is left as it was.
 
+Every model of the ensemble has dynamic batching up to ``max_batch_size`` (the export's
+unless given): requests arriving together are preprocessed, run through the network as
+one batch (the exported graph takes ``[N, 3, H, W]``, see :mod:`maskops.export.graph`)
+and post-processed together.
+
 Network backends (``net_backend``):
 - ``"python"`` (default, what the PyPI Triton here has): onnxruntime inside the python
-  backend, dynamic batching of up to ``max_batch_size`` images, one graph run per image.
-- ``"onnxruntime"``: Triton's onnxruntime backend (official image), batch 1.
+  backend; it also serves graphs of a static batch (filling the last run).
+- ``"onnxruntime"``: Triton's onnxruntime backend (official image).
 - ``"tensorrt"``: ``model.plan`` built from ``model.onnx`` at container start
-  (services/triton/entrypoint.sh), batch 1. Both keep the same tensor names, so the
-  ensemble is identical.
+  (services/triton/entrypoint.sh, with a batch profile of 1..max_batch_size from
+  settings.json). Both keep the same tensor names, so the ensemble is identical; both
+  need a dynamic-batch export, except for a graph of batch 1 (exports made before
+  batching), which they serve at max_batch_size 1.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -138,6 +145,19 @@ def _instances(count: int, kind: str = "KIND_CPU") -> str:
     return f"instance_group [ {{ kind: {kind} count: {count} }} ]\n"
 
 
+def _net_batch(meta: GraphMetadata, net_backend: str, batch: int) -> int:
+    """The network model's max_batch_size: ``batch``, or 1 for a batch-1 graph on a backend
+    that runs the graph as it is (it cannot fill a static batch)."""
+    if net_backend == "python" or meta.batch_size is None:
+        return batch
+    if meta.batch_size == 1:
+        return 1
+    raise PublishError(
+        f"the export has a static batch of {meta.batch_size}: the {net_backend} backend "
+        "needs a dynamic batch (export without --static_batch_size) or use --net_backend python"
+    )
+
+
 def render_configs(
     names: EnsembleNames,
     meta: GraphMetadata,
@@ -149,7 +169,7 @@ def render_configs(
 ) -> dict[str, str]:
     """``{triton model name: config.pbtxt text}`` for the four models."""
     batch = max_batch_size or meta.max_batch_size
-    net_batch = batch if net_backend == "python" else 1
+    net_batch = _net_batch(meta, net_backend, batch)
     ensemble_batch = min(batch, net_batch)
     net_inputs, net_outputs = _net_tensors(meta)
     image_outputs = [
@@ -190,15 +210,16 @@ def render_configs(
         )
     else:
         platform = "onnxruntime_onnx" if net_backend == "onnxruntime" else "tensorrt_plan"
-        # The graph's own batch dimension is the 1 Triton batches along; num_detections
-        # is [1, 1] in the graph, i.e. [1] per item.
+        # The graph's batch dimension is the one Triton batches along; num_detections
+        # is [N, 1] in the graph, i.e. [1] per item.
+        batching = _batching(max_queue_delay_us) if net_batch > 1 else ""
         configs[names.net] = _config(
             names.net,
             backend=f'platform: "{platform}"',
             max_batch_size=net_batch,
             inputs=net_inputs,
             outputs=net_outputs,
-            extra=_instances(instances, "KIND_GPU"),
+            extra=batching + _instances(instances, "KIND_GPU"),
         )
 
     def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
@@ -384,10 +405,19 @@ def _read_history(path: Path) -> list[dict[str, object]]:
 
 
 def _version_files(
-    names: EnsembleNames, meta: GraphMetadata, onnx_path: Path, net_backend: str
+    names: EnsembleNames, meta: GraphMetadata, onnx_path: Path, net_backend: str, net_batch: int
 ) -> dict[str, dict[str, str | Path]]:
     """``{model: {filename: text or file to copy}}`` of the new version, ensemble last."""
-    settings = json.dumps({"image_size": list(meta.image_size), "data_type": meta.data_type})
+    settings = json.dumps(
+        {
+            "image_size": list(meta.image_size),
+            "data_type": meta.data_type,
+            # services/triton/entrypoint.sh builds TensorRT profiles of 1..max_batch_size
+            # for a dynamic batch (static_batch_size null).
+            "max_batch_size": net_batch,
+            "static_batch_size": meta.batch_size,
+        }
+    )
     label_json = json.dumps(meta.label_map.to_json(), indent=1)
     files: dict[str, dict[str, str | Path]] = {
         names.preprocess: {
@@ -461,15 +491,7 @@ def publish(
     onnx_path = _find_onnx(Path(export))
     meta = _read_metadata(onnx_path)
     if label_map is not None or spec is not None:
-        meta = GraphMetadata(
-            spec=spec or meta.spec,
-            label_map=label_map or meta.label_map,
-            data_type=meta.data_type,
-            image_size=meta.image_size,
-            max_detections=meta.max_detections,
-            mask_resolution=meta.mask_resolution,
-            max_batch_size=meta.max_batch_size,
-        )
+        meta = replace(meta, spec=spec or meta.spec, label_map=label_map or meta.label_map)
     names = EnsembleNames(name)
     repository = Path(repository)
     history_path = repository / name / "versions.json"
@@ -487,7 +509,8 @@ def publish(
             "net_backend": net_backend,
         }
     )
-    files = _version_files(names, meta, onnx_path, net_backend)
+    net_batch = _net_batch(meta, net_backend, max_batch_size or meta.max_batch_size)
+    files = _version_files(names, meta, onnx_path, net_backend, net_batch)
     if max_image_pixels is not None:
         _limit_pixels(files[names.preprocess], max_image_pixels)
     try:

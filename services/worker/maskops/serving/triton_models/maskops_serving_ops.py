@@ -32,7 +32,7 @@ from __future__ import annotations
 import io
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -391,6 +391,32 @@ def paste_masks_rle(
     uncompressed = [{"size": [height, width], "counts": c} for c in counts]
     encoded = mask_util.frPyObjects(uncompressed, height, width)
     return [{"size": [height, width], "counts": r["counts"].decode("utf-8")} for r in encoded]
+
+
+# --------------------------------------------------------------------------- network
+
+
+def run_batched(
+    run: Callable[[np.ndarray], list[np.ndarray]],
+    images: np.ndarray,
+    static_batch: int | None,
+) -> list[np.ndarray]:
+    """The graph's outputs for ``images`` ``[n, 3, H, W]``, row ``i`` for image ``i``.
+
+    ``run`` runs the graph on one batch. A dynamic graph (``static_batch`` None) gets all
+    ``n`` images at once (the caller keeps ``n`` within the export's max_batch_size); a
+    graph of static batch ``S`` gets ``S`` at a time, the last run filled with zero images
+    whose rows are dropped (each image's outputs do not depend on the rest of its batch).
+    """
+    if static_batch is None:
+        return run(np.ascontiguousarray(images))
+    runs: list[list[np.ndarray]] = []
+    for start in range(0, len(images), static_batch):
+        chunk = images[start : start + static_batch]
+        fill = np.zeros((static_batch - len(chunk), *chunk.shape[1:]), dtype=chunk.dtype)
+        outputs = run(np.ascontiguousarray(np.concatenate([chunk, fill])))
+        runs.append([out[: len(chunk)] for out in outputs])
+    return [np.concatenate(parts) for parts in zip(*runs, strict=True)]
 
 
 # --------------------------------------------------------------------------- results

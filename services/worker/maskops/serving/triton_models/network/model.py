@@ -2,10 +2,12 @@
 
 Inputs: ``images`` FP32 ``[3, H, W]`` per batch item. Outputs per item, padded to D
 detections: ``boxes`` FP32 ``[D, 4]``, ``scores`` FP32 ``[D]``, ``labels`` INT64 ``[D]``,
-``masks`` FP32 ``[D, M, M]``, ``num_detections`` INT32 ``[1]``. The graph serves one image
-per run (see maskops.export.graph), so a dynamic batch runs it once per image.
-``MASKOPS_ORT_THREADS`` (or ``threads`` in settings.json) sets onnxruntime's intra-op
-threads.
+``masks`` FP32 ``[D, M, M]``, ``num_detections`` INT32 ``[1]``. The graph takes a batch
+(see maskops.export.graph): the images of all the requests Triton's dynamic batcher hands
+over together run as one batch and the rows go back to their requests. A graph of static
+batch S (``--static_batch_size``; S = 1 for files exported before batching) runs S images
+at a time, the last run filled with zero images. ``MASKOPS_ORT_THREADS`` (or ``threads``
+in settings.json) sets onnxruntime's intra-op threads.
 """
 
 from __future__ import annotations
@@ -42,20 +44,28 @@ class TritonPythonModel:
             providers=["CPUExecutionProvider"],
         )
         self.output_names = list(ops.NET_OUTPUTS)
+        first = self.session.get_inputs()[0].shape[0]
+        self.static_batch = first if isinstance(first, int) else None
 
     def execute(self, requests: list[Any]) -> list[Any]:
+        per_request = [
+            pb_utils.get_input_tensor_by_name(request, ops.NET_INPUT).as_numpy()
+            for request in requests
+        ]
+        images = np.concatenate(per_request).astype(np.float32, copy=False)
+        outputs = ops.run_batched(self._run, images, self.static_batch)
         responses = []
-        for request in requests:
-            images = pb_utils.get_input_tensor_by_name(request, ops.NET_INPUT).as_numpy()
-            runs = [
-                self.session.run(
-                    self.output_names, {ops.NET_INPUT: np.ascontiguousarray(image[None])}
-                )
-                for image in images
-            ]
+        start = 0
+        for item in per_request:
+            rows = slice(start, start + len(item))
+            start += len(item)
             tensors = [
-                pb_utils.Tensor(name, np.concatenate([run[i] for run in runs], axis=0))
-                for i, name in enumerate(self.output_names)
+                pb_utils.Tensor(name, np.ascontiguousarray(out[rows]))
+                for name, out in zip(self.output_names, outputs, strict=True)
             ]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses
+
+    def _run(self, images: np.ndarray) -> list[np.ndarray]:
+        outputs: list[np.ndarray] = self.session.run(self.output_names, {ops.NET_INPUT: images})
+        return outputs

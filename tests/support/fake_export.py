@@ -1,0 +1,39 @@
+"""A maskops-tagged ONNX file for publishing tests (publishing never runs the graph)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from maskops.data.labels import LabelMap
+from maskops.export.graph import GraphMetadata, set_metadata
+from maskops.spec.models import ExperimentSpec
+
+LABELS = LabelMap.from_coco_categories([{"id": 3, "name": "square"}, {"id": 7, "name": "tri"}])
+
+
+def fake_onnx_export(path: Path, batch: int | str) -> Path:
+    """An Identity graph with the metadata of an export and input [batch, 3, 64, 96]."""
+    shape = [batch, 3, 64, 96]
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["images"], ["boxes"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, shape)],
+        [onnx.helper.make_tensor_value_info("boxes", onnx.TensorProto.FLOAT, shape)],
+    )
+    model = onnx.helper.make_model(graph)
+    set_metadata(
+        model,
+        GraphMetadata(
+            spec=ExperimentSpec(),
+            label_map=LABELS,
+            data_type="fp16",
+            image_size=(64, 96),
+            max_detections=7,
+            mask_resolution=14,
+            max_batch_size=3,
+        ),
+    )
+    onnx.save(model, str(path))
+    return path
