@@ -157,6 +157,7 @@ def test_batch_flags_shape_the_profile_or_refuse(
         ),
         ([str(dynamic), "--min_batch_size", "3", "--max_batch_size", "2"], "min <= opt <= max"),
         ([str(dynamic), "--min_batch_size", "0", "--max_batch_size", "2"], "at least 1"),
+        ([str(dynamic), "--max_batch_size", "0"], "min <= opt <= max"),
         ([str(dynamic)], "not a maskops ONNX export"),  # no --max_batch_size, no metadata
     ]
     for model_and_flags, message in refused:

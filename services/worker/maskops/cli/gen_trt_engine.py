@@ -127,7 +127,9 @@ def _check_inputs(args: argparse.Namespace) -> tuple[tuple[int, int], BatchProfi
         )
     try:
         inputs = onnx_engine_inputs(model)
-        max_batch_size = args.max_batch_size or inputs.batch or read_metadata(model).max_batch_size
+        max_batch_size = args.max_batch_size
+        if max_batch_size is None:  # a static graph's own batch, else the export's maximum
+            max_batch_size = inputs.batch or read_metadata(model).max_batch_size
         profile = batch_profile(
             inputs.batch,
             max_batch_size=max_batch_size,
