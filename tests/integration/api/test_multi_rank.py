@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -70,6 +71,16 @@ def test_two_rank_job_cancels_resumes_and_ends_as_the_cli_run(
     assert "2 process(es) x batch 2 x accumulate 1 = 4 images per step" in logs
 
     # The CLI on the spec the ranks trained, uninterrupted: the same weights and losses.
+    cli_dir = _assert_the_weights_of_the_cli_run(job, results, clean_db, tmp_path)
+    cli_status = (cli_dir / "status.json").read_text()
+    assert f'"Total loss": {job["result"]["metrics"]["Total loss"]}' in cli_status
+
+
+def _assert_the_weights_of_the_cli_run(
+    job: dict[str, Any], results: Path, settings: Settings, tmp_path: Path
+) -> Path:
+    """Train the job's spec with the CLI's ``--gpus 2``, uninterrupted; the job's final
+    weights must equal its. Returns the CLI's results folder."""
     cli_dir = tmp_path / "cli"
     maskops = Path(sys.executable).with_name("maskops")
     spec = results / "launch" / "spec.json"
@@ -80,11 +91,10 @@ def test_two_rank_job_cancels_resumes_and_ends_as_the_cli_run(
         timeout=300,
     )
     assert cli.returncode == 0, cli.stderr[-3000:]
-    job_model = load_model(clean_db.data_root / job["result"]["checkpoint"]).model.state_dict()
+    job_model = load_model(settings.data_root / job["result"]["checkpoint"]).model.state_dict()
     cli_model = load_model(cli_dir / "model.step-6.pth").model.state_dict()
     assert all(torch.equal(job_model[k], cli_model[k]) for k in cli_model)
-    cli_status = (cli_dir / "status.json").read_text()
-    assert f'"Total loss": {job["result"]["metrics"]["Total loss"]}' in cli_status
+    return cli_dir
 
 
 def test_a_sigkilled_rank_makes_torchrun_restart_the_group_from_the_checkpoint(
@@ -92,7 +102,10 @@ def test_a_sigkilled_rank_makes_torchrun_restart_the_group_from_the_checkpoint(
     clean_db: Settings,
     workers: Callable[[str], Worker],
     demo_root: str,
+    tmp_path: Path,
 ) -> None:
+    """The restarted group forms again (issue 26: it hung on the dead group's addresses)
+    and resumes: no step is trained twice into the weights."""
     worker = workers("w1")
     dataset_id = register_demo(client, demo_root, worker)
     experiment_id = create_experiment(client, dataset_id, steps=6, every=3)
@@ -106,6 +119,7 @@ def test_a_sigkilled_rank_makes_torchrun_restart_the_group_from_the_checkpoint(
     logs = client.get(f"/jobs/{job_id}/logs").text
     assert job["status"] == "succeeded" and job["progress"]["step"] == 6, logs
     assert "torchrun restarted the ranks (restart 1): resuming" in logs
+    _assert_the_weights_of_the_cli_run(job, results, clean_db, tmp_path)
 
 
 @pytest.mark.slow  # four workers and a rendezvous timeout: 113 s on 2 loaded cores

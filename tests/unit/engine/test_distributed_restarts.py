@@ -1,7 +1,8 @@
 """Process groups under torchrun, with the launcher's command and environment: a restarted
 group forms on a store of its own (issue 26: it found the dead group's addresses on
 torchrun's store and hung), and forming a group or waiting in a collective is bounded.
-The ranks are tests/unit/engine/distributed_probe.py (gloo, no model: seconds each)."""
+The ranks are tests/unit/engine/distributed_probe.py (gloo, no model: seconds each). And
+the checkpoint a restarted group resumes from is one every rank saved its state for."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from maskops.engine.checkpointing import checkpoint_path, resumable_checkpoint, save_rank_state
 from maskops.engine.launcher import RankPlan, torchrun_command, torchrun_environment
 
 REPO = Path(__file__).resolve().parents[3]
@@ -58,3 +60,20 @@ def test_a_peer_that_makes_no_collective_fails_the_collective_within_its_timeout
     record = _run_probe("silent_peer", tmp_path)[0]
     assert record["error_type"] == "RuntimeError" and "imed out" in record["error"]
     assert record["seconds"] < 30
+
+
+def test_a_restarted_group_resumes_from_the_newest_checkpoint_every_rank_saved(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 died after rank 0 wrote step 6's checkpoint but before it saved its own
+    state of step 6: the group resumes from step 3, where both saved theirs."""
+    assert resumable_checkpoint(tmp_path, 2) is None
+    for step in (3, 6):
+        checkpoint_path(tmp_path, step).write_bytes(b"")
+    save_rank_state(tmp_path, 1, 3, keep=2)
+    assert resumable_checkpoint(tmp_path, 2) == checkpoint_path(tmp_path, 3)
+    assert resumable_checkpoint(tmp_path, 1) == checkpoint_path(tmp_path, 6)
+    # Saved by 2 ranks, resumed on 3: no checkpoint has rank 2's state, the newest is used.
+    assert resumable_checkpoint(tmp_path, 3) == checkpoint_path(tmp_path, 6)
+    save_rank_state(tmp_path, 1, 6, keep=2)
+    assert resumable_checkpoint(tmp_path, 2) == checkpoint_path(tmp_path, 6)

@@ -100,6 +100,23 @@ def save_rank_state(directory: Path, rank: int, step: int, *, keep: int) -> Path
     return path
 
 
+def resumable_checkpoint(directory: Path, world_size: int) -> Path | None:
+    """The newest checkpoint for which ranks 1..``world_size``-1 saved their random state.
+
+    Rank 0 writes the checkpoint and each other rank its state, at the same step but not at
+    the same instant: a rank killed in between leaves a checkpoint it has no state for, and
+    resuming there would sample with rank 0's random state (other weights than an
+    uninterrupted run). The newest checkpoint when none has every rank's (a run resumed on
+    more ranks than it was saved by). Every rank of a restarted group reads the same files,
+    so they agree on the step.
+    """
+    checkpoints = list_checkpoints(directory)
+    for step, path in reversed(checkpoints):
+        if all(rank_state_path(directory, r, step).is_file() for r in range(1, world_size)):
+            return path
+    return checkpoints[-1][1] if checkpoints else None
+
+
 def restore_rank_state(directory: Path, rank: int, step: int) -> bool:
     """Restore this rank's RNG state of ``step``; False when it was not saved (the rank
     then continues with rank 0's)."""

@@ -38,6 +38,7 @@ from maskops.engine.checkpointing import (
     Checkpointer,
     latest_checkpoint,
     restore_rank_state,
+    resumable_checkpoint,
     save_rank_state,
 )
 from maskops.engine.distributed import GroupTimeouts, RankInfo, run_rank, torchrun_env
@@ -328,7 +329,10 @@ def _train_rank_inner(
     label_map = label_map_of(spec)
     check_num_classes(spec, label_map)
 
-    resume_from = latest_checkpoint(results_dir)
+    resume_from = resumable_checkpoint(results_dir, world_size)
+    newest = latest_checkpoint(results_dir)
+    if info.is_main and resume_from != newest:
+        logger.warning("%s lacks a rank's random state: resuming from %s", newest, resume_from)
     seed_everything(spec.seed)
     model = build_training_model(
         spec, num_classes=spec.data_config.num_classes, load_checkpoint=resume_from is None
