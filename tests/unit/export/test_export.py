@@ -20,6 +20,7 @@ from maskops.export import (
 )
 from maskops.export.batching import image_graph
 from maskops.export.exporter import read_image_dir, training_calibration_images
+from maskops.export.graph import graph_batch_size
 from maskops.export.precision import CALIBRATION_CACHE_FORMAT
 from maskops.export.tensorrt import BatchProfile, build_engine, tensorrt_available
 from maskops.spec.models import ExperimentSpec
@@ -53,8 +54,10 @@ def test_fp32_export_matches_pytorch_and_names_its_tensors(fp32_export, tiny_che
     loaded = load_model(tiny_checkpoint)
     assert meta.label_map == loaded.label_map
     assert meta.image_size == (128, 128)
+    assert meta.batch_size is None and result.io["inputs"][0]["shape"] == ["batch", 3, 128, 128]
     report = json.loads(result.report_path.read_text())
     assert report["parity"]["passed"] is True
+    assert report["tensorrt_profile"] == {"min": 1, "opt": 16, "max": 16}
 
 
 def test_onnx_predictor_has_the_eager_call_shape(fp32_export, tiny_checkpoint):
@@ -182,6 +185,21 @@ def test_export_fails_when_onnx_disagrees(tmp_path, tiny_checkpoint, tiny_spec):
     assert not out.exists()
 
 
+def test_static_batch_export(tmp_path, tiny_checkpoint, tiny_spec):
+    """A graph of batch 3 checked on 4 validation images (a run of 3, then 1 filled)."""
+    result = export_onnx(
+        tiny_checkpoint, tiny_spec, tmp_path / "s.onnx", static_batch_size=3, log=lambda _: None
+    )
+    assert result.parity.passed and result.parity.reference_detections > 0
+    assert graph_batch_size(onnx.load(str(result.onnx_path))) == 3
+    meta = read_metadata(result.onnx_path)
+    assert (meta.batch_size, meta.max_batch_size) == (3, 3)
+    report = json.loads(result.report_path.read_text())
+    assert report["static_batch_size"] == 3
+    assert report["tensorrt_profile"] == {"min": 3, "opt": 3, "max": 3}
+    assert result.io["inputs"][0]["shape"] == [3, 3, 128, 128]
+
+
 def test_bad_arguments_are_one_line_errors(tmp_path, tiny_checkpoint, tiny_spec):
     with pytest.raises(ExportError, match="--data_type 'int4'"):
         export_onnx(tiny_checkpoint, tiny_spec, tmp_path / "x.onnx", data_type="int4")
@@ -189,6 +207,13 @@ def test_bad_arguments_are_one_line_errors(tmp_path, tiny_checkpoint, tiny_spec)
         export_onnx(tmp_path / "missing.pth", tiny_spec, tmp_path / "x.onnx")
     with pytest.raises(ExportError, match=r"must end in \.onnx"):
         export_onnx(tiny_checkpoint, tiny_spec, tmp_path / "x.plan")
+    with pytest.raises(ExportError, match="min <= opt <= max"):
+        export_onnx(
+            tiny_checkpoint, tiny_spec, tmp_path / "x.onnx", max_batch_size=2, min_batch_size=3
+        )
+    with pytest.raises(ExportError, match="--static_batch_size must be at least 1"):
+        export_onnx(tiny_checkpoint, tiny_spec, tmp_path / "x.onnx", static_batch_size=0)
+    assert not list(tmp_path.glob("*.onnx"))
     with pytest.raises(ExportError, match="cal_image_dir"):
         export_onnx(
             tiny_checkpoint,
