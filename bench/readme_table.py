@@ -112,8 +112,8 @@ ROWS = (
         "python bench/bench_serving.py",
     ),
     Row(
-        "the demo walk's recipe (resnet10 from scratch, 128 px shapes, batch 4, no "
-        "pretrained weights), validation split",
+        "the demo walk's recipe (resnet10 from scratch, 128 px shapes, bf16 where native), "
+        "validation split",
         "demo_recipe.json",
         _demo_recipe,
     ),
