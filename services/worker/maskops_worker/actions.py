@@ -436,8 +436,7 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     serves again on every replica, and the job fails saying why, replica by replica.
     """
     from maskops.serving import PublishError
-    from maskops.serving import publish as publish_export
-    from maskops.serving.replicas import Rollout, roll_out_all
+    from maskops.serving.rollout import RolloutFailed, publish_and_roll_out
 
     job, settings = ctx.job, ctx.settings
     name = job_options(ctx, PublishOptions).name
@@ -448,35 +447,21 @@ def publish(ctx: JobContext) -> dict[str, Any]:
         f"the ONNX of export job {job.parent_job_id}",
     )
     replicas = _replicas(ctx)
-    rollout: Rollout | None = None
-
-    def load(version: int) -> None:
-        # Inside the publish: if a replica cannot load the version, the repository goes
-        # back to what it was (and is loaded again below, on every replica).
-        nonlocal rollout
-        _append(ctx, f"wrote {name} version {version}; loading it on {', '.join(replicas)}")
-        rollout = roll_out_all(replicas, name, version)
-        _append(ctx, rollout.summary())
-        if rollout.failed:
-            raise TritonLoadFailed(
-                f"Triton did not load {name} version {version} on every replica "
-                f"({rollout.summary()}); the repository is as it was before"
-            )
-
     try:
-        version = publish_export(
+        version, rollout = publish_and_roll_out(
             onnx,
             settings.model_repository,
             name,
+            replicas,
+            log=lambda line: _append(ctx, line),
             net_backend=settings.triton_net_backend,
             # The API's limit, so that Triton called directly refuses what /infer does.
             max_image_pixels=settings.max_infer_image_pixels,
-            activate=load if replicas else None,
         )
     except PublishError as exc:
         raise JobInputError(f"publish {name!r}: {exc}") from None
-    except TritonLoadFailed as failed:
-        raise JobInputError(f"{failed}. {_restore(ctx, name, replicas)}") from None
+    except RolloutFailed as failed:
+        raise JobInputError(str(failed)) from None
     note = "" if replicas else "no Triton configured; the version is in the repository"
     state.record_published_model(
         ctx.factory, name=name, version=version, export_job_id=job.parent_job_id
@@ -485,10 +470,6 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     states = rollout.states() if rollout else {}
     served = bool(replicas)
     return {"name": name, "version": version, "served": served, "note": note, "replicas": states}
-
-
-class TritonLoadFailed(Exception):
-    """A Triton replica did not serve a version just written (the publish is undone)."""
 
 
 def _replicas(ctx: JobContext) -> list[str]:
@@ -500,22 +481,6 @@ def _replicas(ctx: JobContext) -> list[str]:
     if ctx.settings.has_triton and not replicas:
         raise JobInputError("MASKOPS_TRITON_DNS resolves to no Triton replica")
     return replicas
-
-
-def _restore(ctx: JobContext, name: str, replicas: list[str]) -> str:
-    """Load what the repository holds again on every replica: a replica may have unloaded
-    the serving version of a part whose new version failed, and the others loaded the new
-    one. Returns a sentence for the job's error."""
-    from maskops.serving import existing_versions
-    from maskops.serving.replicas import roll_out_all
-
-    versions = existing_versions(ctx.settings.model_repository, name)
-    if not versions:
-        return "No earlier version exists."
-    rollout = roll_out_all(replicas, name, versions[-1])
-    if rollout.failed:
-        return f"Reloading version {versions[-1]}: {rollout.summary()}"
-    return f"Version {versions[-1]} serves again on every replica."
 
 
 ACTIONS: dict[str, Action] = {

@@ -1,4 +1,4 @@
-"""``maskops publish -m EXPORT -n NAME [--repository DIR] [--triton_url URL]``."""
+"""``maskops publish -m EXPORT -n NAME [--repository DIR] [--triton_url URL ...]``."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Write NAME (an ensemble: NAME_preprocess -> NAME_net -> NAME_postprocess) into "
             "the model repository as a new version. Clients send encoded images and get COCO "
-            "results. With --triton_url the running Triton loads the new version and retires "
-            "the old one without interrupting requests."
+            "results. With --triton_url (once per replica) every running Triton loads the new "
+            "version and retires the old one without interrupting requests; if one cannot, "
+            "the version is undone and the one before serves again everywhere."
         ),
     )
     parser.add_argument("-m", "--model", required=True, type=Path, help="exported .onnx")
@@ -31,31 +32,40 @@ def register(subparsers: Any) -> None:
         "or the official image's onnxruntime / TensorRT backends",
     )
     parser.add_argument("--max_batch_size", type=int, default=None)
-    parser.add_argument("--triton_url", default=None, help="host:port: load the new version")
+    parser.add_argument(
+        "--max_image_pixels",
+        type=int,
+        default=None,
+        help="the preprocess model refuses larger images before decoding them (as "
+        "MASKOPS_MAX_INFER_IMAGE_PIXELS does for /infer; default: Pillow's own limit)",
+    )
+    parser.add_argument(
+        "--triton_url",
+        action="append",
+        default=[],
+        help="host:port of a Triton replica that loads the new version (repeat for several)",
+    )
     add_key_argument(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskops.serving import PublishError, publish
+    from maskops.serving import PublishError
+    from maskops.serving.rollout import RolloutFailed, publish_and_roll_out
 
     try:
-        version = publish(
+        version, rollout = publish_and_roll_out(
             args.model,
             args.repository,
             args.name,
+            args.triton_url,
             net_backend=args.net_backend,
             max_batch_size=args.max_batch_size,
+            max_image_pixels=args.max_image_pixels,
         )
-    except PublishError as exc:
+    except (PublishError, RolloutFailed) as exc:
         raise CLIError(str(exc)) from None
     print(f"Published {args.name} version {version} in {args.repository}")
-    if args.triton_url:
-        from maskops.serving import client
-
-        try:
-            client.roll_out(args.triton_url, args.name)
-        except client.TritonError as exc:
-            raise CLIError(f"--triton_url {args.triton_url}: {exc}") from None
-        print(f"Triton at {args.triton_url} now serves {args.name} version {version}")
+    if rollout is not None:
+        print(f"Triton: {rollout.summary()}")
     return EXIT_OK
