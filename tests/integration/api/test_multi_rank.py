@@ -2,7 +2,8 @@
 cancelled (both ranks stop, the checkpoint is kept), resumed, and ending with the weights
 of the CLI's uninterrupted ``--gpus 2`` run of the same spec; a job asking for more ranks
 than any worker offers is refused at the door; a SIGKILLed rank restarts the group, which
-forms again and resumes. Outside CI (``-m slow``): a job over two workers' nodes."""
+forms again and resumes. Outside CI (``-m slow``): a job over two workers' nodes, and one
+whose second node dies mid-run."""
 
 from __future__ import annotations
 
@@ -164,3 +165,42 @@ def test_two_workers_run_one_node_each_and_a_missing_node_requeues_the_job(
     assert job["attempts"] == 2 and job["result"]["ranks"] == 2
     assert "attempt 2: a node joins on" in logs
     assert "2 process(es) x batch 2 x accumulate 1 = 4 images per step" in logs
+
+
+# 35-40 s here (4 of 4 passed), but on loopback either torchrun agent may host the
+# rendezvous store, and if the lost node's did the leader may fail without a rank's error:
+# outside CI until that is ruled out.
+@pytest.mark.slow
+def test_a_node_lost_mid_run_requeues_the_job_with_its_reason_instead_of_hanging(
+    client: TestClient,
+    clean_db: Settings,
+    workers: Callable[..., Worker],
+    demo_root: str,
+) -> None:
+    """The worker running the second node of a ``nodes: 2`` job dies (SIGKILL; its torchrun
+    gets the parent-death SIGTERM): the leader's ranks lose their peer, torchrun restarts
+    the group, which cannot gather two hosts within the rendezvous timeout, and the job
+    goes back to the queue with that reason (to resume from its checkpoint when sent
+    again); no rank is left behind."""
+    settings = clean_db.model_copy(update={"rendezvous_timeout_s": 15.0})
+    pair = {"w1": workers("w1", settings), "w2": workers("w2", settings)}
+    dataset_id = register_demo(client, demo_root, pair["w1"])
+    experiment_id = create_experiment(client, dataset_id, steps=6, every=3)
+    body = {"action": "train", "experiment_id": experiment_id, "options": {"nodes": 2}}
+    job_id = client.post("/jobs", json=body).json()["id"]
+    results = clean_db.data_root / "jobs" / str(job_id) / "results"
+    wait_for(client, job_id, {"running"}, until=lambda j: j["progress"]["step"])
+    wait_until(lambda: set(rank_pids(results)) == {0, 1}, timeout_s=30, what="both ranks")
+    node, leader = sorted(pair.values(), key=lambda w: "] received" not in _node_tasks(w))
+    node.kill()
+    job = wait_for(client, job_id, {"queued", "failed"}, worker=leader, until=lambda j: j["error"])
+    logs = client.get(f"/jobs/{job_id}/logs").text
+    assert job["status"] == "queued", logs
+    assert "the 2 hosts did not gather within 15 s" in job["error"], job
+    assert "after a host left the run (rank " in job["error"], job
+    wait_until(lambda: rank_pids(results) == {}, timeout_s=60, what="no rank left")
+
+
+def _node_tasks(worker: Worker) -> str:
+    """The lines of ``worker``'s log about the node tasks (``maskops.train.node``) it ran."""
+    return "\n".join(line for line in worker.log().splitlines() if "maskops.train.node[" in line)

@@ -181,7 +181,8 @@ def train_under_torchrun(
 
     Raises:
         TrainingError: bad input, as rank 0 reported it.
-        RendezvousFailed: the hosts of a several-host plan did not gather in time.
+        RendezvousFailed: the hosts of a several-host plan did not gather in time, at the
+            start or when torchrun restarted the group after a host left.
         RankFailed: a rank failed and torchrun's restarts are spent (its error).
         TrainingCancelled: stopped on request; its checkpoint holds the last step.
     """
@@ -209,12 +210,30 @@ def train_under_torchrun(
         watcher.poll()
     finally:
         stop_process_group(process)
-    if process.returncode != 0 and plan.nnodes > 1 and not _ranks_ran(results_dir, started):
-        raise RendezvousFailed(
-            f"the {plan.nnodes} hosts did not gather within {plan.join_timeout_s:g} s at "
-            f"{plan.rdzv_endpoint} (rendezvous {plan.rdzv_id}): no rank started"
-        )
+    if process.returncode != 0 and plan.nnodes > 1 and not watcher.killed:
+        missing = _hosts_missing(plan, results_dir, started)
+        if missing:
+            raise RendezvousFailed(missing)
     return outcome(process.returncode, results_dir, killed=watcher.killed)
+
+
+def _hosts_missing(plan: RankPlan, results_dir: Path, since: float) -> str | None:
+    """Why a several-host run that failed was short of hosts, if it was: none gathered,
+    or a host left (its ranks' peers failed and torchrun restarted the group, which found
+    too few hosts: the errors are older than the restarts torchrun had left)."""
+    gather = (
+        f"the {plan.nnodes} hosts did not gather within {plan.join_timeout_s:g} s at "
+        f"{plan.rdzv_endpoint} (rendezvous {plan.rdzv_id})"
+    )
+    if not _ranks_ran(results_dir, since):
+        return f"{gather}: no rank started"
+    if read_status(results_dir).get("state") in ("succeeded", "stopped", "cancelled"):
+        return None
+    errors = rank_errors(results_dir)
+    last = errors[0] if errors else None
+    if last and not last.get("input_error") and int(last.get("attempt", 0)) < plan.max_restarts:
+        return f"{gather} after a host left the run (rank {last['rank']}: {last['error']})"
+    return None
 
 
 def _ranks_ran(results_dir: Path, since: float) -> bool:
