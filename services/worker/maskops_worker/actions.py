@@ -199,7 +199,7 @@ def _train_ranks(
             log_file=ctx.log_file,
             extra_hooks=[control_plane_hook(ctx, every_steps=spec.report_frequency)],
         )
-    plan = _rank_plan(ctx, options, endpoint=_lead_nodes(ctx, options))
+    plan = _rank_plan(ctx, options, endpoint=_lead_nodes(ctx, options), leads=True)
     # torchrun's own lines (a rank failed, the group restarts) and the ranks' logs all go
     # to the job's log.
     with ctx.log_file.open("ab") as log:
@@ -216,8 +216,9 @@ def _train_ranks(
             raise JobRequeued(str(exc)) from exc
 
 
-def _rank_plan(ctx: JobContext, options: TrainOptions, *, endpoint: str) -> RankPlan:
-    """The torchrun plan of this attempt: the same on every node of the job."""
+def _rank_plan(ctx: JobContext, options: TrainOptions, *, endpoint: str, leads: bool) -> RankPlan:
+    """The torchrun plan of this attempt: the same on every node of the job, but the
+    leader's agent serves the rendezvous store (the workers may share a host name)."""
     from maskops.engine.launcher import RankPlan
 
     return RankPlan(
@@ -225,6 +226,7 @@ def _rank_plan(ctx: JobContext, options: TrainOptions, *, endpoint: str) -> Rank
         nnodes=options.nodes,
         rdzv_endpoint=endpoint,
         rdzv_id=f"maskops-job-{ctx.job.id}-attempt-{ctx.job.attempts}",
+        hosts_rendezvous=leads if endpoint else None,
         max_restarts=ctx.settings.train_max_restarts,
         join_timeout_s=ctx.settings.rendezvous_timeout_s,
         gpu_index=options.gpu_index,
@@ -259,7 +261,7 @@ def train_node(ctx: JobContext, endpoint: str) -> None:
         train_under_torchrun(
             job_spec(ctx),
             ctx.work_dir / "results",
-            _rank_plan(ctx, options, endpoint=endpoint),
+            _rank_plan(ctx, options, endpoint=endpoint, leads=False),
             output=log,
         )
 

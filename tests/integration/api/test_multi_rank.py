@@ -2,8 +2,8 @@
 cancelled (both ranks stop, the checkpoint is kept), resumed, and ending with the weights
 of the CLI's uninterrupted ``--gpus 2`` run of the same spec; a job asking for more ranks
 than any worker offers is refused at the door; a SIGKILLed rank restarts the group, which
-forms again and resumes. Outside CI (``-m slow``): a job over two workers' nodes, and one
-whose second node dies mid-run."""
+forms again and resumes; a job over two workers' nodes (one missing first), and one whose
+second node dies mid-run."""
 
 from __future__ import annotations
 
@@ -123,7 +123,6 @@ def test_a_sigkilled_rank_makes_torchrun_restart_the_group_from_the_checkpoint(
     _assert_the_weights_of_the_cli_run(job, results, clean_db, tmp_path)
 
 
-@pytest.mark.slow  # four workers and a rendezvous timeout: 113 s on 2 loaded cores
 def test_two_workers_run_one_node_each_and_a_missing_node_requeues_the_job(
     client: TestClient,
     clean_db: Settings,
@@ -134,15 +133,7 @@ def test_two_workers_run_one_node_each_and_a_missing_node_requeues_the_job(
     first, lost = workers("w1", settings), workers("w2", settings)
     dataset_id = register_demo(client, demo_root, first)
     experiment_id = create_experiment(client, dataset_id, steps=2, every=2)
-    engine = make_engine(clean_db)
-    factory = make_session_factory(engine)
-
-    def offers() -> list[int]:
-        with factory() as session:
-            return rank_offers(session, clean_db, clean_db.gpu_queue)
-
-    wait_until(lambda: offers() == [2, 2], timeout_s=60, what="both workers' heartbeats")
-    engine.dispose()
+    _wait_for_the_heartbeats_of_two_workers(clean_db)
     # w2 dies without a clean stop: its heartbeat row stays fresh, so the door accepts a
     # two-node job, but only one node comes to the rendezvous.
     lost.kill()
@@ -167,10 +158,6 @@ def test_two_workers_run_one_node_each_and_a_missing_node_requeues_the_job(
     assert "2 process(es) x batch 2 x accumulate 1 = 4 images per step" in logs
 
 
-# 35-40 s here (4 of 4 passed), but on loopback either torchrun agent may host the
-# rendezvous store, and if the lost node's did the leader may fail without a rank's error:
-# outside CI until that is ruled out.
-@pytest.mark.slow
 def test_a_node_lost_mid_run_requeues_the_job_with_its_reason_instead_of_hanging(
     client: TestClient,
     clean_db: Settings,
@@ -186,6 +173,7 @@ def test_a_node_lost_mid_run_requeues_the_job_with_its_reason_instead_of_hanging
     pair = {"w1": workers("w1", settings), "w2": workers("w2", settings)}
     dataset_id = register_demo(client, demo_root, pair["w1"])
     experiment_id = create_experiment(client, dataset_id, steps=6, every=3)
+    _wait_for_the_heartbeats_of_two_workers(clean_db)
     body = {"action": "train", "experiment_id": experiment_id, "options": {"nodes": 2}}
     job_id = client.post("/jobs", json=body).json()["id"]
     results = clean_db.data_root / "jobs" / str(job_id) / "results"
@@ -204,3 +192,18 @@ def test_a_node_lost_mid_run_requeues_the_job_with_its_reason_instead_of_hanging
 def _node_tasks(worker: Worker) -> str:
     """The lines of ``worker``'s log about the node tasks (``maskops.train.node``) it ran."""
     return "\n".join(line for line in worker.log().splitlines() if "maskops.train.node[" in line)
+
+
+def _wait_for_the_heartbeats_of_two_workers(settings: Settings) -> None:
+    """Until two workers offer 2 ranks each (the door wants them for a two-node job)."""
+    engine = make_engine(settings)
+    factory = make_session_factory(engine)
+
+    def offers() -> list[int]:
+        with factory() as session:
+            return rank_offers(session, settings, settings.gpu_queue)
+
+    try:
+        wait_until(lambda: offers() == [2, 2], timeout_s=60, what="both workers' heartbeats")
+    finally:
+        engine.dispose()

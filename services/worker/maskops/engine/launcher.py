@@ -72,6 +72,10 @@ class RankPlan:
     """``host:port`` of the c10d rendezvous (several hosts); empty: ``--standalone``."""
     rdzv_id: str = "maskops"
     """Names the run: every host of one job passes the same id."""
+    hosts_rendezvous: bool | None = None
+    """Whether this host serves the rendezvous store at ``rdzv_endpoint`` (the host it
+    names); None: torchrun guesses from the host name, so hosts sharing one name (loopback)
+    race for it."""
     max_restarts: int = 0
     join_timeout_s: float = 600.0
     """How long the hosts may take to gather before torchrun gives up."""
@@ -111,11 +115,16 @@ def torchrun_command(
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={plan.rdzv_endpoint}",
             f"--rdzv-id={plan.rdzv_id}",
-            f"--rdzv-conf=join_timeout={plan.join_timeout_s:g}",
+            f"--rdzv-conf=join_timeout={plan.join_timeout_s:g}{_is_host(plan)}",
         ]
     else:
         command.append("--standalone")
     return [*command, "-m", module, *rank_args]
+
+
+def _is_host(plan: RankPlan) -> str:
+    """The ``--rdzv-conf`` option naming the host of the rendezvous store, if known."""
+    return "" if plan.hosts_rendezvous is None else f",is_host={int(plan.hosts_rendezvous)}"
 
 
 def torchrun_environment() -> dict[str, str]:
