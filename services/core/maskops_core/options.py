@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
@@ -107,13 +107,44 @@ class InferenceOptions(_FromModel):
     include_mask: bool = True
 
 
+BatchSize = Annotated[int, Field(ge=1, le=1024)]
+
+
 class ExportOptions(ModelSource):
     data_type: Literal["fp32", "fp16", "int8"] = "fp32"
-    max_batch_size: int = Field(default=16, ge=1, le=1024)
+    max_batch_size: BatchSize = Field(
+        default=16, description="Images per graph run, at most (a dynamic batch)."
+    )
+    static_batch_size: BatchSize | None = Field(
+        default=None, description="Exactly this many images per graph run (a static batch)."
+    )
+    min_batch_size: BatchSize | None = Field(
+        default=None, description="TensorRT profile's minimum batch (default 1)."
+    )
+    opt_batch_size: BatchSize | None = Field(
+        default=None, description="TensorRT profile's tuned batch (default max_batch_size)."
+    )
     batches: int = Field(default=10, ge=1, le=10_000)
     batch_size: int = Field(default=8, ge=1, le=1024)
     gen_ds_config: bool = False
     cal_image_dir: DataPath | None = None
+
+    @model_validator(mode="after")
+    def _profile_in_order(self) -> ExportOptions:
+        """min <= opt <= max for a dynamic batch; a static one admits only its own size."""
+        if self.static_batch_size is not None:
+            for name in ("min_batch_size", "opt_batch_size"):
+                if getattr(self, name) not in (None, self.static_batch_size):
+                    raise ValueError(f"{name} must equal static_batch_size or be left out")
+            return self
+        low = self.min_batch_size or 1
+        tuned = self.opt_batch_size or self.max_batch_size
+        if not low <= tuned <= self.max_batch_size:
+            raise ValueError(
+                f"need min_batch_size ({low}) <= opt_batch_size ({tuned}) <= "
+                f"max_batch_size ({self.max_batch_size})"
+            )
+        return self
 
 
 class PublishOptions(ActionOptions):

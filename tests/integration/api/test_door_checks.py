@@ -145,6 +145,8 @@ def trained(client: TestClient, clean_db: Settings) -> dict[str, int]:
         ("export", {"data_type": "int4"}, "options.data_type"),
         ("export", {"max_batch_size": 0}, "options.max_batch_size"),
         ("export", {"batch_size": True}, "options.batch_size"),
+        ("export", {"max_batch_size": 4, "opt_batch_size": 8}, "options"),
+        ("export", {"static_batch_size": 2, "min_batch_size": 1}, "options"),
         ("prune", {"threshold": 0.5, "thresold": 0.5}, "options.thresold"),
         ("prune", {"norm": "L1"}, "options.norm"),
         ("prune", {"granularity": "8"}, "options.granularity"),
@@ -193,6 +195,8 @@ def test_valid_options_are_accepted(client: TestClient, trained: dict[str, int])
     parent = trained["train"]
     for action, options in (
         ("export", {"data_type": "int8", "max_batch_size": 4, "batches": 2, "batch_size": 1}),
+        ("export", {"max_batch_size": 8, "min_batch_size": 2, "opt_batch_size": 4}),
+        ("export", {"static_batch_size": 4}),
         ("prune", {"norm": "L2", "threshold": 0, "excluded_layers": ["backbone.body.conv1"]}),
         ("evaluate", {"gpu_index": 0}),
     ):
