@@ -13,7 +13,9 @@ from maskops.spec.models import ExperimentSpec
 LABELS = LabelMap.from_coco_categories([{"id": 3, "name": "square"}, {"id": 7, "name": "tri"}])
 
 
-def fake_onnx_export(path: Path, batch: int | str) -> Path:
+def fake_onnx_export(
+    path: Path, batch: int | str, *, data_type: str = "fp16", max_batch_size: int = 3
+) -> Path:
     """An Identity graph with the metadata of an export and input [batch, 3, 64, 96]."""
     shape = [batch, 3, 64, 96]
     graph = onnx.helper.make_graph(
@@ -28,11 +30,11 @@ def fake_onnx_export(path: Path, batch: int | str) -> Path:
         GraphMetadata(
             spec=ExperimentSpec(),
             label_map=LABELS,
-            data_type="fp16",
+            data_type=data_type,
             image_size=(64, 96),
             max_detections=7,
             mask_resolution=14,
-            max_batch_size=3,
+            max_batch_size=max_batch_size,
         ),
     )
     onnx.save(model, str(path))

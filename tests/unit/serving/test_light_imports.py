@@ -15,13 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import onnx
 import pytest
 
-from maskops.data.labels import LabelMap
-from maskops.export.graph import GraphMetadata, set_metadata
 from maskops.serving import EnsembleNames, publish
-from maskops.spec.models import ExperimentSpec
+from tests.support.fake_export import fake_onnx_export
 
 BLOCKER = """
 import importlib.abc, sys
@@ -104,27 +101,9 @@ def test_publishing_names_still_import_from_the_package():
 @pytest.fixture
 def published(tmp_path: Path) -> Path:
     """A repository with one published model (python net backend)."""
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Identity", ["images"], ["boxes"])],
-        "g",
-        [onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
-        [onnx.helper.make_tensor_value_info("boxes", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
-    )
-    model = onnx.helper.make_model(graph)
-    set_metadata(
-        model,
-        GraphMetadata(
-            spec=ExperimentSpec(),
-            label_map=LabelMap.from_coco_categories([{"id": 1, "name": "a"}]),
-            data_type="fp32",
-            image_size=(8, 8),
-            max_detections=2,
-            mask_resolution=4,
-        ),
-    )
-    onnx.save(model, str(tmp_path / "m.onnx"))
+    export = fake_onnx_export(tmp_path / "m.onnx", 1, data_type="fp32", max_batch_size=1)
     repo = tmp_path / "repo"
-    publish(tmp_path / "m.onnx", repo, "m")
+    publish(export, repo, "m")
     return repo
 
 
