@@ -135,11 +135,7 @@ def test_authenticated_polls_come_from_memory_until_the_token_is_revoked(
     token_id, secret = _token(clean_db)
     auth = {"Authorization": f"Bearer {secret}"}
     first = two_apis[0]
-    with first.app.state.session_factory() as session:  # type: ignore[attr-defined]
-        job = Job(action="train", queue="gpu", options={})
-        session.add(job)
-        session.commit()
-        job_id = job.id
+    job_id = _queued_job(clean_db)
     jobs: JobCache = first.app.state.job_cache  # type: ignore[attr-defined]
     assert first.get(f"/jobs/{job_id}", headers=auth).status_code == 200  # fills both caches
     hits, misses = jobs.hits, jobs.misses
@@ -170,11 +166,7 @@ def test_verified_tokens_cost_no_query_per_request(
     _, secret = _token(clean_db)
     auth = {"Authorization": f"Bearer {secret}"}
     api = two_apis[0]
-    with api.app.state.session_factory() as session:  # type: ignore[attr-defined]
-        job = Job(action="train", queue="gpu", options={})
-        session.add(job)
-        session.commit()
-        job_id = job.id
+    job_id = _queued_job(clean_db)
     engine: Engine = api.app.state.session_factory.kw["bind"]  # type: ignore[attr-defined]
     statements: list[str] = []
 
