@@ -41,13 +41,10 @@ def _eval(doc: dict[str, Any]) -> str:
     threads = doc["by_threads"]
     default = threads[str(doc["default_torch_threads"])]
     one = threads.get("1", default)
-    identical = "identical metrics and RLEs" if doc["metrics_identical"] else "METRICS DIFFER"
+    identical = "same metrics" if doc["metrics_identical"] else "METRICS DIFFER"
     return (
-        f"**{default['speedup_vs_reference']}x** end to end at {doc['default_torch_threads']} "
-        f"threads, {one['speedup_vs_reference']}x at 1; paste + encode "
-        f"{default['paste_encode_speedup']}x; {default['speedup_vs_hybrid']}x torchvision paste "
-        f"+ faster-coco-eval ({doc['images']} images, medians of "
-        f"{default['maskops_end_to_end']['rounds']} rounds); {identical}"
+        f"**{default['speedup_vs_reference']}x** ({doc['default_torch_threads']} threads), "
+        f"{one['speedup_vs_reference']}x (1); {doc['images']} images; {identical}"
     )
 
 
@@ -98,8 +95,7 @@ def _demo_recipe(doc: dict[str, Any]) -> str:
 
 ROWS = (
     Row(
-        "evaluation end to end (paste, RLE, COCOeval; 100 detections, 832x1344) vs "
-        "torchvision + pycocotools",
+        "evaluation (paste, RLE, COCOeval; 100 detections, 832x1344) vs torchvision + pycocotools",
         "bench_eval.json",
         _eval,
     ),
@@ -110,13 +106,12 @@ ROWS = (
         "python bench/bench_serving.py",
     ),
     Row(
-        "the demo walk's recipe (resnet10 from scratch, 128 px shapes, bf16 where native), "
-        "validation split",
+        "the demo walk's recipe (resnet10 from scratch, 128 px, bf16 where native)",
         "demo_recipe.json",
         _demo_recipe,
     ),
     Row(
-        "1,000 job submissions, each sent twice at once with one Idempotency-Key",
+        "1,000 job submissions, each sent twice at once, one Idempotency-Key",
         "bench_api.json",
         _idempotency,
         "python bench/bench_api.py",
