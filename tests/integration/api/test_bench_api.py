@@ -37,4 +37,4 @@ def test_bench_api_tiny_with_and_without_token(
     assert checks["database"] == 0 and checks["memory"] >= 300
     readme_table = load_bench_module("readme_table")
     (row,) = (r for r in readme_table.ROWS if r.what.startswith("`GET /jobs/{id}`"))
-    assert "with a bearer token on every poll" in row.figure(doc)
+    assert "a token on every poll" in row.figure(doc)
