@@ -19,7 +19,9 @@ are identical (1e-6) and the RLEs equal; records wall time and peak RSS. Figures
 ``bench/results/bench_eval.json``.
 
     .venv/bin/python bench/bench_eval.py              # 20 images, a few minutes
-    .venv/bin/python bench/bench_eval.py --images 5000 --rounds 1 --out OUT.json
+    # the issue's size: ~45 min on 2 cores, most of it the reference's paste + encode
+    .venv/bin/python bench/bench_eval.py --images 5000 --rounds 1 --threads 2 \\
+        --out bench/results/bench_eval_5000.json
 """
 
 from __future__ import annotations
@@ -288,6 +290,9 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=832)
     parser.add_argument("--width", type=int, default=1344)
     parser.add_argument("--rounds", type=int, default=3, help="each arm once per round")
+    parser.add_argument(
+        "--threads", type=int, nargs="+", help="torch thread counts (default: torch's and 1)"
+    )
     parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -301,7 +306,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         gt_path = Path(tmp) / "gt.json"
         gt_path.write_text(json.dumps(gt))
-        for threads in sorted({default_threads, 1}, reverse=True):
+        for threads in sorted(set(args.threads or (default_threads, 1)), reverse=True):
             by_threads[str(threads)] = bench_threads(threads, gt, gt_path, pairs, args.rounds)
     torch.set_num_threads(default_threads)
     figures = {

@@ -1,14 +1,17 @@
 """Benchmark: training throughput of maskops' loop against a plain torchvision loop, like for like.
 
-Both train the same model (``build_model`` from the same spec, same seed) on the same
-synthetic data (demo shapes at ``--image-size``), ``--batch`` images per step, with the
-same precision. Arms:
+Both train the same network (``build_model`` from the same spec, same seed, same initial
+weights) on the same synthetic data (demo shapes at ``--image-size``), ``--batch`` images
+per step, with the same precision. Arms:
 
-- ``torchvision-fp32``: the plain loop of torchvision's detection references: a
-  ``DataLoader`` over the COCO JSON (pycocotools index, PIL decode, ``annToMask`` polygon
-  rasterisation per sample, resize+pad) with persistent workers, NCHW, ``loss.item()``
-  every step.
-- ``maskops-fp32``: ``run_training`` (shard pipeline, hooks, metrics every 10 steps).
+- ``torchvision-fp32``: the plain loop of torchvision's detection references on the
+  network as torchvision's own ops compute it: the RoI poolers are torchvision's stock
+  ``MultiScaleRoIAlign`` (maskops' pooler computes the same features, its CPU backward
+  by a multi-threaded gather), a ``DataLoader`` over the COCO JSON (pycocotools index, PIL
+  decode, ``annToMask`` polygon rasterisation per sample, resize+pad) with persistent
+  workers, NCHW, ``loss.item()`` every step.
+- ``maskops-fp32``: ``run_training`` (shard pipeline, hooks, metrics every 10 steps;
+  channels_last on a CPU, ``trains_channels_last``).
 - ``torchvision-amp`` / ``maskops-amp``: the same two with the autocast maskops' ``use_amp``
   picks for the device (``AmpSettings``: bf16 on a CPU with native bf16 kernels; on CUDA
   bf16 where the GPU has it, else fp16 with a GradScaler), the baseline with exactly the
@@ -53,6 +56,7 @@ from pycocotools.coco import COCO
 from synthetic import images_for, prepare_shards, throughput_spec
 from timing import Spread, alternate
 from torch.utils.data import DataLoader, Dataset
+from torchvision.ops import MultiScaleRoIAlign
 from torchvision.transforms.functional import pil_to_tensor
 
 from maskops.data.labels import LabelMap
@@ -115,6 +119,23 @@ class CocoJsonDataset(Dataset[tuple[torch.Tensor, dict[str, torch.Tensor]]]):
         return padded, {"boxes": boxes * scale, "labels": labels, "masks": full}
 
 
+def with_torchvision_poolers(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with torchvision's stock ``MultiScaleRoIAlign`` as its box and mask poolers.
+
+    The poolers hold no weights: the network, its initial weights and its outputs stay the
+    same (tests/bench/test_bench_train.py checks the losses agree).
+    """
+    heads = model.roi_heads
+    for name in ("box_roi_pool", "mask_roi_pool"):
+        pooler = getattr(heads, name, None)
+        if pooler is not None:
+            stock = MultiScaleRoIAlign(
+                pooler.featmap_names, pooler.output_size, pooler.sampling_ratio
+            )
+            setattr(heads, name, stock)
+    return model
+
+
 def _collate(batch: list[Any]) -> tuple[Any, ...]:
     return tuple(zip(*batch, strict=True))
 
@@ -144,8 +165,8 @@ def run_torchvision(root: Path, args: argparse.Namespace, *, use_amp: bool) -> f
         collate_fn=_collate,
     )
     torch.manual_seed(0)
-    model = build_model(
-        spec.maskrcnn_config, num_classes=4, image_size=spec.data_config.image_size
+    model = with_torchvision_poolers(
+        build_model(spec.maskrcnn_config, num_classes=4, image_size=spec.data_config.image_size)
     ).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=0.002, momentum=0.9, weight_decay=1e-4)

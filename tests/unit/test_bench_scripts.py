@@ -6,6 +6,7 @@ the rest of the suite); the published ones come from idle runs (bench/readme_tab
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -16,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from torchvision.ops import MultiScaleRoIAlign
 
+from maskops.modeling import build_model
+from maskops.spec.models import MaskRCNNConfig
 from tests.support.bench import load_bench_module, run_bench
 
 timing = load_bench_module("timing")
@@ -102,6 +107,35 @@ def test_bench_train_tiny(tmp_path: Path) -> None:
     for arm in doc["arms"].values():
         assert arm["median_images_per_s"] > 0 and arm["peak_rss_mb"] > 0
     assert doc["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
+
+
+def test_the_training_baseline_computes_the_same_losses_and_gradients() -> None:
+    """The torchvision arm's stock poolers change how RoIs are pooled, not what is learned."""
+    bench_train = load_bench_module("bench_train")
+    config = MaskRCNNConfig(nlayers=10, train_rpn_pre_nms_topn=200, train_rpn_post_nms_topn=100,
+                            batch_size_per_im=64, fast_rcnn_mlp_head_dim=64)  # fmt: skip
+    torch.manual_seed(0)
+    ours = build_model(config, num_classes=3, image_size=(128, 128))
+    baseline = bench_train.with_torchvision_poolers(copy.deepcopy(ours))
+    assert type(baseline.roi_heads.mask_roi_pool) is MultiScaleRoIAlign
+    images = [torch.rand(3, 128, 128) for _ in range(2)]
+    masks = torch.zeros(2, 128, 128, dtype=torch.uint8)
+    masks[0, 20:60, 30:90] = masks[1, 70:120, 10:50] = 1
+    target = {"boxes": torch.tensor([[30.0, 20, 90, 60], [10, 70, 50, 120]]),
+              "labels": torch.tensor([1, 2]), "masks": masks}  # fmt: skip
+    results = []
+    for model in (ours, baseline):
+        model.train()
+        torch.manual_seed(1)  # the same proposal and RoI samples in both
+        losses = model(images, [target, target])
+        sum(losses.values()).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append(({k: v.item() for k, v in losses.items()}, grads))
+    (our_losses, our_grads), (base_losses, base_grads) = results
+    assert our_losses == pytest.approx(base_losses, rel=1e-5)
+    assert our_grads.keys() == base_grads.keys()
+    for name, grad in our_grads.items():
+        torch.testing.assert_close(grad, base_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_bench_serving_tiny(tmp_path: Path) -> None:

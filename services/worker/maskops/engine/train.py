@@ -70,7 +70,13 @@ from maskops.engine.optim import (
 from maskops.engine.schedule import LRSchedule
 from maskops.engine.state import seed_everything
 from maskops.engine.trackers import RunEnd, check_trackers, tracker_writers
-from maskops.engine.trainer import AmpSettings, Batch, HookBase, Trainer
+from maskops.engine.trainer import (
+    AmpSettings,
+    Batch,
+    HookBase,
+    Trainer,
+    trains_channels_last,
+)
 from maskops.engine.validation import validation_loss
 from maskops.spec.models import VALIDATION_LOSS, ExperimentSpec
 
@@ -295,7 +301,7 @@ def _train_rank(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int = LOG_PERIOD,
-    channels_last: bool = False,
+    channels_last: bool | None = None,
 ) -> TrainResult | None:
     file_handler: logging.Handler | None = None
     if info.is_main and log_file is not None:
@@ -320,7 +326,7 @@ def _train_rank_inner(
     extra_hooks: Sequence[HookBase],
     eval_fn: EvalFn | None,
     log_every: int,
-    channels_last: bool,
+    channels_last: bool | None,
 ) -> TrainResult | None:
     from maskops.data.pipeline import build_train_loader
 
@@ -338,6 +344,8 @@ def _train_rank_inner(
         spec, num_classes=spec.data_config.num_classes, load_checkpoint=resume_from is None
     )
     model.to(info.device)
+    if channels_last is None:
+        channels_last = trains_channels_last(info.device)
     if channels_last:
         model.to_channels_last()  # type: ignore[operator]
 
@@ -499,7 +507,7 @@ def run_training(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int | None = None,
-    channels_last: bool = False,
+    channels_last: bool | None = None,
 ) -> TrainResult:
     """Train (or resume training) the spec's model into ``results_dir``.
 
@@ -510,8 +518,8 @@ def run_training(
     this process, so only with one rank. ``eval_fn`` replaces the periodic evaluation (COCO
     metrics when available, else validation loss). ``log_every``: steps between metric logs
     (None = the spec's logging_frequency, or every 10 steps when that is 0).
-    ``channels_last``: NHWC weights and activations (see bench/bench_train.py for whether it
-    pays on a given machine).
+    ``channels_last``: NHWC weights and activations; None = the device's default
+    (:func:`~maskops.engine.trainer.trains_channels_last`: on for a CPU).
 
     Raises:
         TrainingError: bad input or a non-finite loss (one line, naming what is wrong).
@@ -520,7 +528,7 @@ def run_training(
     if gpus < 1:
         raise TrainingError(f"--gpus must be >= 1, got {gpus}")
     if gpus > 1 and torchrun_env() is None:
-        if extra_hooks or eval_fn is not None or channels_last:
+        if extra_hooks or eval_fn is not None or channels_last is not None:
             raise TrainingError(
                 "extra_hooks, eval_fn and channels_last run in this process: with gpus > 1 "
                 "the ranks run under torchrun (use maskops.engine.launcher)"
@@ -552,7 +560,7 @@ def train_this_rank(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int | None = None,
-    channels_last: bool = False,
+    channels_last: bool | None = None,
     timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     """This process's rank of the run (torchrun's, else rank 0 of 1): rank 0 returns the
