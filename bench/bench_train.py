@@ -22,6 +22,10 @@ Enough images are generated that neither loader starts a second epoch (or restar
 workers) inside the run. Each arm runs in its own process (its peak RSS, or peak CUDA
 memory, is its own), one at a time with every thread, once per round for ``--rounds``
 rounds (bench/timing.py): images/s over the steps after ``--warmup``, median and range.
+Each arm's mean training loss per round is recorded too: both train the same network from
+the same weights at the same learning rate, so they agree within what the two loaders'
+sample orders make them differ (tests/unit/test_bench_scripts.py checks one step's losses
+and gradients are equal on the same batch).
 Figures go to ``bench/results/bench_train.json`` (``bench_train_cuda.json`` with
 ``--device cuda``; ``--out`` elsewhere).
 
@@ -145,8 +149,11 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def run_torchvision(root: Path, args: argparse.Namespace, *, use_amp: bool) -> float:
-    """The references' loop for ``warmup + steps`` steps; images/s after the warm-up."""
+def run_torchvision(
+    root: Path, args: argparse.Namespace, *, use_amp: bool
+) -> tuple[float, list[float]]:
+    """The references' loop for ``warmup + steps`` steps: images/s after the warm-up, and
+    every step's total loss."""
     spec = make_spec(root, args, use_amp=use_amp)
     device = torch.device(args.device)
     amp = AmpSettings.for_device(device, enabled=use_amp)
@@ -173,6 +180,7 @@ def run_torchvision(root: Path, args: argparse.Namespace, *, use_amp: bool) -> f
     model.train()
     batches = iter(loader)  # one epoch covers the run (train_images): no restart
     start = 0.0
+    step_losses = []
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             _synchronize(device)
@@ -191,9 +199,9 @@ def run_torchvision(root: Path, args: argparse.Namespace, *, use_amp: bool) -> f
         else:
             loss.backward()
             optimizer.step()
-        loss.item()  # the references log the loss every step
+        step_losses.append(loss.item())  # the references log the loss every step
     _synchronize(device)
-    return args.steps * args.batch / (time.perf_counter() - start)
+    return args.steps * args.batch / (time.perf_counter() - start), step_losses
 
 
 class _StepClock(HookBase):
@@ -201,8 +209,10 @@ class _StepClock(HookBase):
         self.warmup = warmup
         self.start = 0.0
         self.end = 0.0
+        self.losses: list[torch.Tensor] = []
 
     def after_step(self) -> None:
+        self.losses.append(torch.stack(list(self.trainer.last_losses.values())).sum())
         # after_step of step `warmup` marks the start; the run's final step the end.
         _synchronize(self.trainer.device)
         now = time.perf_counter()
@@ -211,8 +221,11 @@ class _StepClock(HookBase):
         self.end = now
 
 
-def run_maskops(root: Path, args: argparse.Namespace, *, use_amp: bool) -> float:
-    """``run_training`` for ``warmup + steps`` steps; images/s after the warm-up."""
+def run_maskops(
+    root: Path, args: argparse.Namespace, *, use_amp: bool
+) -> tuple[float, list[float]]:
+    """``run_training`` for ``warmup + steps`` steps: images/s after the warm-up, and every
+    step's total loss."""
     spec = make_spec(root, args, use_amp=use_amp)
     clock = _StepClock(args.warmup)
     out = Path(tempfile.mkdtemp(prefix="bench_train_"))
@@ -220,7 +233,8 @@ def run_maskops(root: Path, args: argparse.Namespace, *, use_amp: bool) -> float
         run_training(spec, out, extra_hooks=[clock], eval_fn=lambda model, step: {})
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return args.steps * args.batch / (clock.end - clock.start)
+    images_per_s = args.steps * args.batch / (clock.end - clock.start)
+    return images_per_s, [float(loss) for loss in clock.losses]
 
 
 def child(args: argparse.Namespace) -> None:
@@ -228,9 +242,8 @@ def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     loop, precision = args.arm.split("-")
     run = run_torchvision if loop == "torchvision" else run_maskops
-    figures: dict[str, Any] = {
-        "images_per_s": run(Path(args.root), args, use_amp=precision == "amp")
-    }
+    images_per_s, losses = run(Path(args.root), args, use_amp=precision == "amp")
+    figures: dict[str, Any] = {"images_per_s": images_per_s, "mean_loss": statistics.fmean(losses)}
     rss = max(
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
@@ -241,8 +254,9 @@ def child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(figures), flush=True)
 
 
-def run_arm(arm: str, root: Path, args: argparse.Namespace, peaks: dict[str, Any]) -> float:
-    """One arm in a fresh process; its images/s (peak memory kept, the max over rounds)."""
+def run_arm(arm: str, root: Path, args: argparse.Namespace, recorded: dict[str, Any]) -> float:
+    """One arm in a fresh process; its images/s (into ``recorded``: peak memory, the max
+    over rounds, and the mean loss of each round)."""
     command = [sys.executable, __file__, "--arm", arm, "--root", str(root)]
     for key in (
         "nlayers",
@@ -269,7 +283,10 @@ def run_arm(arm: str, root: Path, args: argparse.Namespace, peaks: dict[str, Any
     figures: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     for key in ("peak_rss_mb", "peak_cuda_mb"):
         if key in figures:
-            peaks.setdefault(arm, {})[key] = max(figures[key], peaks.get(arm, {}).get(key, 0))
+            recorded.setdefault(arm, {})[key] = max(figures[key], recorded.get(arm, {}).get(key, 0))
+    recorded.setdefault(arm, {}).setdefault("mean_loss_by_round", []).append(
+        round(figures["mean_loss"], 4)
+    )
     print(f"{arm:17s} {figures['images_per_s']:.4f} img/s", flush=True)
     return float(figures["images_per_s"])
 
@@ -318,18 +335,18 @@ def main() -> None:
     arms = [a for a in args.arms if amp.enabled or not a.endswith("-amp")]
     if amp.declined and len(arms) < len(args.arms):
         print(f"AMP arms skipped: {amp.declined}")
-    peaks: dict[str, Any] = {}
+    recorded: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_train_data_") as tmp:
         root = Path(tmp)
         prepare_shards(root, train_images=train_images(args), image_size=tuple(args.image_size))
-        measures = [lambda arm=arm: run_arm(arm, root, args, peaks) for arm in arms]
+        measures = [lambda arm=arm: run_arm(arm, root, args, recorded) for arm in arms]
         spreads = dict(zip(arms, alternate(measures, args.rounds, warmup=0), strict=True))
     figures: dict[str, Any] = {
         "config": {k: v for k, v in vars(args).items() if k not in ("arm", "root", "out")},
         "images": images_for(train_images(args)),
         "amp": {"dtype": str(amp.dtype), "scaler": amp.needs_scaler} if amp.enabled else None,
         "amp_skipped": amp.declined or None,
-        "arms": {a: {**spreads[a].summary("images_per_s"), **peaks.get(a, {})} for a in arms},
+        "arms": {a: {**spreads[a].summary("images_per_s"), **recorded.get(a, {})} for a in arms},
         "maskops_vs_torchvision": {
             p: compare(spreads, p)
             for p in ("fp32", "amp")

@@ -106,6 +106,7 @@ def test_bench_train_tiny(tmp_path: Path) -> None:
     assert set(doc["arms"]) == {"torchvision-fp32", "maskops-fp32"}
     for arm in doc["arms"].values():
         assert arm["median_images_per_s"] > 0 and arm["peak_rss_mb"] > 0
+        assert len(arm["mean_loss_by_round"]) == 1 and arm["mean_loss_by_round"][0] > 0
     assert doc["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
 
 
