@@ -11,9 +11,10 @@
    ``paste_masks_in_image`` + ``pycocotools.mask.encode``.
 3. ``POST /infer`` through the API (``python -m maskops_api.server``, multipart upload)
    and Triton, and Triton alone (encoded image -> COCO JSON through the ensemble), each vs
-   the same steps in-process (decode/resize + ONNX + post-processing): p50/p90/p99, and
-   images/s through ``/infer`` with concurrent clients (Triton's dynamic batching on), then
-   ``/infer`` under open-loop load: ``--open-loop-requests`` requests at fixed arrival rates
+   the same steps in-process (decode/resize + ONNX + post-processing): p50/p90/p99. Then,
+   with Triton's dynamic batching on (the export's max_batch_size, 4) and off
+   (published with max_batch_size 1): images/s through ``/infer`` with concurrent clients,
+   and ``/infer`` under open-loop load: ``--open-loop-requests`` requests at fixed arrival rates
    of 0.5, 0.8 and 1.2 times that capacity, p50/p99 from each request's scheduled time;
    and the cold start: publish a new model into the running Triton, load it, first answer.
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import io
 import tempfile
 import threading
@@ -67,6 +69,8 @@ from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 RESULTS = Path(__file__).parent / "results" / "bench_serving.json"
 OPEN_LOOP_LOADS = (0.5, 0.8, 1.2)
 """Arrival rates through ``/infer`` as fractions of the closed-loop capacity (issue 25)."""
+BATCHING = {"dynamic_batching_on": "bench", "dynamic_batching_off": "bench_unbatched"}
+"""The model published for each mode: the export's max_batch_size (4), or 1."""
 LABELS = LabelMap.from_coco_categories([{"id": i, "name": f"c{i}"} for i in (1, 2, 3)])
 Predict = Callable[[list[torch.Tensor]], Any]
 
@@ -266,9 +270,9 @@ def register_published(database_url: str, name: str) -> None:
 
 
 @contextlib.contextmanager
-def api_server(triton_url: str, model: str) -> Iterator[str]:
+def api_server(triton_url: str, models: tuple[str, ...]) -> Iterator[str]:
     """The API as deployed (its own process), on SQLite, pointed at ``triton_url``, with
-    ``model`` published."""
+    ``models`` published."""
     with tempfile.TemporaryDirectory() as home:
         database_url = f"sqlite:///{home}/maskops.db"
         process, base = start_api(
@@ -280,7 +284,8 @@ def api_server(triton_url: str, model: str) -> Iterator[str]:
             }
         )
         try:
-            register_published(database_url, model)
+            for model in models:
+                register_published(database_url, model)
             yield base
         finally:
             process.terminate()
@@ -371,6 +376,19 @@ def bench_open_loop(
     return rows
 
 
+def infer_under_load(
+    call: Callable[[], Any], clients: int, seconds: float, open_loop_requests: int
+) -> dict[str, Any]:
+    """Capacity (images/s with ``clients`` closed-loop clients), then the open loop at
+    :data:`OPEN_LOOP_LOADS` of it."""
+    capacity = closed_loop_images_per_s(call, clients, seconds)
+    print(f"/infer, {clients} concurrent clients: {capacity:.2f} img/s", flush=True)
+    return {
+        "capacity_images_per_s": round(capacity, 3),
+        "open_loop": bench_open_loop(call, capacity, open_loop_requests, OPEN_LOOP_LOADS),
+    }
+
+
 def bench_triton(
     onnx_path: Path, reps: int, clients: int, seconds: float, open_loop_requests: int
 ) -> dict[str, Any]:
@@ -380,6 +398,7 @@ def bench_triton(
 
     predictor = OnnxPredictor(onnx_path, providers=["CPUExecutionProvider"])
     data = encoded_image(480, 640)
+    models = tuple(BATCHING.values())
 
     def in_process() -> list[dict[str, Any]]:
         image, scale, orig_hw = preprocess_image(data, predictor.image_size)
@@ -394,15 +413,17 @@ def bench_triton(
 
     with tempfile.TemporaryDirectory() as repo_dir:
         repo = Path(repo_dir)
-        publish(onnx_path, repo, "bench")
-        with TritonServer(repo, models=EnsembleNames("bench").load_order) as server:
+        for model in models:  # Triton's max_batch_size: the export's (4), or 1: no batching
+            publish(onnx_path, repo, model, max_batch_size=None if model == "bench" else 1)
+        load_order = [name for model in models for name in EnsembleNames(model).load_order]
+        with TritonServer(repo, models=load_order) as server:
             url = server.http_url
-            with api_server(server.http_url.removeprefix("http://"), "bench") as api:
+            with api_server(server.http_url.removeprefix("http://"), models) as api:
 
-                def through_api() -> None:
+                def through_api(model: str = "bench") -> None:
                     files = {"images": ("image.jpg", data, "image/jpeg")}
                     response = httpx.post(
-                        f"{api}/infer", params={"model": "bench"}, files=files, timeout=120
+                        f"{api}/infer", params={"model": model}, files=files, timeout=120
                     )
                     response.raise_for_status()
 
@@ -410,10 +431,12 @@ def bench_triton(
                     [in_process, lambda: triton.infer_images(url, "bench", [data]), through_api],
                     reps,
                 )
-                throughput = closed_loop_images_per_s(through_api, clients, seconds)
-                loaded = bench_open_loop(
-                    through_api, throughput, open_loop_requests, OPEN_LOOP_LOADS
-                )
+                under_load = {
+                    mode: infer_under_load(
+                        functools.partial(through_api, model), clients, seconds, open_loop_requests
+                    )
+                    for mode, model in BATCHING.items()
+                }
             cold_start = time.perf_counter()
             publish(onnx_path, repo, "bench_cold")
             triton.roll_out(url, "bench_cold")
@@ -426,15 +449,13 @@ def bench_triton(
         "triton_p50_overhead": round(remote.median / local.median - 1, 4),
         "api_infer_p50_overhead": round(via_api.median / local.median - 1, 4),
         "concurrent_clients": clients,
-        "api_infer_images_per_s": round(throughput, 3),
-        "api_infer_open_loop": loaded,
+        "api_infer_under_load": under_load,
         "cold_start_s": round(cold_start_s, 2),
     }
     print(
         f"POST /infer (API + Triton) p50 {via_api.median * 1e3:.0f} ms, Triton alone "
         f"{remote.median * 1e3:.0f} ms, in-process {local.median * 1e3:.0f} ms: overhead "
-        f"{figures['api_infer_p50_overhead']:+.1%}; {clients} concurrent clients through "
-        f"/infer: {throughput:.2f} img/s; cold start (publish, load, first answer) "
+        f"{figures['api_infer_p50_overhead']:+.1%}; cold start (publish, load, first answer) "
         f"{cold_start_s:.1f} s"
     )
     return figures

@@ -127,7 +127,7 @@ def with_torchvision_poolers(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` with torchvision's stock ``MultiScaleRoIAlign`` as its box and mask poolers.
 
     The poolers hold no weights: the network, its initial weights and its outputs stay the
-    same (tests/bench/test_bench_train.py checks the losses agree).
+    same (tests/unit/test_bench_scripts.py checks the losses agree).
     """
     heads = model.roi_heads
     for name in ("box_roi_pool", "mask_roi_pool"):

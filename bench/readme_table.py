@@ -38,13 +38,24 @@ class Row:
 
 
 def _eval(doc: dict[str, Any]) -> str:
-    threads = doc["by_threads"]
-    default = threads[str(doc["default_torch_threads"])]
-    one = threads.get("1", default)
+    (first, row), *others = sorted(doc["by_threads"].items(), key=lambda item: -int(item[0]))
     identical = "same metrics" if doc["metrics_identical"] else "METRICS DIFFER"
     return (
-        f"**{default['speedup_vs_reference']}x** ({doc['default_torch_threads']} threads), "
-        f"{one['speedup_vs_reference']}x (1); {doc['images']} images; {identical}"
+        f"**{row['speedup_vs_reference']}x** at {first} thread{'s' if first != '1' else ''}"
+        + "".join(f", {other['speedup_vs_reference']}x at {n}" for n, other in others)
+        + f"; {doc['images']:,} images; {identical}"
+    )
+
+
+def _train(doc: dict[str, Any]) -> str:
+    ratios = doc["maskops_vs_torchvision"]
+    names = {
+        "fp32": "fp32",
+        "amp": doc["amp"]["dtype"].removeprefix("torch.") if doc["amp"] else "",
+    }
+    return ", ".join(
+        f"{names[p]} **{row['ratio']}x** ({row['per_round_min']}-{row['per_round_max']})"
+        for p, row in ratios.items()
     )
 
 
@@ -52,6 +63,25 @@ def _postprocess(doc: dict[str, Any]) -> str:
     return ", ".join(
         f"**{row['speedup']:.1f}x** ({row['image_hw'][1]}x{row['image_hw'][0]})"
         for row in doc["postprocess"]
+    )
+
+
+def _onnx(doc: dict[str, Any]) -> str:
+    arms = doc["network"][0]["batch_1"]["arms"]
+    eager_ms, eager = min((f["p50_ms"], n) for n, f in arms.items() if n.startswith("eager"))
+    return f"vs {eager.removeprefix('eager_').replace('_', ' ')}: " + ", ".join(
+        f"{name.removeprefix('ort_')} **{eager_ms / arms[name]['p50_ms']:.2f}x**"
+        for name in ("ort_fp32", "ort_int8")
+    )
+
+
+def _infer(doc: dict[str, Any]) -> str:
+    triton = doc["triton"]
+    batched = triton["api_infer_under_load"]["dynamic_batching_on"]
+    (at_08,) = (r for r in batched["open_loop"] if r["load"] == 0.8)
+    return (
+        f"p50 **{triton['api_infer_p50_overhead']:+.1%}**; open loop at 0.8 of capacity: "
+        f"p99 {at_08['p99_over_p50']}x p50"
     )
 
 
@@ -100,10 +130,25 @@ ROWS = (
         _eval,
     ),
     Row(
+        "training r18 512², vs torchvision's reference loop, same network and precision",
+        "bench_train.json",
+        _train,
+    ),
+    Row(
         "post-processing, 100 detections, vs torchvision paste + pycocotools encode",
         "bench_serving.json",
         _postprocess,
         "python bench/bench_serving.py",
+    ),
+    Row(
+        "onnxruntime vs the best eager arm, r18 256x320, 100 detections",
+        "bench_serving.json",
+        _onnx,
+    ),
+    Row(
+        "`POST /infer` (API + Triton) vs the same steps in-process, r18 256x320",
+        "bench_serving.json",
+        _infer,
     ),
     Row(
         "the demo walk's recipe (resnet10 from scratch, 128 px, bf16 where native)",
@@ -126,9 +171,8 @@ ROWS = (
         "pruning resnet18, retrained, vs unpruned retrained as long",
         "bench_prune_small.json",
         _prune,
-        "python bench/bench_prune.py --archs 18 --heads small --image-size 128 128 "
-        "--thresholds 0.94 --retrain --train-steps 800 --retrain-steps 800 --seeds 2 "
-        "--demo-images 160 --freeze-bn",
+        "`bench/bench_prune.py --archs 18 --thresholds 0.94 --retrain ...`: "
+        "[docs/pruning.md](docs/pruning.md)",
     ),
     Row(
         "pruning a converged resnet50 with `-nf 64`, same comparison",
@@ -136,12 +180,6 @@ ROWS = (
         _prune,
         "`bench/bench_prune.py --target-macs 0.6 --min-filters 64 ...`: "
         "[docs/pruning.md](docs/pruning.md)",
-    ),
-    Row(
-        "the same with `-nf 64 -el rpn.head.conv`",
-        "bench_prune_small_r50_base3200_el_rpn_nf64.json",
-        _prune,
-        "same page",
     ),
 )
 
