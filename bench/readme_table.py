@@ -129,29 +129,30 @@ ROWS = (
         "bench_eval.json",
         _eval,
     ),
+    Row("the same, one round", "bench_eval_5000.json", _eval),
     Row(
         "training r18 512², vs torchvision's reference loop, same network and precision",
         "bench_train.json",
         _train,
     ),
     Row(
-        "post-processing, 100 detections, vs torchvision paste + pycocotools encode",
+        "post-processing, 100 detections, vs torchvision + pycocotools",
         "bench_serving.json",
         _postprocess,
         "python bench/bench_serving.py",
     ),
     Row(
-        "onnxruntime vs the best eager arm, r18 256x320, 100 detections",
+        "onnxruntime vs the best eager arm (r18 256x320)",
         "bench_serving.json",
         _onnx,
     ),
     Row(
-        "`POST /infer` (API + Triton) vs the same steps in-process, r18 256x320",
+        "`POST /infer` (API + Triton) vs in-process, r18 256x320",
         "bench_serving.json",
         _infer,
     ),
     Row(
-        "the demo walk's recipe (resnet10 from scratch, 128 px, bf16 where native)",
+        "the demo walk's recipe (resnet10 from scratch, 128 px)",
         "demo_recipe.json",
         _demo_recipe,
     ),
@@ -162,7 +163,7 @@ ROWS = (
         "python bench/bench_api.py",
     ),
     Row(
-        "`GET /jobs/{id}`, 50 closed-loop clients, all on 2 cores",
+        "`GET /jobs/{id}`, 50 closed-loop clients",
         "bench_api.json",
         _polls,
         "python bench/bench_api.py",

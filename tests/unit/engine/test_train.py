@@ -53,11 +53,23 @@ def _initial_weights(spec: ExperimentSpec) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+class _LayoutProbe(HookBase):
+    """Records whether the convolutions train channels_last (the CPU default)."""
+
+    def before_train(self) -> None:
+        convs = [m for m in self.trainer.unwrapped.modules() if isinstance(m, torch.nn.Conv2d)]
+        self.channels_last = [
+            c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs
+        ]
+
+
 def test_demo_data_trains_to_decreasing_loss(spec_factory: SpecFactory, tmp_path: Path) -> None:
     spec = spec_factory(total_steps=12, l1_weight_decay=1e-6, data_config={"val_json_file": ""})
-    result = run_training(spec, tmp_path, log_every=1)
+    probe = _LayoutProbe()
+    result = run_training(spec, tmp_path, log_every=1, extra_hooks=[probe])
 
     assert result.step == 12 and result.checkpoint == tmp_path / "model.step-12.pth"
+    assert probe.channels_last and all(probe.channels_last)
     records = [r for r in _metrics(tmp_path) if "Total loss" in r]
     assert [r["step"] for r in records] == list(range(1, 13))
     for name in (
