@@ -69,8 +69,12 @@ from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 RESULTS = Path(__file__).parent / "results" / "bench_serving.json"
 OPEN_LOOP_LOADS = (0.5, 0.8, 1.2)
 """Arrival rates through ``/infer`` as fractions of the closed-loop capacity (issue 25)."""
-BATCHING = {"dynamic_batching_on": "bench", "dynamic_batching_off": "bench_unbatched"}
-"""The model published for each mode: the export's max_batch_size (4), or 1."""
+BATCHING: dict[str, tuple[str, int | None]] = {
+    "dynamic_batching_on": ("bench", None),
+    "dynamic_batching_off": ("bench_unbatched", 1),
+}
+"""The model published for each mode and its Triton max_batch_size (None: the export's, 4;
+1: no batching)."""
 LABELS = LabelMap.from_coco_categories([{"id": i, "name": f"c{i}"} for i in (1, 2, 3)])
 Predict = Callable[[list[torch.Tensor]], Any]
 
@@ -398,7 +402,7 @@ def bench_triton(
 
     predictor = OnnxPredictor(onnx_path, providers=["CPUExecutionProvider"])
     data = encoded_image(480, 640)
-    models = tuple(BATCHING.values())
+    models = tuple(model for model, _ in BATCHING.values())
 
     def in_process() -> list[dict[str, Any]]:
         image, scale, orig_hw = preprocess_image(data, predictor.image_size)
@@ -413,8 +417,8 @@ def bench_triton(
 
     with tempfile.TemporaryDirectory() as repo_dir:
         repo = Path(repo_dir)
-        for model in models:  # Triton's max_batch_size: the export's (4), or 1: no batching
-            publish(onnx_path, repo, model, max_batch_size=None if model == "bench" else 1)
+        for model, max_batch_size in BATCHING.values():
+            publish(onnx_path, repo, model, max_batch_size=max_batch_size)
         load_order = [name for model in models for name in EnsembleNames(model).load_order]
         with TritonServer(repo, models=load_order) as server:
             url = server.http_url
@@ -435,7 +439,7 @@ def bench_triton(
                     mode: infer_under_load(
                         functools.partial(through_api, model), clients, seconds, open_loop_requests
                     )
-                    for mode, model in BATCHING.items()
+                    for mode, (model, _) in BATCHING.items()
                 }
             cold_start = time.perf_counter()
             publish(onnx_path, repo, "bench_cold")
