@@ -142,14 +142,22 @@ def test_the_training_baseline_computes_the_same_losses_and_gradients() -> None:
 def test_bench_serving_tiny(tmp_path: Path) -> None:
     out = tmp_path / "serving.json"
     run_bench("bench_serving.py", "--nlayers", "10", "--image-size", "128", "128", "--reps",
-              "1", "--detections", "10", "--postprocess-hw", "64", "96", "--no-triton",
-              "--out", str(out))  # fmt: skip
+              "1", "--detections", "10", "--postprocess-hw", "64", "96", "--seconds", "1",
+              "--open-loop-requests", "3", "--out", str(out))  # fmt: skip
     doc = _results(out)
     arms = doc["network"][0]["batch_1"]["arms"]
     assert {"eager_fp32", "ort_fp32", "ort_int8"} <= set(arms)
     for figures in arms.values():
         assert 0 < figures["p50_ms"] <= figures["p90_ms"] <= figures["p99_ms"]
     assert doc["postprocess"][0]["speedup"] > 0
+    # Through the real API process and Triton, with dynamic batching on and off.
+    triton = doc["triton"]
+    assert triton["api_infer"]["p50_ms"] > 0 and triton["cold_start_s"] > 0
+    assert set(triton["api_infer_under_load"]) == {"dynamic_batching_on", "dynamic_batching_off"}
+    for mode in triton["api_infer_under_load"].values():
+        assert mode["capacity_images_per_s"] > 0
+        assert [row["load"] for row in mode["open_loop"]] == [0.5, 0.8, 1.2]
+        assert all(row["failures"] == 0 and row["requests"] == 3 for row in mode["open_loop"])
 
 
 def test_bench_data_pipeline_tiny(tmp_path: Path) -> None:
