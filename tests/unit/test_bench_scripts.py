@@ -160,6 +160,29 @@ def test_bench_serving_tiny(tmp_path: Path) -> None:
         assert all(row["failures"] == 0 and row["requests"] == 3 for row in mode["open_loop"])
 
 
+def test_bench_precision_measures_each_serving_arm_on_a_model_that_detects(
+    tmp_path: Path, trained_model: Any
+) -> None:
+    out = tmp_path / "precision.json"
+    run_bench("bench_precision.py", "--checkpoint", str(trained_model.checkpoint),
+              "--latency-images", "2", "--rounds", "1", "--out", str(out))  # fmt: skip
+    doc = _results(out)
+    arms = doc["arms"]
+    assert set(arms) == {"eager_fp32", "eager_bf16_channels_last", "ort_fp32", "ort_int8"}
+    reference = arms["eager_fp32"]
+    assert reference["mask_AP"] == pytest.approx(trained_model.mask_ap, abs=0.02)
+    assert reference["mask_AP_drop_points"] == 0 and reference["speedup_vs_eager_fp32"] == 1
+    assert doc["validation_images"] == reference["images"] > 0
+    # The fp32 export computes what PyTorch computes; reduced precisions stay close on a
+    # model that detects (the export test's INT8 bound).
+    assert abs(arms["ort_fp32"]["mask_AP_drop_points"]) <= 1.0
+    for name in ("eager_bf16_channels_last", "ort_int8"):
+        assert abs(arms[name]["mask_AP_drop_points"]) <= 3.0, arms[name]
+    for name in ("ort_fp32", "ort_int8"):
+        assert arms[name]["latency"]["median_ms_per_image"] > 0
+        assert arms[name]["speedup_vs_best_eager"] > 0
+
+
 def test_bench_data_pipeline_tiny(tmp_path: Path) -> None:
     out = tmp_path / "data.json"
     run_bench("bench_data_pipeline.py", "--images", "10", "--unique", "5", "--size", "96", "128",
