@@ -81,7 +81,7 @@ def _precision(doc: dict[str, Any]) -> str:
 
     def points(name: str) -> str:
         drop = arms[name]["mask_AP_drop_points"]
-        return "same AP" if drop == 0 else f"{-drop + 0.0:+.1f} points"
+        return "same AP" if drop == 0 else f"{-drop:+.1f} points"
 
     return "; ".join(
         [
