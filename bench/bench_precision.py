@@ -37,7 +37,7 @@ import torch
 from machine import start_run, write_results
 from timing import alternated_seconds
 
-from maskops.checkpoint import load_model
+from maskops.checkpoint import LoadedModel, load_model
 from maskops.data.labels import LabelMap
 from maskops.data.pipeline import build_eval_loader
 from maskops.engine import run_training
@@ -61,10 +61,10 @@ def train_walk_model(work: Path, steps: int) -> Path:
     return result.checkpoint
 
 
-def serving_arms(checkpoint: Path, work: Path) -> dict[str, Predictor]:
-    """Every way to serve ``checkpoint`` on a CPU, the exports made as ``maskops export``
-    makes them (each validated against PyTorch, int8 calibrated on the training shards)."""
-    loaded = load_model(checkpoint)
+def serving_arms(checkpoint: Path, loaded: LoadedModel, work: Path) -> dict[str, Predictor]:
+    """Every way to serve ``checkpoint`` (``loaded`` is its model) on a CPU, the exports made
+    as ``maskops export`` makes them (each validated against PyTorch, int8 calibrated on the
+    training shards)."""
     channels_last = copy.deepcopy(loaded.model).to(memory_format=torch.channels_last)
     arms: dict[str, Predictor] = {
         REFERENCE: TorchPredictor(loaded.model),
@@ -154,10 +154,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench_precision_"))
     checkpoint = args.checkpoint or train_walk_model(work, args.steps)
     loaded = load_model(checkpoint)
-    arms = serving_arms(checkpoint, work)
+    arms = serving_arms(checkpoint, loaded, work)
     metrics = {name: accuracy(arm, loaded.spec, loaded.label_map) for name, arm in arms.items()}
+    native_bf16 = cpu_has_native_bf16()
     timed = arms
-    if not cpu_has_native_bf16():
+    if not native_bf16:
         print("eager bf16 latency not measured: this CPU emulates bf16")
         timed = {n: a for n, a in arms.items() if n != "eager_bf16_channels_last"}
     images = validation_images(loaded.spec, loaded.label_map, args.latency_images)
@@ -175,7 +176,7 @@ def main() -> None:
         "backbone": f"resnet{loaded.spec.maskrcnn_config.nlayers}",
         "validation_images": metrics[REFERENCE]["images"],
         "latency_images": len(images),
-        "native_bf16": cpu_has_native_bf16(),
+        "native_bf16": native_bf16,
         "arms": rows,
     }
     write_results(args.out, figures, conditions)
