@@ -104,12 +104,28 @@ def redis_url() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_process_group(item)))
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def _process_group(item: pytest.Item) -> str:
+    """Which tests ``./dev test`` (pytest-xdist, ``--dist loadgroup``) runs in one process,
+    one after another: those on the one Postgres database and Redis (each test empties
+    them), those on the costly ``trained_model``, and otherwise each file's tests (some
+    follow on from the one before)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & {"postgres_url", "redis_url"}:
+        return "postgres-and-redis"
+    if "trained_model" in fixtures:
+        return "trained_model"
+    return item.nodeid.split("::")[0]
 
 
 @pytest.fixture(scope="session")
