@@ -52,3 +52,19 @@ def test_a_legacy_file_with_its_load_above_the_cores_counts_as_loaded() -> None:
     assert readme_table.is_loaded({"load_average_1min": 13.7, "cpu_count": 2})
     assert not readme_table.is_loaded({"load_average_1min": 0.5, "cpu_count": 2})
     assert not readme_table.is_loaded({"loaded": False})
+
+
+def test_every_results_file_records_its_machine_and_load_or_says_why_not() -> None:
+    """Issue 25, item 5: a figure names the machine and the load it was measured under; the
+    files of runs older than that record say so instead of leaving the reader to guess."""
+    results = sorted((REPO / "bench" / "results").glob("*.json"))
+    # maskops prune's own reports sit beside the bench's results of the same run.
+    results = [path for path in results if not path.name.endswith(".prune_report.json")]
+    assert len(results) > 10
+    for path in results:
+        doc = json.loads(path.read_text())
+        if doc.get("machine") is None:
+            assert doc.get("machine_not_recorded"), f"{path.name}: no machine, and no reason"
+            continue
+        assert {"cpu", "isa", "cpus", "torch", "gpu"} <= doc["machine"].keys(), path.name
+        assert "load_average" in doc or doc.get("load_not_recorded"), path.name
