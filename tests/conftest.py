@@ -8,10 +8,11 @@ service is unreachable they skip, except under CI (``MASKOPS_REQUIRE_SERVICES=1`
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -103,10 +104,22 @@ def redis_url() -> str:
     return _require(REDIS_URL, 6379, "Redis")
 
 
+# Tests on the one Postgres database and Redis (each test empties them first): all live here.
+SHARED_SERVICES_TESTS = "tests/integration/api/"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(_process_group(item)))
+    for item in items:
+        uses_services = {"postgres_url", "redis_url"} & set(getattr(item, "fixturenames", ()))
+        if uses_services and not item.nodeid.startswith(SHARED_SERVICES_TESTS):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses Postgres/Redis: move it under {SHARED_SERVICES_TESTS}, "
+                "whose tests ./dev test runs one after another"
+            )
+    # The long runs first: the shared-services tests, then the files on trained_model; each
+    # process of ./dev test takes one (with --no-loadscope-reorder), and neither is left to
+    # run alone at the end. The rest keep their order.
+    items.sort(key=_start_rank)
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
@@ -115,17 +128,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
 
 
-def _process_group(item: pytest.Item) -> str:
-    """Which tests ``./dev test`` (pytest-xdist, ``--dist loadgroup``) runs in one process,
-    one after another: those on the one Postgres database and Redis (each test empties
-    them), those on the costly ``trained_model``, and otherwise each file's tests (some
-    follow on from the one before)."""
-    fixtures = set(getattr(item, "fixturenames", ()))
-    if fixtures & {"postgres_url", "redis_url"}:
-        return "postgres-and-redis"
-    if "trained_model" in fixtures:
-        return "trained_model"
-    return item.nodeid.split("::")[0]
+def _start_rank(item: pytest.Item) -> int:
+    if item.nodeid.startswith(SHARED_SERVICES_TESTS):
+        return 0
+    return 1 if "trained_model" in getattr(item, "fixturenames", ()) else 2
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``./dev test`` runs pytest in two processes (pytest-xdist): each file's tests in one
+    process, in order (some follow on from the one before), and all the shared-services
+    tests in one process, one after another."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedServicesInOneProcess(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(SHARED_SERVICES_TESTS):
+                return SHARED_SERVICES_TESTS
+            return nodeid.split("::")[0]
+
+    return SharedServicesInOneProcess(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -242,12 +263,32 @@ def trained_model(tmp_path_factory: pytest.TempPathFactory) -> TrainedModel:
     dataset of 160 train / 40 val images) cut to ``TRAINED_MODEL_STEPS`` steps in fp32 (about 2
     minutes on 2 cores), far enough to detect: its mask AP is checked below. For
     assertions that only mean something on a model that detects, such as the INT8
-    export's mask AP drop; everything else uses tiny_checkpoint.
+    export's mask AP drop; everything else uses tiny_checkpoint. Trained once per run:
+    under ``./dev test``'s two processes the second waits for the first's.
     """
+    from filelock import FileLock
+
+    root = _shared_by_this_run(tmp_path_factory) / "trained_model"
+    record = root / "trained_model.pickle"
+    with FileLock(f"{root}.lock"):
+        if not record.exists():
+            root.mkdir()
+            record.write_bytes(pickle.dumps(_train_model(root)))
+    trained: TrainedModel = pickle.loads(record.read_bytes())
+    return trained
+
+
+def _shared_by_this_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every process of this pytest run sees: under pytest-xdist, the run's base
+    temporary folder holds one per worker."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _train_model(root: Path) -> TrainedModel:
     from maskops.engine import run_training
     from maskops_api.demo import prepare_walk_training
 
-    root = tmp_path_factory.mktemp("trained_model")
     walk = prepare_walk_training(root, TRAINED_MODEL_STEPS)
     spec = walk.spec.model_copy(update={"use_amp": False})  # fp32: test_bf16_recipe compares
     result = run_training(spec, root / "run")
