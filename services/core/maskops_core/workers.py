@@ -17,6 +17,8 @@ from maskops_core.db.models import Job, JobStatus, WorkerHeartbeat, utcnow
 from maskops_core.db.session import transaction
 from maskops_core.settings import Settings
 
+CUDA_UNUSABLE = ("unusable:", "failed:")
+"""Prefixes of a heartbeat's ``cuda`` check that make ``/readyz`` report the worker."""
 WAITING_STATUSES = (JobStatus.queued, JobStatus.running, JobStatus.cancelling)
 """Jobs that need a worker on their queue."""
 
@@ -30,6 +32,7 @@ def beat(
     started_at: datetime,
     retention_s: float,
     gpus: int = 0,
+    cuda: str = "",
 ) -> None:
     """Create or refresh this worker's row, and delete the rows of workers that have not
     beaten for ``retention_s`` (killed without a clean stop: nothing else removes them)."""
@@ -43,6 +46,7 @@ def beat(
         row.queues = ",".join(queues)
         row.pid = pid
         row.gpus = gpus
+        row.cuda = cuda
         row.started_at = started_at
         row.last_seen = utcnow()
 
@@ -100,4 +104,9 @@ def check_workers(
         for queue, count in sorted(waiting.items())
         if queue not in served
     ]
-    return "; ".join(missing) or "ok"
+    broken = [
+        f"worker {row.hostname} cannot use its GPUs and refuses GPU jobs: {row.cuda}"
+        for row in live
+        if row.cuda.startswith(CUDA_UNUSABLE)
+    ]
+    return "; ".join(missing + broken) or "ok"

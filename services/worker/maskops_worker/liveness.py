@@ -9,39 +9,39 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import threading
-from pathlib import Path
 from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
 from sqlalchemy.exc import SQLAlchemyError
 
+from maskops import device
 from maskops_core import workers
 from maskops_core.db.models import utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import get_settings
+from maskops_core.workers import CUDA_UNUSABLE
 
 log = logging.getLogger(__name__)
 
 
-NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
-"""One folder per NVIDIA GPU of the host (Linux driver)."""
-
-
-def visible_gpus() -> int:
-    """The NVIDIA GPUs this process may use, without initialising CUDA (this is the Celery
-    main process: CUDA initialised before the pool forks is unusable in the children)."""
+def check_cuda_at_start(queues: list[str], gpu_queue: str) -> str:
+    """The heartbeat's ``cuda`` field: a worker of the gpu queue checks CUDA in a fresh
+    interpreter (this is the Celery main process: CUDA initialised before the pool forks is
+    unusable in the children); other workers run no GPU work and say so."""
+    if gpu_queue not in queues:
+        return "not checked: this worker takes no gpu-queue jobs"
     try:
-        count = sum(1 for _ in NVIDIA_GPUS.iterdir())
-    except OSError:
-        return 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return count
-    listed = [d for d in visible.split(",") if d.strip()]
-    if listed and listed[0].strip() == "-1":
-        return 0
-    return min(count, len(listed))
+        report = device.cuda_report_subprocess()
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        return f"failed: the CUDA check did not run ({type(exc).__name__}: {exc})"
+    if not report.problem and device.cuda_required() and not report.usable:
+        summary = f"unusable: {device.REQUIRE_CUDA_ENV}=1 and {report.summary()}"
+    else:
+        summary = report.summary()
+    (log.error if summary.startswith(CUDA_UNUSABLE) else log.info)("CUDA check: %s", summary)
+    return summary
 
 
 class _Beater(threading.Thread):
@@ -55,28 +55,38 @@ class _Beater(threading.Thread):
         self.factory = make_session_factory(self.engine)
         self.started_at = utcnow()
         self.gpus = (
-            visible_gpus() if self.settings.worker_gpus is None else self.settings.worker_gpus
+            device.gpus_present()
+            if self.settings.worker_gpus is None
+            else self.settings.worker_gpus
         )
+        self.cuda = ""
 
     def run(self) -> None:
+        # The first beat goes out at once (readiness); the CUDA check follows it.
+        self._beat()
+        self.cuda = check_cuda_at_start(self.queues, self.settings.gpu_queue)
         while True:
-            try:
-                workers.beat(
-                    self.factory,
-                    self.hostname,
-                    queues=self.queues,
-                    pid=os.getpid(),
-                    started_at=self.started_at,
-                    retention_s=self.settings.worker_row_retention_s,
-                    gpus=self.gpus,
-                )
-            except SQLAlchemyError as exc:
-                log.warning("worker heartbeat failed: %s", exc)
-            # No connection stays open between beats: pool children forked meanwhile must
-            # not inherit (and on exit close) a connection this thread uses.
-            self.engine.dispose()
+            self._beat()
             if self.done.wait(self.settings.heartbeat_interval_s):
                 return
+
+    def _beat(self) -> None:
+        try:
+            workers.beat(
+                self.factory,
+                self.hostname,
+                queues=self.queues,
+                pid=os.getpid(),
+                started_at=self.started_at,
+                retention_s=self.settings.worker_row_retention_s,
+                gpus=self.gpus,
+                cuda=self.cuda,
+            )
+        except SQLAlchemyError as exc:
+            log.warning("worker heartbeat failed: %s", exc)
+        # No connection stays open between beats: pool children forked meanwhile must
+        # not inherit (and on exit close) a connection this thread uses.
+        self.engine.dispose()
 
     def stop(self) -> None:
         self.done.set()

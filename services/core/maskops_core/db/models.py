@@ -209,3 +209,6 @@ class WorkerHeartbeat(Base):
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
     gpus: Mapped[int] = mapped_column(default=0, server_default="0")
     """The GPUs it has (0: CPU only); see :func:`maskops_core.workers.worker_ranks`."""
+    cuda: Mapped[str] = mapped_column(Text, default="", server_default="")
+    """Its CUDA check at start (``maskops.device``): ``ok: ...``, ``no GPU ...``, ``unusable:
+    <why>`` or ``failed: <why>``; empty until the check has run."""

@@ -108,10 +108,11 @@ def tee_log(log_file: Path | None) -> Iterator[Callable[[str], None]]:
 
 def engine_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean bad input (a one-line error), not a bug (a traceback)."""
+    from maskops.device import DeviceError
     from maskops.evaluation.errors import EvaluationError
     from maskops.spec import SpecError
 
-    errors: list[type[BaseException]] = [EvaluationError, SpecError]
+    errors: list[type[BaseException]] = [DeviceError, EvaluationError, SpecError]
     for module, name in (
         ("maskops.data.coco", "DatasetError"),
         ("maskops.checkpoint", "CheckpointError"),

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from maskops.device import select_device
 from maskops.engine.errors import ProcessGroupError
 
 T = TypeVar("T")
@@ -59,16 +60,9 @@ def torchrun_env() -> tuple[int, int, int] | None:
 
 
 def device_for(local_rank: int, *, gpu_index: int) -> torch.device:
-    """``cuda:(gpu_index + local_rank)`` where CUDA exists, else the CPU."""
-    if torch.cuda.is_available():
-        index = gpu_index + local_rank
-        if index >= torch.cuda.device_count():
-            raise RuntimeError(
-                f"GPU {index} requested (gpu_index {gpu_index} + rank {local_rank}) but only "
-                f"{torch.cuda.device_count()} GPUs are visible"
-            )
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+    """``cuda:(gpu_index + local_rank)`` where CUDA is usable, else the CPU (never on a host
+    whose GPUs are present but unusable, nor where a GPU is required: see maskops.device)."""
+    return select_device(gpu_index + local_rank)
 
 
 def init_process_group(info: RankInfo, timeouts: GroupTimeouts) -> None:

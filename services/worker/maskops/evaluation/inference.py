@@ -19,11 +19,11 @@ from tqdm import tqdm
 
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
+from maskops.device import select_device
 from maskops.evaluation.errors import EvaluationError, ImageReadError
 from maskops.evaluation.images import list_images, load_rgb, pil_to_tensor
 from maskops.evaluation.postprocess import detections_to_coco
 from maskops.evaluation.predictor import LoadedPredictor, check_input_size, load_predictor
-from maskops.evaluation.runner import select_device
 from maskops.evaluation.visualize import draw_detections
 from maskops.spec.models import ExperimentSpec
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from maskops.device import select_device
 from maskops.evaluation.coco import IouType
 from maskops.evaluation.errors import EvaluationError
 from maskops.evaluation.evaluator import COCOEvaluator
@@ -82,16 +83,6 @@ def format_per_class(rows: Sequence[Mapping[str, Any]]) -> str:
         values = "  ".join(f"{row[k]:>9.6f}" for k in keys)
         lines.append(f"{row['category_id']:>5}  {row['name']:<{width}}  {values}")
     return "\n".join(lines)
-
-
-def select_device(gpu_index: int | None) -> torch.device:
-    if gpu_index is None or not torch.cuda.is_available():
-        return torch.device("cpu")
-    if not 0 <= gpu_index < torch.cuda.device_count():
-        raise EvaluationError(
-            f"--gpu_index {gpu_index} is out of range: {torch.cuda.device_count()} GPU(s) present"
-        )
-    return torch.device("cuda", gpu_index)
 
 
 def check_eval_data(spec: ExperimentSpec, *, image_dir: Path | None = None) -> None:
