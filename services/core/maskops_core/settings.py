@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     last checkpoint) before the job fails with the failing rank's error."""
     worker_gpus: int | None = Field(default=None, ge=0)
     """The GPUs this worker reports; None: the NVIDIA devices it sees."""
+    require_cuda: bool = False
+    """A GPU worker's jobs must run on a usable GPU: without one (no GPU visible, or a driver
+    too old for torch's CUDA build) they fail, saying why, instead of running on the CPU.
+    The engine reads the same variable, ``MASKOPS_REQUIRE_CUDA`` (``maskops.device``), in
+    every process a job starts; the worker image sets it."""
     rendezvous_timeout_s: float = Field(default=600.0, gt=0)
     """How long the nodes of a multi-node train job may take to gather; after it the job
     goes back to the queue with the reason."""

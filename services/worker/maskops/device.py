@@ -50,15 +50,21 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text))
 
 
+def driver_in_proc_text(text: str) -> str | None:
+    """The version in ``/proc/driver/nvidia/version``'s text (``NVRM version: NVIDIA UNIX
+    x86_64 Kernel Module  580.95.05  Tue ...``, or ``... Open Kernel Module for x86_64  ...``)."""
+    found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
+    return found.group(1) if found else None
+
+
 def driver_version() -> str | None:
     """The NVIDIA kernel driver's version, read without initialising CUDA; None without one."""
     try:
-        text = (NVIDIA_PROC / "version").read_text()
+        found = driver_in_proc_text((NVIDIA_PROC / "version").read_text())
     except OSError:
-        text = ""
-    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", text)
+        found = None
     if found:
-        return found.group(1)
+        return found
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None

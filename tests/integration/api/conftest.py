@@ -86,6 +86,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MASKOPS_TRITON_NET_BACKEND=settings.triton_net_backend,
         MASKOPS_CPU_RANKS=str(settings.cpu_ranks),
         MASKOPS_RENDEZVOUS_TIMEOUT_S=str(settings.rendezvous_timeout_s),
+        MASKOPS_REQUIRE_CUDA=str(int(settings.require_cuda)),
         OMP_NUM_THREADS="1",
     )
     return env
