@@ -4,7 +4,8 @@ A body is refused with 413 before the app reads any of it when its ``Content-Len
 is above the route's limit, and as soon as the bytes received pass the limit otherwise
 (chunked bodies, or a Content-Length that lies): neither the whole body nor a spool
 file of it is ever held. The route then sees a disconnected client and its answer is
-dropped; the client gets the 413 (and the connection is closed, the rest unread).
+dropped; once it has returned (having removed what it stored of the body), the client gets
+the 413 (and the connection is closed, the rest unread).
 
 Limits: ``POST /datasets/upload`` takes archives (``max_upload_bytes``), ``POST /infer``
 images (``max_infer_images`` x ``max_infer_image_bytes``), every other route JSON
@@ -59,8 +60,6 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > limit:
                     refused = True
-                    if not started:
-                        await _refuse(send, limit)
                     return {"type": "http.disconnect"}
             return message
 
@@ -72,7 +71,13 @@ class BodyLimit:
                 started = True
             await send(message)
 
-        await self.app(scope, counting_receive, guarded_send)
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        finally:
+            # The 413 goes out once the route has returned: what it stored of the refused
+            # body (a partial upload) is gone by the time the client hears the answer.
+            if refused and not started:
+                await _refuse(send, limit)
 
 
 def _content_length(scope: Scope) -> int | None:
