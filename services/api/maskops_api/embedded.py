@@ -26,6 +26,7 @@ from typing import Any
 from maskops_api.demo import DEMO_DATA_VERSION, generate_walk_dataset
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.reconciler import reconcile
+from maskops_api.state_lock import StateDirLock
 from maskops_api.supervisor import Supervision, TritonSupervisor, WorkerSupervisor
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import utcnow
@@ -265,6 +266,9 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     from maskops_api.demo import register_demo_dataset, run_demo
     from maskops_api.main import create_app
 
+    # Before anything touches the state dir: a second server must not kill the first one's
+    # children as leftovers, nor share its database.
+    lock = StateDirLock(config.state_dir.resolve(), address=f"http://{config.host}:{config.port}")
     settings = embedded_settings(config)
     logs = config.state_dir.resolve() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -356,4 +360,5 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
             signal.signal(sig, handler)
         say("stopping: worker" + (", triton" if triton is not None else ""))
         supervision.stop()
+        lock.release()
     return outcome.get("code", 0)

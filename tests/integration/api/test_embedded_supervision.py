@@ -178,15 +178,23 @@ def test_serve_restarts_a_killed_worker_and_triton(
 
 
 def test_a_killed_serve_takes_its_worker_and_triton_along(
-    serve: tuple[subprocess.Popen[bytes], str, Path, list[int]],
+    serve: tuple[subprocess.Popen[bytes], str, Path, list[int]], tmp_path: Path
 ) -> None:
-    """serve SIGKILLed (no chance to stop anything): its children, each in a session of
-    its own, die with it (parent-death signals), the worker's pool process and Triton's
-    backend stubs included."""
+    """A second serve on the same state dir is refused at once, naming the running one,
+    and touches nothing of it. Then serve SIGKILLed (no chance to stop anything): its
+    children, each in a session of its own, die with it (parent-death signals), the
+    worker's pool process and Triton's backend stubs included."""
     process, base, out, groups = serve
     _wait("ready", lambda: _readyz(base)[0] == 200, 300, out)
     [server] = _children(process.pid, "tritonserver")
     worker = int(out.read_text().split("worker:   pid ")[-1].split()[0])
+
+    second = _start_serve(tmp_path / "state", _free_port(), tmp_path / "second.out")
+    assert second.wait(60) != 0
+    refusal = (tmp_path / "second.out").read_text()
+    assert f"in use by another maskops serve (pid {process.pid}, {base}," in refusal, refusal
+    assert _children(process.pid, "tritonserver") == [server] and group_members(worker)
+    assert _readyz(base)[0] == 200
     assert len(group_members(server)) >= 2, "the published model runs no backend stub"
     assert len(group_members(worker)) >= 2, "the worker runs no pool process"
     groups += [server, worker]

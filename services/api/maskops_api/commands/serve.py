@@ -42,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise CLIError(f"--port must be 1..65535, got {args.port}")
     # The web stack is imported only when this command runs.
     from maskops_api.embedded import EmbeddedConfig, serve
+    from maskops_api.state_lock import StateDirBusy
 
     config = EmbeddedConfig(
         host=args.host,
@@ -52,4 +53,7 @@ def _serve(args: argparse.Namespace) -> int:
         triton=args.triton,
         new_token=args.new_token,
     )
-    return serve(config)
+    try:
+        return serve(config)
+    except StateDirBusy as exc:
+        raise CLIError(str(exc)) from None
