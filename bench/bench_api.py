@@ -26,7 +26,7 @@ Then measures in one run:
      the bare framework (under 1: polls of jobs in memory are answered ahead of FastAPI's
      routing, see ``maskops_api/status_shortcut.py``).
    p50/p99 pooled over the rounds, and each round's p99 (median, min, max). Goal: p99 <
-   25 ms with a token on every poll (issue 25), and without.
+   25 ms with a token on every poll, and without.
 3. Once, on the loopback API: ``status_poll_cold``, every poll a different job, none in the
    API's memory (the database read path alone), and listings ``GET /jobs?limit=50``.
 

@@ -16,7 +16,7 @@ Measured in one run on the same synthetic data (demo shapes at ``--size``, COCO-
 ``bench/results/bench_data_pipeline.json``.
 
     .venv/bin/python bench/bench_data_pipeline.py                 # ~ a few minutes
-    .venv/bin/python bench/bench_data_pipeline.py --images 5000   # the issue's size
+    .venv/bin/python bench/bench_data_pipeline.py --images 5000   # COCO val2017's size
 """
 
 from __future__ import annotations

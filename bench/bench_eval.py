@@ -19,7 +19,7 @@ are identical (1e-6) and the RLEs equal; records wall time and peak RSS. Figures
 ``bench/results/bench_eval.json``.
 
     .venv/bin/python bench/bench_eval.py              # 20 images, a few minutes
-    # the issue's size: ~45 min on 2 cores, most of it the reference's paste + encode
+    # COCO val2017's size: ~45 min on 2 cores, most of it the reference's paste + encode
     .venv/bin/python bench/bench_eval.py --images 5000 --rounds 1 --threads 2 \\
         --out bench/results/bench_eval_5000.json
 """

@@ -1,4 +1,4 @@
-"""What each serving precision costs in accuracy, on a model that detects (issue 25).
+"""What each serving precision costs in accuracy, on a model that detects.
 
 bench_serving.py times the serving arms on random weights (the worst case: 100 detections
 per image), where accuracy means nothing. This takes a trained model and measures, on its

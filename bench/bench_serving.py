@@ -1,4 +1,4 @@
-"""Serving benchmark: every arm timed in the same run, in alternated rounds (issue 25).
+"""Serving benchmark: every arm timed in the same run, in alternated rounds.
 
 1. The network, per backbone, image size and batch size (``--batches``): PyTorch eager
    fp32; eager bf16 + channels_last where the CPU has native bf16 kernels (skipped with a
@@ -19,7 +19,7 @@
    and the cold start: publish a new model into the running Triton, load it, first answer.
 
 Random weights (``--detections`` per image, 100 by default: the worst case for
-post-processing). Defaults run in a few minutes on 2 cores; ``--full`` runs the issue's
+post-processing). Defaults run in a few minutes on 2 cores; ``--full`` runs the full
 sizes (resnet18 and 50 at 512x640 and 832x1344). Figures go to bench/results/bench_serving.json
 (bench_serving_full.json with ``--full``, a ``_cuda`` suffix with ``--device cuda``;
 ``--out`` elsewhere).
@@ -68,7 +68,7 @@ from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 RESULTS = Path(__file__).parent / "results" / "bench_serving.json"
 OPEN_LOOP_LOADS = (0.5, 0.8, 1.2)
-"""Arrival rates through ``/infer`` as fractions of the closed-loop capacity (issue 25)."""
+"""Arrival rates through ``/infer`` as fractions of the closed-loop capacity."""
 BATCHING: dict[str, tuple[str, int | None]] = {
     "dynamic_batching_on": ("bench", None),
     "dynamic_batching_off": ("bench_unbatched", 1),

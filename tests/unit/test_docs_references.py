@@ -192,3 +192,35 @@ def test_anchors_follow_github() -> None:
         "triton-from-pypi-maskops-serve-tests",
         "gpu-hosts",
     }
+
+
+# The project's own tracker, reviews and sessions are outside the repository: a reader has
+# none of them. Another project's issue (named on the same line) is a citation, not this.
+OUTSIDE_REFERENCE = re.compile(
+    r"\bissue ?#?\d+\b|\bthe issue's\b|\breviewer\b|notes of the session|session that ran",
+    re.IGNORECASE,
+)
+OTHER_PROJECTS = re.compile(r"pytest-xdist|onnxruntime|pytorch/|torchvision|github\.com")
+
+
+def test_the_repository_speaks_of_itself_alone() -> None:
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    found: list[str] = []
+    for name in filter(None, (raw.decode() for raw in tracked)):
+        path = REPO / name
+        if name.endswith(".lock") or not path.is_file() or path == Path(__file__).resolve():
+            continue
+        try:
+            lines = path.read_text().splitlines()
+        except UnicodeDecodeError:
+            continue
+        found += [
+            f"{name}:{number}: {line.strip()[:120]}"
+            for number, line in enumerate(lines, 1)
+            if OUTSIDE_REFERENCE.search(line) and not OTHER_PROJECTS.search(line)
+        ]
+    assert not found, "state the fact instead of citing the tracker:\n" + "\n".join(found)

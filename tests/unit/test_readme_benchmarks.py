@@ -55,7 +55,7 @@ def test_a_legacy_file_with_its_load_above_the_cores_counts_as_loaded() -> None:
 
 
 def test_every_results_file_records_its_machine_and_load_or_says_why_not() -> None:
-    """Issue 25, item 5: a figure names the machine and the load it was measured under; the
+    """A figure names the machine and the load it was measured under; the
     files of runs older than that record say so instead of leaving the reader to guess."""
     results = sorted((REPO / "bench" / "results").glob("*.json"))
     # maskops prune's own reports sit beside the bench's results of the same run.

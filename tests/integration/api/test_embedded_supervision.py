@@ -1,4 +1,4 @@
-"""``maskops serve`` supervises what it starts (issue #24): a worker or tritonserver killed
+"""``maskops serve`` supervises what it starts: a worker or tritonserver killed
 with SIGKILL comes back, is reaped, leaves no process of its group behind, queued jobs run,
 ``/readyz`` is 503 naming what is down meanwhile; Triton loads published models only."""
 

@@ -105,7 +105,7 @@ def test_a_sigkilled_rank_makes_torchrun_restart_the_group_from_the_checkpoint(
     demo_root: str,
     tmp_path: Path,
 ) -> None:
-    """The restarted group forms again (issue 26: it hung on the dead group's addresses)
+    """The restarted group forms again (it once hung on the dead group's addresses)
     and resumes: no step is trained twice into the weights."""
     worker = workers("w1")
     dataset_id = register_demo(client, demo_root, worker)

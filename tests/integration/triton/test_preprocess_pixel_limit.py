@@ -1,5 +1,5 @@
 """The preprocess model in a real Triton refuses an image above the API's pixel limit from
-its header (issue #24 item 9: a client may skip the API): a 13000 x 13000 PNG gets a clean
+its header (a client may skip the API): a 13000 x 13000 PNG gets a clean
 per-request error in well under a second and the stub's memory does not grow. Only the
 preprocess part of a published ensemble is loaded (a python-backend stub, seconds)."""
 

@@ -1,5 +1,5 @@
 """Process groups under torchrun, with the launcher's command and environment: a restarted
-group forms on a store of its own (issue 26: it found the dead group's addresses on
+group forms on a store of its own (it once found the dead group's addresses on
 torchrun's store and hung), and forming a group or waiting in a collective is bounded.
 The ranks are tests/unit/engine/distributed_probe.py (gloo, no model: seconds each). And
 the checkpoint a restarted group resumes from is one every rank saved its state for."""

@@ -1,4 +1,4 @@
-"""The preprocess model's own pixel limit (issue #24 item 9): publish writes the API's limit
+"""The preprocess model's own pixel limit: publish writes the API's limit
 into its settings.json, and the model refuses a larger image from its header, before any
 decoding, with a per-request error the client reads as an invalid image. The model runs
 here under a stand-in for Triton's python stub module."""
