@@ -1,8 +1,8 @@
 """Shared test configuration.
 
 Tests that need Postgres or Redis use the ``postgres_url`` / ``redis_url`` fixtures. Where a
-service is unreachable they skip, except under CI (``MASKOPS_REQUIRE_SERVICES=1``, set by
-``.ci/run``), where they fail: CI must exercise the real services.
+service is unreachable they skip, except under ``./dev test`` (``MASKOPS_REQUIRE_SERVICES=1``,
+set once it has started both), where they fail: the suite must exercise the real services.
 """
 
 from __future__ import annotations
