@@ -327,6 +327,22 @@ def test_deepstream_files_need_the_tao_layout(tmp_path, tiny_checkpoint, tiny_sp
     assert not list(tmp_path.iterdir())
 
 
+def test_cli_output_layout(tmp_path, tiny_spec, capsys):
+    from maskops.cli.main import build_parser
+    from maskops.cli.main import main as cli_main
+    from maskops.spec import spec_to_text
+
+    spec_file = tmp_path / "spec.txt"
+    spec_file.write_text(spec_to_text(tiny_spec))
+    export = ["export", "-m", str(tmp_path / "m.pth"), "-e", str(spec_file)]
+    assert build_parser().parse_args(export).output_layout is None
+    assert build_parser().parse_args([*export, "--output_layout", "tao"]).output_layout == "tao"
+    code = cli_main([*export, "--gen_ds_config", "--output_layout", "maskops"])
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--gen_ds_config writes a DeepStream config for the TAO output layout only" in line
+
+
 @pytest.mark.gpu
 def test_tensorrt_gives_the_tao_outputs_static_shapes(tmp_path, tao_export):
     trt = pytest.importorskip("tensorrt")
