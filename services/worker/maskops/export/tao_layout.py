@@ -46,7 +46,7 @@ graph, so the engine's D, C and M are static as nvinfer needs.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import onnx
@@ -54,7 +54,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from maskops.export.graph import OUTPUT_NAMES
 
-OutputLayout = Literal["maskops", "tao"]
 OUTPUT_LAYOUTS: tuple[str, ...] = ("maskops", "tao")
 DETECTIONS = "generate_detections"
 MASK_LOGITS = "mask_fcn_logits/BiasAdd"
