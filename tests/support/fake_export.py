@@ -14,7 +14,12 @@ LABELS = LabelMap.from_coco_categories([{"id": 3, "name": "square"}, {"id": 7, "
 
 
 def fake_onnx_export(
-    path: Path, batch: int | str, *, data_type: str = "fp16", max_batch_size: int = 3
+    path: Path,
+    batch: int | str,
+    *,
+    data_type: str = "fp16",
+    max_batch_size: int = 3,
+    output_layout: str = "maskops",
 ) -> Path:
     """An Identity graph with the metadata of an export and input [batch, 3, 64, 96]."""
     shape = [batch, 3, 64, 96]
@@ -35,6 +40,7 @@ def fake_onnx_export(
             max_detections=7,
             mask_resolution=14,
             max_batch_size=max_batch_size,
+            output_layout=output_layout,
         ),
     )
     onnx.save(model, str(path))

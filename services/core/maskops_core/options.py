@@ -127,11 +127,19 @@ class ExportOptions(ModelSource):
     batches: int = Field(default=10, ge=1, le=10_000)
     batch_size: int = Field(default=8, ge=1, le=1024)
     gen_ds_config: bool = False
+    output_layout: Literal["maskops", "tao"] | None = Field(
+        default=None,
+        description="The ONNX outputs: maskops' five (Triton, onnxruntime) or TAO's two "
+        "(TensorRT, DeepStream). Default: tao with gen_ds_config, else maskops.",
+    )
     cal_image_dir: DataPath | None = None
 
     @model_validator(mode="after")
     def _profile_in_order(self) -> ExportOptions:
-        """min <= opt <= max for a dynamic batch; a static one admits only its own size."""
+        """min <= opt <= max for a dynamic batch; a static one admits only its own size;
+        DeepStream files only for the TAO layout (no DeepStream parser reads maskops')."""
+        if self.gen_ds_config and self.output_layout == "maskops":
+            raise ValueError("gen_ds_config needs the tao output_layout (or leave it out)")
         if self.static_batch_size is not None:
             for name in ("min_batch_size", "opt_batch_size"):
                 if getattr(self, name) not in (None, self.static_batch_size):

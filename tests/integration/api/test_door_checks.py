@@ -147,6 +147,8 @@ def trained(client: TestClient, clean_db: Settings) -> dict[str, int]:
         ("export", {"batch_size": True}, "options.batch_size"),
         ("export", {"max_batch_size": 4, "opt_batch_size": 8}, "options"),
         ("export", {"static_batch_size": 2, "min_batch_size": 1}, "options"),
+        ("export", {"output_layout": "uff"}, "options.output_layout"),
+        ("export", {"gen_ds_config": True, "output_layout": "maskops"}, "options"),
         ("prune", {"threshold": 0.5, "thresold": 0.5}, "options.thresold"),
         ("prune", {"norm": "L1"}, "options.norm"),
         ("prune", {"granularity": "8"}, "options.granularity"),
@@ -197,6 +199,7 @@ def test_valid_options_are_accepted(client: TestClient, trained: dict[str, int])
         ("export", {"data_type": "int8", "max_batch_size": 4, "batches": 2, "batch_size": 1}),
         ("export", {"max_batch_size": 8, "min_batch_size": 2, "opt_batch_size": 4}),
         ("export", {"static_batch_size": 4}),
+        ("export", {"gen_ds_config": True, "output_layout": "tao"}),
         ("prune", {"norm": "L2", "threshold": 0, "excluded_layers": ["backbone.body.conv1"]}),
         ("evaluate", {"gpu_index": 0}),
     ):

@@ -36,8 +36,8 @@ def fp32_export(
         tiny_spec,
         out,
         data_type="fp32",
-        gen_ds_config=True,
         engine_file=out.with_suffix(".plan"),
+        output_layout="maskops",  # an engine request alone would choose TAO's layout
         log=lambda _: None,
     )
 
@@ -55,9 +55,11 @@ def test_fp32_export_matches_pytorch_and_names_its_tensors(fp32_export, tiny_che
     assert meta.label_map == loaded.label_map
     assert meta.image_size == (128, 128)
     assert meta.batch_size is None and result.io["inputs"][0]["shape"] == ["batch", 3, 128, 128]
+    assert meta.output_layout == "maskops"
     report = json.loads(result.report_path.read_text())
     assert report["parity"]["passed"] is True
     assert report["tensorrt_profile"] == {"min": 1, "opt": 16, "max": 16}
+    assert report["output_layout"] == "maskops"
 
 
 def test_onnx_predictor_has_the_eager_call_shape(fp32_export, tiny_checkpoint):
@@ -87,15 +89,6 @@ def test_evaluate_accepts_the_onnx_file(fp32_export, tiny_spec, tiny_checkpoint)
     assert set(onnx_metrics) == set(torch_metrics)
     for key in ("AP", "mask_AP", "ARmax100"):
         assert onnx_metrics[key] == pytest.approx(torch_metrics[key], abs=0.01)
-
-
-def test_deepstream_files(fp32_export):
-    labels, config = fp32_export.deepstream_files
-    assert labels.read_text().splitlines() == ["BG", "circle", "square", "triangle"]
-    text = config.read_text()
-    assert "infer-dims=3;128;128" in text
-    assert "output-blob-names=boxes;scores;labels;masks;num_detections" in text
-    assert "num-detected-classes=4" in text
 
 
 def test_fp16_export(tmp_path, tiny_checkpoint, tiny_spec, fp32_export):

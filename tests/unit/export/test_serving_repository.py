@@ -142,6 +142,10 @@ def test_publish_rejects_bad_input(tmp_path, fake_export):
     onnx.save(model, str(plain))
     with pytest.raises(PublishError, match="not a maskops ONNX export"):
         publish(plain, tmp_path / "r", "m")
+    tao = fake_onnx_export(tmp_path / "tao.onnx", "batch", output_layout="tao")
+    with pytest.raises(PublishError, match=r"'tao' output layout .* --output_layout maskops"):
+        publish(tao, tmp_path / "r", "m")
+    assert not (tmp_path / "r").exists()
 
 
 def test_publish_cli(tmp_path, fake_export, capsys):

@@ -44,7 +44,9 @@ def register(subparsers: Any) -> None:
             "Export MODEL to ONNX with input 'images' [N, 3, H, W] (a batch of N images, RGB "
             "0..1, resized and padded to the spec's image_size; normalisation is inside the "
             "graph) and outputs boxes, scores, labels, masks (mask probabilities per box), "
-            "num_detections, one row per image. The "
+            "num_detections, one row per image; with --engine_file or --gen_ds_config (or "
+            "--output_layout tao) TAO's generate_detections and mask_fcn_logits/BiasAdd "
+            "instead, which DeepStream's TAO Mask R-CNN parser reads. The "
             "ONNX is run in onnxruntime on validation images and compared with PyTorch; an "
             "export that disagrees fails. A TensorRT engine is built only where TensorRT and "
             "a GPU exist (elsewhere the Triton service builds it at start)."
@@ -109,6 +111,13 @@ def register(subparsers: Any) -> None:
         "--gen_ds_config",
         action="store_true",
         help="also write labels.txt and a DeepStream nvinfer config next to the ONNX",
+    )
+    parser.add_argument(
+        "--output_layout",
+        choices=("maskops", "tao"),
+        default=None,
+        help="outputs: maskops' five (onnxruntime, Triton) or TAO's two (TensorRT, "
+        "DeepStream); default tao with --engine_file or --gen_ds_config, else maskops",
     )
     parser.add_argument(
         "--target_opset",
@@ -188,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 engine_file=args.engine_file,
                 gen_ds_config=args.gen_ds_config,
+                output_layout=args.output_layout,
                 log=log,
                 **builder_options(args),
             )

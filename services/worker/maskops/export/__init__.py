@@ -7,7 +7,9 @@
 
 The graph contract (tensor names, shapes, the batch) is documented in
 :mod:`maskops.export.graph` (how the batch is made: :mod:`maskops.export.batching`);
-tolerances of the parity check in :mod:`maskops.export.parity`.
+tolerances of the parity check in :mod:`maskops.export.parity`; TAO's output layout for
+TensorRT and DeepStream (``--engine_file``, ``--gen_ds_config``, ``--output_layout tao``) in
+:mod:`maskops.export.tao_layout`, its nvinfer config in :mod:`maskops.export.deepstream`.
 """
 
 from maskops.export.exporter import DATA_TYPES, ExportError, ExportResult, export_onnx

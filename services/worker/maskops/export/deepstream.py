@@ -1,18 +1,56 @@
-"""DeepStream files for an export (``--gen_ds_config``): labels.txt and an nvinfer config."""
+"""DeepStream files for an export (``--gen_ds_config``): labels.txt and an nvinfer config.
+
+They are for the TAO output layout (:mod:`maskops.export.tao_layout`), parsed by
+DeepStream's own ``NvDsInferParseCustomMrcnnTLTV2``, so a TAO Mask R-CNN DeepStream app runs
+a maskops engine with this config in place of TAO's. The reference is TAO's PeopleSegNet
+(Mask R-CNN) config: NVIDIA-AI-IOT/deepstream_tao_apps
+``configs/nvinfer/peopleSegNet_tao/pgie_peopleSegNet_tao_config.txt`` (up to its
+DeepStream 7.0 branch; the 7.1 update removed PeopleSegNet) and DeepStream's
+``sources/apps/sample_apps/deepstream-mrcnn-app/dsmrcnn_pgie_config.txt``. Kept from it:
+``network-type=3``, ``output-instance-mask=1``, ``cluster-mode=4`` (nvinfer's
+instance-mask post-processing accepts no other), ``output-blob-names``,
+``parse-bbox-instance-mask-func-name``, ``custom-lib-path`` (the library DeepStream ships
+in its container), ``num-detected-classes`` (C, background included), ``infer-dims``,
+``model-color-format=0`` (RGB). What differs, and why:
+
+- preprocessing: TAO's graph takes ImageNet-normalised pixels (``net-scale-factor=0.017507``,
+  ``offsets=123.675;116.280;103.53``) and its config stretches frames to the input size;
+  maskops' graph normalises inside and was trained on images resized keeping the aspect
+  ratio and zero-padded bottom/right (:func:`maskops.data.transforms.resize_and_pad`), so
+  nvinfer scales pixels to 0..1 (``net-scale-factor`` 1/255, no offsets) and pads the same
+  way (``maintain-aspect-ratio=1``, ``symmetric-padding=0``; nvinfer's padding is 0, which
+  is maskops' padding value) with bilinear scaling (``scaling-filter=1``). nvinfer maps the
+  boxes back to the frame through that scaling.
+- ``segmentation-threshold=0.0`` written out (it is nvinfer's default, which TAO's config
+  relies on): the masks are logits, so 0 is probability 0.5.
+- no ``tlt-encoded-model`` / ``tlt-model-key`` / ``uff-input-blob-name`` (no ``.etlt``):
+  ``onnx-file`` and ``model-engine-file`` name the export's files; no ``int8-calib-file``
+  (an int8 export carries its scales as Q/DQ nodes).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from maskops.data.labels import LabelMap
+from maskops.export.tao_layout import TAO_OUTPUT_NAMES
 
 NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}
 """nvinfer's ``network-mode`` values."""
+PARSE_FUNCTION = "NvDsInferParseCustomMrcnnTLTV2"
+PARSER_LIBRARY = "/opt/nvidia/deepstream/deepstream/lib/libnvds_infercustomparser.so"
+"""DeepStream's stock custom parser library (``sources/libs/nvdsinfer_customparser``),
+installed there in DeepStream's containers; it has the parser."""
+NET_SCALE_FACTOR = 1.0 / 255.0
 
 
-def labels_text(label_map: LabelMap) -> str:
-    """One name per line: ``BG`` for label 0, then the categories in label order."""
-    return "\n".join(["BG", *label_map.names]) + "\n"
+def labels_text(label_map: LabelMap, num_classes: int | None = None) -> str:
+    """One name per line, line i for class id i: ``BG`` for 0, the categories in label
+    order, then ``class_<i>`` for classes the model has beyond the label map (a spec's
+    ``num_classes`` may exceed the categories)."""
+    names = ["BG", *label_map.names]
+    names += [f"class_{i}" for i in range(len(names), num_classes or 0)]
+    return "\n".join(names) + "\n"
 
 
 def nvinfer_config(
@@ -25,46 +63,52 @@ def nvinfer_config(
     num_classes: int,
     mask_resolution: int,
     max_batch_size: int,
+    max_detections: int,
 ) -> str:
-    """An nvinfer ``[property]`` section for instance segmentation with this model.
+    """An nvinfer config (``[property]`` and ``[class-attrs-all]``) for a TAO-layout export.
 
-    The graph normalises inside (ImageNet mean/std on 0..1 RGB), so nvinfer only scales
-    pixels to 0..1 (``net-scale-factor`` 1/255) and keeps the aspect ratio with bottom/right
-    padding, as maskops' own preprocessing does. The output is parsed by a custom
-    ``NvDsInferInstanceMaskParser`` for the ``boxes/scores/labels/masks/num_detections``
-    layout (DeepStream's TAO Mask R-CNN parser expects TAO's layout and does not apply).
+    Args:
+        num_classes: C, the model's classes with background (the mask channels).
+        max_detections: D, the rows per image (``topk``).
     """
     height, width = image_size
     return f"""\
-# DeepStream nvinfer config written by `maskops export --gen_ds_config`.
-# Inputs: RGB 0..1 (the graph normalises), {height}x{width}, aspect kept, padded bottom/right.
+# DeepStream nvinfer config written by `maskops export --gen_ds_config` for the TAO output
+# layout: generate_detections [N, {max_detections}, 6], \
+mask_fcn_logits/BiasAdd [N, {max_detections}, {num_classes}, {mask_resolution}, \
+{mask_resolution}] (mask logits).
+# Input: RGB 0..1, {height}x{width}, aspect ratio kept, padded bottom/right; the graph normalises.
 [property]
 gpu-id=0
-net-scale-factor=0.00392156862745098
+net-scale-factor={NET_SCALE_FACTOR!r}
 model-color-format=0
+maintain-aspect-ratio=1
+symmetric-padding=0
+scaling-filter=1
 onnx-file={onnx_file}
 model-engine-file={engine_file}
 labelfile-path={labels_file}
 infer-dims=3;{height};{width}
 batch-size={max_batch_size}
+## 0=FP32, 1=INT8, 2=FP16
 network-mode={NETWORK_MODE[data_type]}
 num-detected-classes={num_classes}
 interval=0
 gie-unique-id=1
+## 3: instance segmentation
 network-type=3
-output-blob-names=boxes;scores;labels;masks;num_detections
-segmentation-threshold=0.5
-maintain-aspect-ratio=1
-symmetric-padding=0
 output-instance-mask=1
+## 4: no clustering (the model ran NMS); the only mode nvinfer takes for instance masks
 cluster-mode=4
-# A parser for maskops' output layout (mask resolution {mask_resolution}) goes here:
-# parse-bbox-instance-mask-func-name=NvDsInferParseMaskopsMaskRCNN
-# custom-lib-path=/opt/maskops/libnvds_maskops_parser.so
+output-blob-names={";".join(TAO_OUTPUT_NAMES)}
+parse-bbox-instance-mask-func-name={PARSE_FUNCTION}
+custom-lib-path={PARSER_LIBRARY}
+## masks are logits: 0.0 keeps the pixels of probability >= 0.5
+segmentation-threshold=0.0
 
 [class-attrs-all]
 pre-cluster-threshold=0.5
-topk=100
+topk={max_detections}
 """
 
 
@@ -74,15 +118,17 @@ def write_deepstream_files(
     onnx_path: Path,
     engine_path: Path,
     label_map: LabelMap,
+    num_classes: int,
     data_type: str,
     image_size: tuple[int, int],
     mask_resolution: int,
     max_batch_size: int,
+    max_detections: int,
 ) -> list[Path]:
     """Write ``labels.txt`` and ``nvinfer_config.txt`` into ``out_dir``; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = out_dir / "labels.txt"
-    labels.write_text(labels_text(label_map))
+    labels.write_text(labels_text(label_map, num_classes))
     config = out_dir / "nvinfer_config.txt"
     config.write_text(
         nvinfer_config(
@@ -91,9 +137,10 @@ def write_deepstream_files(
             labels_file=labels.name,
             data_type=data_type,
             image_size=image_size,
-            num_classes=label_map.num_classes,
+            num_classes=num_classes,
             mask_resolution=mask_resolution,
             max_batch_size=max_batch_size,
+            max_detections=max_detections,
         )
     )
     return [labels, config]

@@ -39,6 +39,7 @@ from maskops.export.graph import (
 from maskops.export.parity import ParityReport, Tolerances, compare_detections
 from maskops.export.precision import convert_to_fp16, quantize_int8, write_calibration_cache
 from maskops.export.predictor import OnnxPredictor
+from maskops.export.tao_layout import choose_output_layout, tao_layout_problems, to_tao_layout
 from maskops.export.tensorrt import (
     ENGINE_ELSEWHERE,
     BatchProfile,
@@ -93,6 +94,7 @@ class ExportResult:
             "mask_resolution": self.metadata.mask_resolution,
             "max_batch_size": self.metadata.max_batch_size,
             "static_batch_size": self.metadata.batch_size,
+            "output_layout": self.metadata.output_layout,
             "tensorrt_profile": {
                 "min": self.profile.min,
                 "opt": self.profile.opt,
@@ -258,6 +260,7 @@ def export_onnx(
     opset: int = OPSET,
     workspace_bytes: int | None = None,
     strict_types: bool = False,
+    output_layout: str | None = None,
 ) -> ExportResult:
     """Export a maskops checkpoint to a validated ONNX file.
 
@@ -288,6 +291,8 @@ def export_onnx(
             needs 13 or later. The parity check runs on the graph of that opset.
         workspace_bytes, strict_types: TensorRT builder settings (TAO's
             ``--max_workspace_size``, ``-s``); used only when an engine is built.
+        output_layout: "maskops" or "tao" (maskops.export.tao_layout); default "tao" when
+            ``engine_file`` or ``gen_ds_config`` is given, else "maskops".
 
     Raises:
         ExportError: bad arguments, no images, or a graph that does not match PyTorch.
@@ -303,6 +308,12 @@ def export_onnx(
     if data_type == "int8" and (batches < 1 or batch_size < 1):
         raise ExportError(f"--batches and --batch_size must be >= 1, got {batches}, {batch_size}")
     _check_opset(opset, data_type)
+    try:
+        layout = choose_output_layout(
+            output_layout, engine=engine_file is not None, gen_ds_config=gen_ds_config
+        )
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
     model_path = Path(model_path)
     if not model_path.is_file():
         raise ExportError(f"-m {model_path}: model file not found")
@@ -331,6 +342,7 @@ def export_onnx(
         mask_resolution=mask_resolution,
         max_batch_size=max_batch_size,
         batch_size=static_batch_size,
+        output_layout=layout,
     )
 
     images = list(validation_images or validation_batch(spec, label_map, num_validation_images))
@@ -365,6 +377,12 @@ def export_onnx(
         if static_batch_size is not None
         else f"Batch: 1 to {max_batch_size} images per run (dynamic)"
     )
+    if layout == "tao":
+        sizes = {"max_detections": max_detections, "mask_resolution": mask_resolution}
+        graph = to_tao_layout(graph, num_classes=model.num_classes, **sizes)
+        log("Outputs: TAO layout (generate_detections, mask_fcn_logits/BiasAdd)")
+        if problems := tao_layout_problems(graph, num_classes=model.num_classes, **sizes):
+            raise ExportError(f"{out.name}: not the TAO layout: {'; '.join(problems)}")
     set_metadata(graph, metadata)
 
     serialized = graph.SerializeToString()
@@ -428,10 +446,12 @@ def export_onnx(
             onnx_path=out,
             engine_path=engine_target,
             label_map=label_map,
+            num_classes=model.num_classes,
             data_type=data_type,
             image_size=metadata.image_size,
             mask_resolution=mask_resolution,
             max_batch_size=max_batch_size,
+            max_detections=max_detections,
         )
     result.seconds = time.perf_counter() - started
     result.report_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")

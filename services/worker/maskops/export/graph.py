@@ -16,6 +16,9 @@ Graph contract (the same for fp32, fp16 and int8 files):
   labels 1..K, see the label map in the metadata); ``masks`` float32 ``[N, D, M, M]`` mask
   probabilities over each box (M = ``mrcnn_resolution``; pasting into the image happens on
   the host); ``num_detections`` int32 ``[N, 1]``.
+- a TensorRT-bound export replaces those outputs by TAO's two (``generate_detections``,
+  ``mask_fcn_logits/BiasAdd``; :mod:`maskops.export.tao_layout`); the metadata's
+  ``output_layout`` says which a file has.
 
 :class:`DetectionGraph` is traced on one image: the legacy TorchScript exporter (the one
 that exports torchvision's Mask R-CNN as is, see docs/architecture.md) unrolls
@@ -105,6 +108,10 @@ class GraphMetadata:
     """The graph's fixed batch (``--static_batch_size``; 1 for files exported before
     batching); None: dynamic up to ``max_batch_size``. Read from the graph's input shape,
     not stored in the metadata."""
+    output_layout: str = "maskops"
+    """The outputs' layout: "maskops" (the contract above) or "tao" (TAO's
+    ``generate_detections`` / ``mask_fcn_logits/BiasAdd``, see maskops.export.tao_layout).
+    Files exported before the choice existed are "maskops"."""
 
     def to_props(self) -> dict[str, str]:
         return {
@@ -116,6 +123,7 @@ class GraphMetadata:
             "maskops_max_detections": str(self.max_detections),
             "maskops_mask_resolution": str(self.mask_resolution),
             "maskops_max_batch_size": str(self.max_batch_size),
+            "maskops_output_layout": self.output_layout,
         }
 
     @classmethod
@@ -131,6 +139,7 @@ class GraphMetadata:
             max_detections=int(props["maskops_max_detections"]),
             mask_resolution=int(props["maskops_mask_resolution"]),
             max_batch_size=int(props.get("maskops_max_batch_size", "16")),
+            output_layout=props.get("maskops_output_layout", "maskops"),
         )
 
 

@@ -22,6 +22,7 @@ import torch
 from maskops.evaluation.errors import ModelFileError
 from maskops.evaluation.predictor import LoadedPredictor
 from maskops.export.graph import INPUT_NAME, OUTPUT_NAMES, GraphMetadata, read_metadata
+from maskops.export.tao_layout import TAO_OUTPUT_NAMES, decode_tao_outputs
 from maskops.serving.triton_models.maskops_serving_ops import run_batched
 
 Output = dict[str, torch.Tensor]
@@ -93,10 +94,14 @@ class OnnxPredictor:
         return self.metadata.batch_size or self.metadata.max_batch_size
 
     def run_padded(self, images: np.ndarray) -> list[np.ndarray]:
-        """Run the graph on a ``[n, 3, H, W]`` float32 array; the five padded outputs.
+        """Run the graph on a ``[n, 3, H, W]`` float32 array; the five padded outputs
+        (decoded from TAO's two for a TAO-layout file).
 
         A graph of static batch ``S`` gets ``n`` = S; a dynamic one any ``n`` >= 1.
         """
+        if self.metadata.output_layout == "tao":
+            detections, masks = self.session.run(list(TAO_OUTPUT_NAMES), {INPUT_NAME: images})
+            return decode_tao_outputs(detections, masks)
         result: list[np.ndarray] = self.session.run(list(OUTPUT_NAMES), {INPUT_NAME: images})
         return result
 

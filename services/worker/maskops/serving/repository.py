@@ -383,12 +383,19 @@ def _all_or_nothing() -> Iterator[_Changes]:
 
 def _read_metadata(onnx_path: Path) -> GraphMetadata:
     try:
-        return read_metadata(onnx_path)
+        meta = read_metadata(onnx_path)
     except (ValueError, KeyError) as exc:
         raise PublishError(str(exc)) from None
     except Exception as exc:
         # onnx raises protobuf's DecodeError (and others) on a truncated or foreign file.
         raise PublishError(f"{onnx_path}: not a readable ONNX file ({exc})") from None
+    if meta.output_layout != "maskops":
+        raise PublishError(
+            f"{onnx_path}: has the {meta.output_layout!r} output layout (for TensorRT and "
+            "DeepStream); the Triton ensemble serves the maskops layout: export again "
+            "with --output_layout maskops"
+        )
+    return meta
 
 
 def _read_history(path: Path) -> list[dict[str, object]]:
