@@ -33,13 +33,11 @@ def check_cuda_at_start(queues: list[str], gpu_queue: str) -> str:
     if gpu_queue not in queues:
         return "not checked: this worker takes no gpu-queue jobs"
     try:
-        report = device.cuda_report_subprocess()
+        summary = device.check_cuda(device.cuda_report_subprocess()).summary()
+    except device.DeviceError as exc:
+        summary = f"unusable: {exc}"
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
-        return f"failed: the CUDA check did not run ({type(exc).__name__}: {exc})"
-    if not report.problem and device.cuda_required() and not report.usable:
-        summary = f"unusable: {device.REQUIRE_CUDA_ENV}=1 and {report.summary()}"
-    else:
-        summary = report.summary()
+        summary = f"failed: the CUDA check did not run ({type(exc).__name__}: {exc})"
     (log.error if summary.startswith(CUDA_UNUSABLE) else log.info)("CUDA check: %s", summary)
     return summary
 

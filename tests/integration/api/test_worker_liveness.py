@@ -69,7 +69,7 @@ def test_worker_that_requires_cuda_and_has_none_says_so_and_refuses_gpu_jobs(
     settings = clean_db.model_copy(update={"require_cuda": True})
     worker = workers("gpu0", settings=settings)
     check = _wait_check(client, lambda check: "cannot use its GPUs" in check, worker)
-    assert f"{REQUIRE_CUDA_ENV}=1" in check and "CUDA build" in check, check
+    assert f"{REQUIRE_CUDA_ENV}=1" in check and "built for CUDA" in check, check
     assert client.get("/readyz").status_code == 503
 
     dataset_id = register_demo(client, demo_root, worker)  # cpu-queue work still runs
