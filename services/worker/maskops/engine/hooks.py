@@ -3,7 +3,9 @@
 Order matters and is the order :func:`maskops.engine.train.run_training` registers them:
 cancellation (before a step), training metrics, checkpoint, evaluation, early stop, then
 the writers (log/JSONL/TensorBoard), status file and progress bar, which report what the
-hooks before them produced in the same step. Only rank 0 runs hooks that write files.
+hooks before them produced in the same step. Only rank 0 runs hooks that write files;
+the other ranks run a checkpoint hook (their random state) and the evaluation hook (their
+shard of the validation set), at the same steps as rank 0.
 """
 
 from __future__ import annotations
@@ -150,11 +152,20 @@ class EvalHook(HookBase):
     The evaluation runs inside ``torch.random.fork_rng`` so that it leaves the training RNG
     untouched: a resumed run (which does not repeat the evaluation) stays bit-identical to
     an uninterrupted one.
+
+    In a run of several ranks every rank has this hook and evaluates its shard
+    (:mod:`maskops.engine.evaluation`), all at the same steps; ``agree`` (the evaluation
+    group's :meth:`~maskops.engine.distributed.EvalGroup.all_agree`) makes the ranks take
+    the same decision on the final evaluation, which ranks see differently after a cancel
+    (only rank 0 knows the stop was one).
     """
 
-    def __init__(self, period: int, eval_fn: EvalFn) -> None:
+    def __init__(
+        self, period: int, eval_fn: EvalFn, *, agree: Callable[[bool], bool] | None = None
+    ) -> None:
         self.period = period
         self.eval_fn = eval_fn
+        self.agree = agree
         self.last_eval_step = -1
         self._start_step = 0
 
@@ -167,7 +178,9 @@ class EvalHook(HookBase):
             metrics = self.eval_fn(model, trainer.iter)
         model.train(was_training)
         self.last_eval_step = trainer.iter
-        logger.info("validation at step %d took %.1f s", trainer.iter, time.perf_counter() - start)
+        if trainer.is_main:
+            seconds = time.perf_counter() - start
+            logger.info("validation at step %d took %.1f s", trainer.iter, seconds)
         trainer.put_metrics(metrics)
 
     def after_step(self) -> None:
@@ -181,12 +194,14 @@ class EvalHook(HookBase):
         # A stop before max_steps (early stop) still gets its final figures; a cancel, a
         # failure or a run that had nothing left to train does not evaluate.
         trainer = self.trainer
-        if (
-            trainer.exception is None
-            and not trainer.cancelled
+        if trainer.exception is not None:
+            return  # no collective: the peers may be gone, torchrun stops the group
+        wanted = (
+            not trainer.cancelled
             and trainer.iter > self._start_step
             and self.last_eval_step != trainer.iter
-        ):
+        )
+        if self.agree(wanted) if self.agree is not None else wanted:
             self._run()
 
 

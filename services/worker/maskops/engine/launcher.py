@@ -150,6 +150,8 @@ def rank_arguments(
         f"{plan.timeouts.init_s:g}",
         "--collective_timeout_s",
         f"{plan.timeouts.collective_s:g}",
+        "--evaluation_timeout_s",
+        f"{plan.timeouts.evaluation_s:g}",
     ]
     if log_file is not None:
         args += ["--log_file", str(log_file)]
