@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from maskops.engine.distributed import EvalGroup, GroupTimeouts, RankInfo
+from maskops.engine.errors import EvaluationAbandoned
 from maskops.engine.evaluation import coco_eval_fn, sharded_coco_metrics
 from maskops.engine.trainer import AmpSettings
 from maskops.spec.models import ExperimentSpec
@@ -77,7 +78,14 @@ def _rank(
         )
         shard: list[int] = []
         sharded_coco_metrics(TorchPredictor(model), _recording(loader, shard), evaluator, group)
+        # A cancel only rank 1 sees stops the evaluation on both ranks.
+        try:
+            coco_eval_fn(spec, info, amp, label_map, group, lambda: rank == 1)(model, 0)
+            abandoned = False
+        except EvaluationAbandoned:
+            abandoned = True
         record = {
+            "abandoned": abandoned,
             "metrics": metrics,
             "shard": shard,
             "gathered_ids": evaluator.image_ids if rank == 0 else None,

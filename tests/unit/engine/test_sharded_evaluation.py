@@ -1,19 +1,26 @@
 """The evaluation inside a multi-rank training run is sharded and gathered: two real gloo
 ranks (tests/unit/engine/sharded_eval_ranks.py) evaluate a model on 7 validation images
-(4 + 3: the count does not divide) and get the metrics and detections of one process."""
+(4 + 3: the count does not divide) and get the metrics and detections of one process; a
+cancel seen by one rank abandons the evaluation on both, and the run then stops."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
 from maskops.data.labels import LabelMap
 from maskops.engine.distributed import EvalGroup, RankInfo
+from maskops.engine.errors import EvaluationAbandoned
 from maskops.engine.evaluation import coco_eval_fn
-from maskops.engine.trainer import AmpSettings
+from maskops.engine.hooks import CancelHook, EvalHook
+from maskops.engine.trainer import AmpSettings, Trainer
 from maskops.evaluation import COCOEvaluator, EvaluationError, TorchPredictor, evaluate_model
 from maskops.evaluation.evaluator import EvaluatorState
 from maskops.spec.models import ExperimentSpec
@@ -101,6 +108,7 @@ def test_two_gloo_ranks_evaluate_each_image_once_with_one_process_metrics(
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
     # One rank's "no" is every rank's "no".
     assert [r["agreed"] for r in ranks] == [False, False]
+    assert [r["abandoned"] for r in ranks] == [True, True]
 
 
 def test_an_image_in_two_states_is_refused(tiny_spec: ExperimentSpec) -> None:
@@ -110,3 +118,46 @@ def test_an_image_in_two_states_is_refused(tiny_spec: ExperimentSpec) -> None:
     evaluator = COCOEvaluator(tiny_spec.data_config.val_json_file, label_map)
     with pytest.raises(EvaluationError, match=r"more than once: ids \[5\]"):
         evaluator.load([EvaluatorState([4, 5], []), EvaluatorState([5, 6], [])])
+
+
+class _Scalar(nn.Module):
+    """One parameter: a model cheap enough for the training loop's hooks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+
+    def forward(self, images: Any, targets: Any) -> dict[str, torch.Tensor]:
+        return {"loss": ((self.w - 1.0) ** 2).sum()}
+
+
+def test_an_evaluation_a_cancel_abandoned_publishes_nothing_and_the_run_stops() -> None:
+    """Evaluating every step, a cancel arrives during the evaluation of step 2: that one
+    publishes nothing, the run stops before step 3 and does not evaluate again at the end."""
+    model = _Scalar()
+    trainer = Trainer(
+        model=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data=itertools.repeat(([torch.zeros(1)], [{}])),
+        schedule=lambda step: 0.1,
+        max_steps=5,
+        device=torch.device("cpu"),
+        amp=AmpSettings(enabled=False, device_type="cpu"),
+    )
+    cancel = threading.Event()
+    evaluated: list[int] = []
+
+    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
+        evaluated.append(step)
+        if step == 2:
+            cancel.set()
+        if cancel.is_set():
+            raise EvaluationAbandoned()
+        return {"metric": float(step)}
+
+    eval_hook = EvalHook(1, evaluate, agree=EvalGroup(None).all_agree)
+    trainer.register_hooks([eval_hook, CancelHook(cancel.is_set)])
+    trainer.train()
+    assert (trainer.iter, trainer.cancelled, evaluated) == (2, True, [1, 2])
+    assert eval_hook.last_eval_step == 1
+    assert trainer.latest_metrics == {"metric": 1.0}

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from maskops.engine.errors import EvaluationAbandoned
 from maskops.engine.optim import l2_loss_value
 from maskops.engine.trainer import HookBase
 
@@ -39,7 +40,8 @@ GRADIENT_NORM = "gradient norm"
 """The global gradient norm before clipping; logged when global_gradient_clip_ratio is set."""
 
 EvalFn = Callable[[nn.Module, int], dict[str, float]]
-"""``(model in eval or train mode as the function sets it, step) -> metrics``."""
+"""``(model in eval or train mode as the function sets it, step) -> metrics``; raises
+:class:`~maskops.engine.errors.EvaluationAbandoned` when a cancel stopped it."""
 
 
 def _due(step: int, period: int, max_steps: int) -> bool:
@@ -72,6 +74,13 @@ class CancelHook(HookBase):
     def before_step(self) -> None:
         if self.should_cancel():
             self.trainer.request_stop("cancelled", cancel=True)
+
+
+def cancel_check(hooks: Sequence[HookBase]) -> Callable[[], bool]:
+    """Whether a cancel hook (:class:`CancelHook`) among ``hooks`` asks to cancel: polled
+    between the batches of an evaluation, which then stops (``EvaluationAbandoned``)."""
+    checks = [hook.should_cancel for hook in hooks if isinstance(hook, CancelHook)]
+    return lambda: any(check() for check in checks)
 
 
 class TrainingMetricsHook(HookBase):
@@ -157,7 +166,8 @@ class EvalHook(HookBase):
     (:mod:`maskops.engine.evaluation`), all at the same steps; ``agree`` (the evaluation
     group's :meth:`~maskops.engine.distributed.EvalGroup.all_agree`) makes the ranks take
     the same decision on the final evaluation, which ranks see differently after a cancel
-    (only rank 0 knows the stop was one).
+    (only rank 0 knows the stop was one). An evaluation a cancel abandoned publishes
+    nothing and does not count as done.
     """
 
     def __init__(
@@ -174,9 +184,15 @@ class EvalHook(HookBase):
         model = trainer.unwrapped
         was_training = model.training
         start = time.perf_counter()
-        with _isolated_rng(trainer):
-            metrics = self.eval_fn(model, trainer.iter)
-        model.train(was_training)
+        try:
+            with _isolated_rng(trainer):
+                metrics = self.eval_fn(model, trainer.iter)
+        except EvaluationAbandoned:
+            if trainer.is_main:
+                logger.info("validation at step %d abandoned: cancelled", trainer.iter)
+            return
+        finally:
+            model.train(was_training)
         self.last_eval_step = trainer.iter
         if trainer.is_main:
             seconds = time.perf_counter() - start

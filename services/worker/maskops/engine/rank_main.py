@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             args.results_dir,
             gpu_index=args.gpu_index,
             log_file=args.log_file if rank == 0 else None,
-            extra_hooks=hooks if rank == 0 else [],
+            extra_hooks=hooks,  # rank 0 runs them; every rank's evaluation polls the cancel
             log_every=args.log_every,
             timeouts=GroupTimeouts(
                 args.init_timeout_s, args.collective_timeout_s, args.evaluation_timeout_s

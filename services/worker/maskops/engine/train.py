@@ -68,6 +68,7 @@ from maskops.engine.hooks import (
     TensorBoardWriter,
     TrainingMetricsHook,
     WriterHook,
+    cancel_check,
     write_json_atomic,
 )
 from maskops.engine.optim import (
@@ -379,11 +380,13 @@ def _train_rank_inner(
     )
     trainer.last_checkpoint = resume_from
     checkpoint_period = spec.save_checkpoints_steps or spec.num_steps_per_eval
-    # Every rank evaluates its shard of the validation set (maskops.engine.evaluation).
+    # Every rank evaluates its shard of the validation set (maskops.engine.evaluation); a
+    # cancel hook, run by rank 0 only, also stops an evaluation on the rank it is given to.
     eval_group = EvalGroup.create(info, timeouts)
+    stop = cancel_check(extra_hooks)
     eval_hook = EvalHook(
         spec.num_steps_per_eval,
-        eval_fn or default_eval_fn(spec, info, amp, label_map, eval_group),
+        eval_fn or default_eval_fn(spec, info, amp, label_map, eval_group, stop),
         agree=eval_group.all_agree,
     )
     hooks: list[HookBase] = [
@@ -515,7 +518,9 @@ def train_this_rank(
     timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     """This process's rank of the run (torchrun's, else rank 0 of 1): rank 0 returns the
-    result, the others None. ``timeouts``: how long the ranks wait for each other. Other
+    result, the others None. ``timeouts``: how long the ranks wait for each other.
+    ``extra_hooks`` run on rank 0 only; a :class:`~maskops.engine.hooks.CancelHook` among
+    them also stops an evaluation on any rank it is given to (give it to every rank). Other
     arguments as :func:`run_training`'s."""
     if log_every is None:
         log_every = spec.logging_frequency or LOG_PERIOD
