@@ -69,6 +69,11 @@ def _rank(
         loaded = load_model(checkpoint)
         model, label_map = loaded.model, loaded.label_map
         amp = AmpSettings(enabled=False, device_type="cpu")
+        if rank == 1:
+            # As after a DDP step: each rank's batch-norm statistics are its last batch's.
+            for name, buffer in model.named_buffers():
+                if name.endswith("running_var"):
+                    buffer.mul_(4.0)
         # The evaluation training runs, on every rank.
         metrics = coco_eval_fn(spec, info, amp, label_map, group)(model, 0)
         # The same sharded COCO evaluation, recording which images this rank ran.

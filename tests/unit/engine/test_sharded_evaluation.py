@@ -1,7 +1,8 @@
 """The evaluation inside a multi-rank training run is sharded and gathered: two real gloo
 ranks (tests/unit/engine/sharded_eval_ranks.py) evaluate a model on 7 validation images
-(4 + 3: the count does not divide) and get the metrics and detections of one process; a
-cancel seen by one rank abandons the evaluation on both, and the run then stops."""
+(4 + 3: the count does not divide) and get the metrics and detections of one process,
+also when rank 1's batch-norm statistics differ from rank 0's (as DDP leaves them after a
+step); a cancel seen by one rank abandons the evaluation on both, and the run then stops."""
 
 from __future__ import annotations
 

@@ -178,6 +178,26 @@ class EvalGroup:
         result: T = holder[0]
         return result
 
+    @torch.no_grad()
+    def share_buffers(self, module: torch.nn.Module) -> None:
+        """Give every rank rank 0's buffers of ``module`` (batch-norm running statistics).
+
+        DistributedDataParallel keeps the parameters equal but copies rank 0's buffers to
+        the others only at the start of a forward: after a step each rank holds the running
+        statistics its own last batch left. Rank 0's are the ones its checkpoint saves, so
+        with them every rank evaluates the checkpoint's model (the next step overwrites the
+        others' buffers with rank 0's anyway). Sent through the CPU, one tensor per dtype.
+        """
+        if self.group is None:
+            return
+        buffers = list(module.buffers())
+        for dtype in sorted({b.dtype for b in buffers}, key=str):
+            same = [b for b in buffers if b.dtype == dtype]
+            flat = torch.cat([b.detach().reshape(-1).cpu() for b in same])
+            dist.broadcast(flat, src=0, group=self.group)
+            for buffer, value in zip(same, flat.split([b.numel() for b in same]), strict=True):
+                buffer.copy_(value.view_as(buffer))
+
     def all_agree(self, flag: bool) -> bool:
         """Whether ``flag`` is true on every rank: a branch every rank then takes alike."""
         if self.group is None:

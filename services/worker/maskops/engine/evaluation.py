@@ -1,14 +1,17 @@
 """The periodic evaluation of a training run, sharded across its ranks.
 
-Each rank evaluates its own slice of the validation set: the evaluation loader of rank
-``r`` of ``W`` takes samples ``r, r + W, ...``, so every image is evaluated exactly once
-and the slices differ by at most one image when ``W`` does not divide their number. The
-ranks then meet on the :class:`~maskops.engine.distributed.EvalGroup` (gloo, a long
-timeout): rank 0 gathers every image's COCO results and every rank's validation-loss sums,
-computes the metrics (the same as a one-rank evaluation of the same weights: same
-detections, evaluated in image id order) and broadcasts them, so that all ranks leave the
-evaluation together and with the same figures. A rank waits for its peers as long as the
-slowest shard takes, then for rank 0's COCO computation; never on the training group.
+First every rank takes rank 0's buffers (batch-norm statistics, which DDP leaves to differ
+after a step: :meth:`~maskops.engine.distributed.EvalGroup.share_buffers`), so that all
+evaluate the model rank 0 checkpoints. Each rank then evaluates its own slice of the
+validation set: the evaluation loader of rank ``r`` of ``W`` takes samples
+``r, r + W, ...``, so every image is evaluated exactly once and the slices differ by at
+most one image when ``W`` does not divide their number. The ranks then meet on the
+:class:`~maskops.engine.distributed.EvalGroup` (gloo, a long timeout): rank 0 gathers
+every image's COCO results and every rank's validation-loss sums, computes the metrics
+(the same as a one-rank evaluation of the checkpoint: same detections, evaluated in image
+id order) and broadcasts them, so that all ranks leave the evaluation together and with
+the same figures. A rank waits for its peers as long as the slowest shard takes, then for
+rank 0's COCO computation; never on the training group.
 
 A cancel requested during an evaluation stops it: every rank that sees the request stops
 between two batches, and the evaluation is abandoned on every rank
@@ -128,6 +131,26 @@ def sharded_validation_loss(
     return _decided(group, None if stopped else sums, mean_losses)
 
 
+def _loss_pass(
+    spec: ExperimentSpec,
+    info: RankInfo,
+    amp: AmpSettings,
+    label_map: LabelMap,
+    group: EvalGroup,
+    stop: StopCheck,
+) -> Callable[[nn.Module], dict[str, float]]:
+    """The validation losses of a model whose buffers the ranks already share."""
+    from maskops.data.pipeline import build_eval_loader
+
+    def losses(model: nn.Module) -> dict[str, float]:
+        loader = build_eval_loader(
+            spec, label_map=label_map, rank=info.rank, world_size=info.world_size
+        )
+        return sharded_validation_loss(model, loader, info, amp, group, stop=stop)
+
+    return losses
+
+
 def loss_eval_fn(
     spec: ExperimentSpec,
     info: RankInfo,
@@ -137,13 +160,11 @@ def loss_eval_fn(
     stop: StopCheck = _never,
 ) -> EvalFn:
     """The validation losses (``val/<TAO loss name>``, ``val/Total loss``)."""
-    from maskops.data.pipeline import build_eval_loader
+    losses = _loss_pass(spec, info, amp, label_map, group, stop)
 
     def evaluate(model: nn.Module, step: int) -> dict[str, float]:
-        loader = build_eval_loader(
-            spec, label_map=label_map, rank=info.rank, world_size=info.world_size
-        )
-        return sharded_validation_loss(model, loader, info, amp, group, stop=stop)
+        group.share_buffers(model)
+        return losses(model)
 
     return evaluate
 
@@ -168,9 +189,10 @@ def coco_eval_fn(
     )
     evaluator = COCOEvaluator(spec.data_config.val_json_file, label_map, iou_types=iou_types)
     autocast_dtype = amp.dtype if amp.enabled else None
-    losses = loss_eval_fn(spec, info, amp, label_map, group, stop)
+    losses = _loss_pass(spec, info, amp, label_map, group, stop)
 
     def evaluate(model: nn.Module, step: int) -> dict[str, float]:
+        group.share_buffers(model)
         predictor = TorchPredictor(model, device=info.device, autocast_dtype=autocast_dtype)
         # Ground truth comes from val_json_file: the loader need not decode masks.
         loader = build_eval_loader(
@@ -183,7 +205,7 @@ def coco_eval_fn(
         metrics, rows = sharded_coco_metrics(predictor, loader, evaluator, group, stop=stop)
         if info.is_main:
             logger.info("per-class AP at step %d:\n%s", step, format_per_class(rows))
-        return metrics | per_class_metrics(rows) | losses(model, step)
+        return metrics | per_class_metrics(rows) | losses(model)
 
     return evaluate
 
