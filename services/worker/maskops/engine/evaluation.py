@@ -48,7 +48,8 @@ R = TypeVar("R")
 
 
 StopCheck = Callable[[], bool]
-"""Polled between batches: true once a cancel was requested (see :func:`abandon_on`)."""
+"""Polled between batches: true once a cancel was requested
+(:func:`~maskops.engine.hooks.cancel_check`)."""
 
 
 def _never() -> bool:
