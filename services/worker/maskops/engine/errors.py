@@ -36,6 +36,11 @@ class ProcessGroupError(RuntimeError):
     restarts the group) rather than wait for peers that never come."""
 
 
+class EvaluationAbandoned(Exception):
+    """A cancel came during an evaluation: every rank stopped it (between two batches) and
+    it published nothing; the run stops at the step boundary that follows."""
+
+
 class TrainingCancelled(Exception):
     """Training stopped on request at a step boundary; ``checkpoint`` holds that step."""
 

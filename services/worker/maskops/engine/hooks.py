@@ -3,7 +3,9 @@
 Order matters and is the order :func:`maskops.engine.train.run_training` registers them:
 cancellation (before a step), training metrics, checkpoint, evaluation, early stop, then
 the writers (log/JSONL/TensorBoard), status file and progress bar, which report what the
-hooks before them produced in the same step. Only rank 0 runs hooks that write files.
+hooks before them produced in the same step. Only rank 0 runs hooks that write files;
+the other ranks run a checkpoint hook (their random state) and the evaluation hook (their
+shard of the validation set), at the same steps as rank 0.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from maskops.engine.errors import EvaluationAbandoned
 from maskops.engine.optim import l2_loss_value
 from maskops.engine.trainer import HookBase
 
@@ -37,7 +40,8 @@ GRADIENT_NORM = "gradient norm"
 """The global gradient norm before clipping; logged when global_gradient_clip_ratio is set."""
 
 EvalFn = Callable[[nn.Module, int], dict[str, float]]
-"""``(model in eval or train mode as the function sets it, step) -> metrics``."""
+"""``(model in eval or train mode as the function sets it, step) -> metrics``; raises
+:class:`~maskops.engine.errors.EvaluationAbandoned` when a cancel stopped it."""
 
 
 def _due(step: int, period: int, max_steps: int) -> bool:
@@ -70,6 +74,13 @@ class CancelHook(HookBase):
     def before_step(self) -> None:
         if self.should_cancel():
             self.trainer.request_stop("cancelled", cancel=True)
+
+
+def cancel_check(hooks: Sequence[HookBase]) -> Callable[[], bool]:
+    """Whether a cancel hook (:class:`CancelHook`) among ``hooks`` asks to cancel: polled
+    between the batches of an evaluation, which then stops (``EvaluationAbandoned``)."""
+    checks = [hook.should_cancel for hook in hooks if isinstance(hook, CancelHook)]
+    return lambda: any(check() for check in checks)
 
 
 class TrainingMetricsHook(HookBase):
@@ -150,11 +161,21 @@ class EvalHook(HookBase):
     The evaluation runs inside ``torch.random.fork_rng`` so that it leaves the training RNG
     untouched: a resumed run (which does not repeat the evaluation) stays bit-identical to
     an uninterrupted one.
+
+    In a run of several ranks every rank has this hook and evaluates its shard
+    (:mod:`maskops.engine.evaluation`), all at the same steps; ``agree`` (the evaluation
+    group's :meth:`~maskops.engine.distributed.EvalGroup.all_agree`) makes the ranks take
+    the same decision on the final evaluation, which ranks see differently after a cancel
+    (only rank 0 knows the stop was one). An evaluation a cancel abandoned publishes
+    nothing and does not count as done.
     """
 
-    def __init__(self, period: int, eval_fn: EvalFn) -> None:
+    def __init__(
+        self, period: int, eval_fn: EvalFn, *, agree: Callable[[bool], bool] | None = None
+    ) -> None:
         self.period = period
         self.eval_fn = eval_fn
+        self.agree = agree
         self.last_eval_step = -1
         self._start_step = 0
 
@@ -163,11 +184,19 @@ class EvalHook(HookBase):
         model = trainer.unwrapped
         was_training = model.training
         start = time.perf_counter()
-        with _isolated_rng(trainer):
-            metrics = self.eval_fn(model, trainer.iter)
-        model.train(was_training)
+        try:
+            with _isolated_rng(trainer):
+                metrics = self.eval_fn(model, trainer.iter)
+        except EvaluationAbandoned:
+            if trainer.is_main:
+                logger.info("validation at step %d abandoned: cancelled", trainer.iter)
+            return
+        finally:
+            model.train(was_training)
         self.last_eval_step = trainer.iter
-        logger.info("validation at step %d took %.1f s", trainer.iter, time.perf_counter() - start)
+        if trainer.is_main:
+            seconds = time.perf_counter() - start
+            logger.info("validation at step %d took %.1f s", trainer.iter, seconds)
         trainer.put_metrics(metrics)
 
     def after_step(self) -> None:
@@ -181,12 +210,14 @@ class EvalHook(HookBase):
         # A stop before max_steps (early stop) still gets its final figures; a cancel, a
         # failure or a run that had nothing left to train does not evaluate.
         trainer = self.trainer
-        if (
-            trainer.exception is None
-            and not trainer.cancelled
+        if trainer.exception is not None:
+            return  # no collective: the peers may be gone, torchrun stops the group
+        wanted = (
+            not trainer.cancelled
             and trainer.iter > self._start_step
             and self.last_eval_step != trainer.iter
-        ):
+        )
+        if self.agree(wanted) if self.agree is not None else wanted:
             self._run()
 
 

@@ -10,7 +10,8 @@ The parent and the ranks share only files in the results directory:
 
 * ``launch/spec.json``: the resolved spec every rank trains;
 * ``launch/cancel``: created by the parent to stop the run; rank 0 sees it at the next step
-  boundary, the ranks agree, rank 0 saves the checkpoint of that step and all exit;
+  boundary, the ranks agree, rank 0 saves the checkpoint of that step and all exit (every
+  rank also sees it between two batches of an evaluation, which is then abandoned);
 * ``status.json``: rank 0's state, step, metrics and last checkpoint (``StatusHook``), read
   for progress and for the outcome;
 * ``launch/rank-<R>.error``: a rank's one-line error, for the failure the parent reports.
@@ -150,6 +151,8 @@ def rank_arguments(
         f"{plan.timeouts.init_s:g}",
         "--collective_timeout_s",
         f"{plan.timeouts.collective_s:g}",
+        "--evaluation_timeout_s",
+        f"{plan.timeouts.evaluation_s:g}",
     ]
     if log_file is not None:
         args += ["--log_file", str(log_file)]

@@ -1,6 +1,6 @@
 """One training rank under torchrun: ``python -m maskops.engine.rank_main --spec S
 --results_dir D [--cancel_file F] [--gpu_index I] [--log_file L] [--log_every N]
-[--init_timeout_s T] [--collective_timeout_s T]``.
+[--init_timeout_s T] [--collective_timeout_s T] [--evaluation_timeout_s T]``.
 
 torchrun (:mod:`maskops.engine.launcher`) starts this once per rank with ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous in the environment. Rank 0 writes the
@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=GroupTimeouts.collective_s,
         help="seconds a rank waits for the others in one collective",
+    )
+    parser.add_argument(
+        "--evaluation_timeout_s",
+        type=float,
+        default=GroupTimeouts.evaluation_s,
+        help="seconds a rank waits for the others in one collective of an evaluation",
     )
     return parser
 
@@ -115,9 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             args.results_dir,
             gpu_index=args.gpu_index,
             log_file=args.log_file if rank == 0 else None,
-            extra_hooks=hooks if rank == 0 else [],
+            extra_hooks=hooks,  # rank 0 runs them; every rank's evaluation polls the cancel
             log_every=args.log_every,
-            timeouts=GroupTimeouts(args.init_timeout_s, args.collective_timeout_s),
+            timeouts=GroupTimeouts(
+                args.init_timeout_s, args.collective_timeout_s, args.evaluation_timeout_s
+            ),
         )
     except TrainingCancelled as exc:
         logger.info("%s", exc)

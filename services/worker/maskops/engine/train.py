@@ -17,6 +17,8 @@ Recipe decisions (TAO's where TAO has one):
   the newest with its optimizer, scaler, RNG states and data position, so that it ends
   where an uninterrupted run ends. ``checkpoint`` (pretrained weights) is then not loaded.
 * Only rank 0 writes checkpoints, logs, TensorBoard events and ``status.json``.
+* The periodic evaluation is sharded across the ranks and gathered to rank 0
+  (:mod:`maskops.engine.evaluation`).
 """
 
 from __future__ import annotations
@@ -41,11 +43,17 @@ from maskops.engine.checkpointing import (
     resumable_checkpoint,
     save_rank_state,
 )
-from maskops.engine.distributed import GroupTimeouts, RankInfo, run_rank, torchrun_env
+from maskops.engine.distributed import (
+    EvalGroup,
+    GroupTimeouts,
+    RankInfo,
+    run_rank,
+    torchrun_env,
+)
 from maskops.engine.errors import TrainingCancelled, TrainingError
+from maskops.engine.evaluation import default_eval_fn
 from maskops.engine.hooks import (
     BEST_FILE,
-    PER_CLASS_KEYS,
     BestCheckpointHook,
     CheckpointHook,
     EarlyStopHook,
@@ -60,6 +68,7 @@ from maskops.engine.hooks import (
     TensorBoardWriter,
     TrainingMetricsHook,
     WriterHook,
+    cancel_check,
     write_json_atomic,
 )
 from maskops.engine.optim import (
@@ -77,7 +86,6 @@ from maskops.engine.trainer import (
     Trainer,
     trains_channels_last,
 )
-from maskops.engine.validation import validation_loss
 from maskops.spec.models import VALIDATION_LOSS, ExperimentSpec
 
 logger = logging.getLogger("maskops.train")
@@ -182,69 +190,6 @@ def _infinite(make_loader: Callable[[], Any]) -> Iterator[Batch]:
             raise TrainingError("the training data yielded no batches")
 
 
-def loss_eval_fn(
-    spec: ExperimentSpec, info: RankInfo, amp: AmpSettings, label_map: LabelMap
-) -> EvalFn:
-    """The validation losses (``val/<TAO loss name>``, ``val/Total loss``)."""
-    from maskops.data.pipeline import build_eval_loader
-
-    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
-        loader = build_eval_loader(spec, label_map=label_map)
-        return validation_loss(model, loader, device=info.device, amp=amp)
-
-    return evaluate
-
-
-def coco_eval_fn(
-    spec: ExperimentSpec, info: RankInfo, amp: AmpSettings, label_map: LabelMap
-) -> EvalFn:
-    """The 24 COCO metrics and per-class AP on the validation shards (ground truth
-    ``val_json_file``), and the validation losses beside them."""
-    from maskops.data.pipeline import build_eval_loader
-    from maskops.evaluation.coco import IouType
-    from maskops.evaluation.evaluator import COCOEvaluator
-    from maskops.evaluation.predictor import TorchPredictor
-    from maskops.evaluation.runner import evaluate_model, format_per_class
-
-    iou_types: tuple[IouType, ...] = (
-        ("bbox", "segm") if spec.maskrcnn_config.include_mask else ("bbox",)
-    )
-    evaluator = COCOEvaluator(spec.data_config.val_json_file, label_map, iou_types=iou_types)
-    autocast_dtype = amp.dtype if amp.enabled else None
-    losses = loss_eval_fn(spec, info, amp, label_map)
-
-    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
-        predictor = TorchPredictor(model, device=info.device, autocast_dtype=autocast_dtype)
-        # Ground truth comes from val_json_file: the loader need not decode masks.
-        loader = build_eval_loader(spec, label_map=label_map, with_masks=False)
-        metrics = evaluate_model(predictor, loader, evaluator)
-        rows = evaluator.per_class()
-        logger.info("per-class AP at step %d:\n%s", step, format_per_class(rows))
-        return metrics | per_class_metrics(rows) | losses(model, step)
-
-    return evaluate
-
-
-def per_class_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """``AP/<name>`` and ``mask_AP/<name>`` scalars of per-class rows (for TensorBoard and
-    metrics.jsonl; the log shows them as a table instead)."""
-    return {
-        f"{key}/{row['name']}": float(row[key])
-        for row in rows
-        for key in PER_CLASS_KEYS
-        if key in row
-    }
-
-
-def default_eval_fn(
-    spec: ExperimentSpec, info: RankInfo, amp: AmpSettings, label_map: LabelMap
-) -> EvalFn:
-    """COCO metrics when the spec names ``val_json_file``, else the validation loss."""
-    if spec.data_config.val_json_file:
-        return coco_eval_fn(spec, info, amp, label_map)
-    return loss_eval_fn(spec, info, amp, label_map)
-
-
 def _summary_images(spec: ExperimentSpec, label_map: LabelMap) -> list[torch.Tensor]:
     """The first few validation images, for ``visualize_images_summary``."""
     from maskops.data.pipeline import build_eval_loader
@@ -302,6 +247,7 @@ def _train_rank(
     eval_fn: EvalFn | None = None,
     log_every: int = LOG_PERIOD,
     channels_last: bool | None = None,
+    timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     file_handler: logging.Handler | None = None
     if info.is_main and log_file is not None:
@@ -311,7 +257,7 @@ def _train_rank(
         logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
     try:
         return _train_rank_inner(
-            info, spec, results_dir, extra_hooks, eval_fn, log_every, channels_last
+            info, spec, results_dir, extra_hooks, eval_fn, log_every, channels_last, timeouts
         )
     finally:
         if file_handler is not None:
@@ -327,6 +273,7 @@ def _train_rank_inner(
     eval_fn: EvalFn | None,
     log_every: int,
     channels_last: bool | None,
+    timeouts: GroupTimeouts,
 ) -> TrainResult | None:
     from maskops.data.pipeline import build_train_loader
 
@@ -433,16 +380,23 @@ def _train_rank_inner(
     )
     trainer.last_checkpoint = resume_from
     checkpoint_period = spec.save_checkpoints_steps or spec.num_steps_per_eval
+    # Every rank evaluates its shard of the validation set (maskops.engine.evaluation); a
+    # cancel hook, run by rank 0 only, also stops an evaluation on the rank it is given to.
+    eval_group = EvalGroup.create(info, timeouts)
+    stop = cancel_check(extra_hooks)
+    eval_hook = EvalHook(
+        spec.num_steps_per_eval,
+        eval_fn or default_eval_fn(spec, info, amp, label_map, eval_group, stop),
+        agree=eval_group.all_agree,
+    )
     hooks: list[HookBase] = [
         CheckpointHook(
             checkpoint_period,
             lambda step: save_rank_state(results_dir, info.rank, step, keep=spec.keep_checkpoints),
-        )
+        ),
+        eval_hook,
     ]
     if info.is_main:
-        eval_hook = EvalHook(
-            spec.num_steps_per_eval, eval_fn or default_eval_fn(spec, info, amp, label_map)
-        )
         best_metric = best_checkpoint_metric(spec, custom_eval=eval_fn is not None)
         tensorboard = TensorBoardWriter(results_dir / EVENTS_DIR)
         events: list[MetricWriter] = [
@@ -564,7 +518,9 @@ def train_this_rank(
     timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     """This process's rank of the run (torchrun's, else rank 0 of 1): rank 0 returns the
-    result, the others None. ``timeouts``: how long the ranks wait for each other. Other
+    result, the others None. ``timeouts``: how long the ranks wait for each other.
+    ``extra_hooks`` run on rank 0 only; a :class:`~maskops.engine.hooks.CancelHook` among
+    them also stops an evaluation on any rank it is given to (give it to every rank). Other
     arguments as :func:`run_training`'s."""
     if log_every is None:
         log_every = spec.logging_frequency or LOG_PERIOD
@@ -585,6 +541,7 @@ def train_this_rank(
                 "eval_fn": eval_fn,
                 "log_every": log_every,
                 "channels_last": channels_last,
+                "timeouts": timeouts,
             },
         )
     except (TrainingError, RuntimeError) as exc:

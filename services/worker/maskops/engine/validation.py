@@ -13,7 +13,10 @@ from maskops.engine.trainer import AmpSettings, Batch, move_batch, tao_loss_name
 VAL_PREFIX = "val/"
 
 
-@torch.no_grad()
+LossSums = tuple[dict[str, float], int]
+"""``({"val/<TAO name>": sum over batches}, batches)``: what ranks add up."""
+
+
 def validation_loss(
     model: nn.Module,
     batches: Iterable[Batch],
@@ -21,7 +24,31 @@ def validation_loss(
     device: torch.device,
     amp: AmpSettings,
 ) -> dict[str, float]:
-    """Mean training losses over the validation batches, keyed ``val/<TAO name>``.
+    """Mean training losses over the validation batches, keyed ``val/<TAO name>``
+    (see :func:`validation_loss_sums`)."""
+    return mean_losses([validation_loss_sums(model, batches, device=device, amp=amp)])
+
+
+def mean_losses(parts: Iterable[LossSums]) -> dict[str, float]:
+    """The mean per batch over all batches of ``parts`` (one per rank); {} without any."""
+    sums: dict[str, float] = {}
+    count = 0
+    for part_sums, part_count in parts:
+        for key, value in part_sums.items():
+            sums[key] = sums.get(key, 0.0) + value
+        count += part_count
+    return {k: v / count for k, v in sums.items()} if count else {}
+
+
+@torch.no_grad()
+def validation_loss_sums(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    *,
+    device: torch.device,
+    amp: AmpSettings,
+) -> LossSums:
+    """Training losses summed over the validation batches, and the number of batches.
 
     The model runs in training mode (only it computes losses) with every batch-norm layer
     in eval mode, so validation never changes the running statistics.
@@ -47,6 +74,4 @@ def validation_loss(
             batches_seen += 1
     finally:
         model.train(was_training)
-    if batches_seen == 0:
-        return {}
-    return {k: v / batches_seen for k, v in sums.items()}
+    return sums, batches_seen

@@ -2,14 +2,18 @@
 
 Used by ``maskops evaluate``, by the trainer's periodic evaluation and by anything else
 that has batches of (targets, outputs): ``reset()``, ``process()`` per batch, then
-``evaluate()``.
+``evaluate()``. An evaluation split over processes (training's ranks) processes a disjoint
+part of the images in each and hands its :meth:`COCOEvaluator.state` to one of them, which
+loads them all (:meth:`COCOEvaluator.load`) and evaluates: the same metrics as one process
+that processed every image, in any order.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -25,6 +29,14 @@ from maskops.evaluation.coco import (
 from maskops.evaluation.errors import EvaluationError, GroundTruthError
 from maskops.evaluation.postprocess import detections_to_coco
 from maskops.evaluation.threads import map_single_threaded
+
+
+class EvaluatorState(NamedTuple):
+    """What an evaluator has processed: the image ids and their COCO results (plain
+    lists, dicts, strings and numbers: small to pickle and send)."""
+
+    image_ids: list[int]
+    results: list[dict[str, Any]]
 
 
 class COCOEvaluator:
@@ -116,18 +128,41 @@ class COCOEvaluator:
             self.image_ids.append(int(target["image_id"]))
             self.results.extend(results)
 
+    def state(self) -> EvaluatorState:
+        """What :meth:`process` has kept so far, for :meth:`load` in another process."""
+        return EvaluatorState(list(self.image_ids), list(self.results))
+
+    def load(self, states: Sequence[EvaluatorState]) -> None:
+        """Replace what was processed by the union of ``states``: the states of
+        evaluators (of the same ground truth) that processed disjoint sets of images.
+
+        Raises:
+            EvaluationError: an image is in two states (it would count twice).
+        """
+        self.reset()
+        for image_ids, results in states:
+            self.image_ids.extend(image_ids)
+            self.results.extend(results)
+        if len(set(self.image_ids)) != len(self.image_ids):
+            twice = sorted(i for i, n in Counter(self.image_ids).items() if n > 1)
+            raise EvaluationError(f"images evaluated more than once: ids {twice[:10]}")
+
     def evaluate(self) -> dict[str, float]:
         """COCO metrics over the processed images, keyed by :attr:`metric_names`.
 
         With ``include_mask`` off the dict has only the twelve box metrics. A value of -1
-        is COCOeval's "no ground truth in this area range".
+        is COCOeval's "no ground truth in this area range". The order images were processed
+        in does not matter: results are evaluated in image id order, each image's in the
+        model's order.
         """
         if not self.image_ids:
             raise EvaluationError("no images were evaluated (is the validation data empty?)")
         if "segm" in self.iou_types and any("segmentation" not in r for r in self.results):
             raise EvaluationError("mask metrics requested but the model output has no masks")
+        # Stable: an image's detections keep their order, which decides COCOeval's ties.
+        results = sorted(self.results, key=lambda r: int(r["image_id"]))
         return self._metrics.compute(
-            self.results, image_ids=self.image_ids, iou_types=self.iou_types
+            results, image_ids=sorted(self.image_ids), iou_types=self.iou_types
         )
 
     def per_class(self) -> list[dict[str, Any]]:
