@@ -1,46 +1,58 @@
 #!/usr/bin/env bash
-# Build TensorRT engines for published networks, then run tritonserver with the given args.
+# Start tritonserver with the given args, after building the TensorRT engines that
+# repositories written by an older maskops still lack.
 #
-# For every network part _<model>.net whose config.pbtxt says platform "tensorrt_plan", each
-# version folder holding model.onnx but no model.plan gets one, built by trtexec at the
-# precision recorded by `maskops publish` (settings.json: data_type fp32 | fp16 | int8; int8 graphs are QDQ, so
-# TensorRT takes the scales from the graph and needs no calibrator). The graph takes a batch
-# [N, 3, H, W]: a dynamic N gets the optimisation profile 1..max_batch_size (settings.json,
-# the network's Triton max_batch_size), tuned for max_batch_size since Triton's dynamic
-# batcher fills batches under load; a static N (older exports: 1) needs no profile.
-set -euo pipefail
+# Publish no longer needs this: on GPU hosts it writes Triton's onnxruntime backend with
+# the TensorRT accelerator (Triton builds the engine when it loads the model), and the
+# tensorrt backend takes only a model.plan built beforehand by `maskops gen_trt_engine`
+# (docs/operations.md#gpu-serving). Older publishes wrote platform "tensorrt_plan" next to
+# model.onnx alone: for each such version folder this builds model.plan with this image's
+# trtexec (so with the TensorRT that Triton runs), at the precision recorded in
+# settings.json (data_type fp32 | fp16 | int8; int8 graphs are QDQ, so TensorRT takes the
+# scales from the graph) and, for a dynamic batch [N, 3, H, W], the profile
+# 1..max_batch_size tuned for max_batch_size. A build that fails is logged and skipped:
+# that model fails to load, every other model and the server start as usual.
+set -uo pipefail
 
 REPO=/models
 for arg in "$@"; do
   case "$arg" in --model-repository=*) REPO="${arg#*=}" ;; esac
 done
 
-shopt -s nullglob
-for config in "$REPO"/_*.net/config.pbtxt; do
-  grep -q 'platform: "tensorrt_plan"' "$config" || continue
-  model_dir="$(dirname "$config")"
-  for version_dir in "$model_dir"/[0-9]*/; do
-    onnx="$version_dir/model.onnx"; plan="$version_dir/model.plan"
-    [[ -f "$onnx" && ! -f "$plan" ]] || continue
-    read -r data_type shapes < <(python3 -c '
+build_engine() {  # build_engine VERSION_DIR: model.plan from model.onnx; non-zero on failure
+  local version_dir="$1" onnx="$1/model.onnx" plan="$1/model.plan" data_type shapes
+  read -r data_type shapes < <(python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
 h, w = s["image_size"]
 dynamic = "max_batch_size" in s and s.get("static_batch_size") is None
 b = s.get("max_batch_size", 1)
 print(s["data_type"], f"images:1x3x{h}x{w},images:{b}x3x{h}x{w}" if dynamic else "-")
-' "$version_dir/settings.json")
-    flags=()
-    if [[ "$shapes" != "-" ]]; then
-      flags+=(--minShapes="${shapes%%,*}" --optShapes="${shapes#*,}" --maxShapes="${shapes#*,}")
+' "$version_dir/settings.json") || return 1
+  local flags=()
+  if [[ "$shapes" != "-" ]]; then
+    flags+=(--minShapes="${shapes%%,*}" --optShapes="${shapes#*,}" --maxShapes="${shapes#*,}")
+  fi
+  case "$data_type" in
+    fp16) flags+=(--fp16) ;;
+    int8) flags+=(--int8 --fp16) ;;
+  esac
+  echo "maskops-triton: building TensorRT engine ($data_type) for $version_dir"
+  trtexec --onnx="$onnx" --saveEngine="$plan.tmp" "${flags[@]}" --skipInference \
+    && mv "$plan.tmp" "$plan"
+}
+
+shopt -s nullglob
+for config in "$REPO"/_*.net/config.pbtxt; do
+  grep -q 'platform: "tensorrt_plan"' "$config" || continue
+  for version_dir in "$(dirname "$config")"/[0-9]*/; do
+    version_dir="${version_dir%/}"
+    [[ -f "$version_dir/model.onnx" && ! -f "$version_dir/model.plan" ]] || continue
+    if ! build_engine "$version_dir"; then
+      rm -f "$version_dir/model.plan.tmp"
+      echo "maskops-triton: no TensorRT engine for $version_dir (build failed, see above);" \
+        "that model will not load: publish it again (docs/operations.md#gpu-serving)" >&2
     fi
-    case "$data_type" in
-      fp16) flags+=(--fp16) ;;
-      int8) flags+=(--int8 --fp16) ;;
-    esac
-    echo "maskops-triton: building TensorRT engine ($data_type) for $version_dir"
-    trtexec --onnx="$onnx" --saveEngine="$plan.tmp" "${flags[@]}" --skipInference
-    mv "$plan.tmp" "$plan"
   done
 done
 

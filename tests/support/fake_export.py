@@ -29,7 +29,10 @@ def fake_onnx_export(
         [onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, shape)],
         [onnx.helper.make_tensor_value_info("boxes", onnx.TensorProto.FLOAT, shape)],
     )
-    model = onnx.helper.make_model(graph)
+    # An IR version and opset every onnxruntime of the lock loads (tests start sessions on it).
+    model = onnx.helper.make_model(
+        graph, ir_version=8, opset_imports=[onnx.helper.make_opsetid("", 17)]
+    )
     set_metadata(
         model,
         GraphMetadata(
@@ -45,3 +48,28 @@ def fake_onnx_export(
     )
     onnx.save(model, str(path))
     return path
+
+
+def fake_engine(
+    onnx_path: Path,
+    *,
+    tensorrt_version: str = "10.7.0.23",
+    profile: tuple[int, int, int] = (1, 3, 3),
+    data_type: str = "fp16",
+) -> Path:
+    """``<onnx stem>.engine`` (bytes standing for a plan: publishing never loads it) with the
+    record ``maskops gen_trt_engine`` writes next to an engine it built."""
+    from maskops.serving.engines import write_engine_record
+
+    engine = onnx_path.with_suffix(".engine")
+    engine.write_bytes(b"plan bytes")
+    write_engine_record(
+        engine,
+        onnx_path=onnx_path,
+        data_type=data_type,
+        image_size=(64, 96),
+        profile=profile,
+        tensorrt_version=tensorrt_version,
+        gpu="test GPU (sm_90)",
+    )
+    return engine

@@ -37,9 +37,23 @@ class Settings(BaseSettings):
     ``triton_dns_refresh_s``; its replicas add to ``triton_url``'s."""
     triton_dns_refresh_s: float = Field(default=10.0, gt=0)
     model_repository: Path = Path("./model_repository")
-    triton_net_backend: Literal["python", "onnxruntime", "tensorrt"] = "python"
+    triton_device: Literal["cpu", "gpu"] = "cpu"
+    """Where Triton runs the networks of published models (the operator says, nothing is
+    probed): ``gpu`` for the official GPU image (docs/operations.md#gpu-serving)."""
+    triton_gpus: list[int] = Field(default_factory=list)
+    """GPU ids the network instances run on (JSON list, ``[0, 1]``); empty: every GPU
+    each Triton sees."""
+    triton_net_backend: Literal["auto", "python", "onnxruntime", "tensorrt"] = "auto"
     """How published models run their network: ``python`` (onnxruntime inside Triton's
-    python backend, the PyPI server) or the official image's onnxruntime/tensorrt."""
+    python backend, the PyPI server), ``onnxruntime`` (Triton's backend; on GPUs with the
+    TensorRT accelerator) or ``tensorrt`` (an engine from ``maskops gen_trt_engine``);
+    ``auto``: onnxruntime on GPUs, python on CPUs."""
+    triton_tensorrt_version: str = ""
+    """The TensorRT of the Triton that serves (``tensorrt`` engines must be built by the
+    same); empty: the version in the Triton image maskops pins."""
+    triton_model_repository: str = ""
+    """``model_repository`` as Triton sees it (its mount), where the TensorRT engine cache
+    of GPU models is; empty: the same path."""
     max_infer_image_bytes: int = 32 * 1024**2
     max_infer_images: int = 16
     max_infer_image_pixels: int = Field(default=50_000_000, ge=1)

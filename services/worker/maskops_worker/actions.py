@@ -456,7 +456,7 @@ def publish(ctx: JobContext) -> dict[str, Any]:
             name,
             replicas,
             log=lambda line: _append(ctx, line),
-            net_backend=settings.triton_net_backend,
+            **_network_options(ctx),
             # The API's limit, so that Triton called directly refuses what /infer does.
             max_image_pixels=settings.max_infer_image_pixels,
         )
@@ -472,6 +472,24 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     states = rollout.states() if rollout else {}
     served = bool(replicas)
     return {"name": name, "version": version, "served": served, "note": note, "replicas": states}
+
+
+def _network_options(ctx: JobContext) -> dict[str, Any]:
+    """The publish arguments of the operator's Triton settings (where the network runs,
+    on which backend, the TensorRT an engine must match)."""
+    from maskops.serving.placement import Placement
+
+    settings = ctx.settings
+    device = settings.triton_device
+    backend = settings.triton_net_backend
+    # The tensorrt backend's engine is <onnx stem>.engine next to the export's ONNX
+    # (`maskops gen_trt_engine -m ONNX -r ITS_FOLDER` on a host with Triton's TensorRT).
+    return {
+        "placement": Placement(device, tuple(settings.triton_gpus) if device == "gpu" else ()),
+        "net_backend": None if backend == "auto" else backend,
+        "triton_tensorrt_version": settings.triton_tensorrt_version or None,
+        "triton_repository": settings.triton_model_repository or None,
+    }
 
 
 def _replicas(ctx: JobContext) -> list[str]:

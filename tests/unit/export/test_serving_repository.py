@@ -18,6 +18,7 @@ from maskops.cli.main import main as cli_main
 from maskops.data.labels import LabelMap
 from maskops.evaluation.errors import ImageReadError
 from maskops.serving import EnsembleNames, PublishError, existing_versions, publish
+from maskops.serving.placement import Placement
 from maskops.serving.processing import (
     coco_results,
     decode_results,
@@ -25,7 +26,9 @@ from maskops.serving.processing import (
     preprocess_image,
     unpad_detections,
 )
-from tests.support.fake_export import LABELS, fake_onnx_export
+from tests.support.fake_export import LABELS, fake_engine, fake_onnx_export
+
+GPU = Placement("gpu")
 
 
 @pytest.fixture
@@ -95,13 +98,16 @@ def test_each_publish_is_a_new_version(tmp_path, fake_export):
 
 def test_tensorrt_variant(tmp_path, fake_export):
     repo = tmp_path / "repo"
-    publish(fake_export, repo, "m", net_backend="tensorrt")
+    engine = fake_engine(fake_export)
+    publish(fake_export, repo, "m", net_backend="tensorrt", placement=GPU)
     net_dir = repo / EnsembleNames("m").net
     net = _config(net_dir / "config.pbtxt")
     assert net.platform == "tensorrt_plan" and net.max_batch_size == 3
     assert net.HasField("dynamic_batching")
     assert _config(repo / "m" / "config.pbtxt").max_batch_size == 3
     assert not (net_dir / "1" / "model.py").exists()
+    assert (net_dir / "1" / "model.plan").read_bytes() == engine.read_bytes()
+    assert not (net_dir / "1" / "model.onnx").exists()
     settings = json.loads((net_dir / "1" / "settings.json").read_text())
     assert (settings["max_batch_size"], settings["static_batch_size"]) == (3, None)
 
@@ -112,13 +118,14 @@ def test_static_batch_exports_on_graph_backends(tmp_path, backend):
     batch cannot be filled by Triton's own backends and is refused with the way out."""
     names = EnsembleNames("m")
     legacy = fake_onnx_export(tmp_path / "legacy.onnx", 1)
-    publish(legacy, tmp_path / "repo", "m", net_backend=backend)
+    fake_engine(legacy, profile=(1, 1, 1))
+    publish(legacy, tmp_path / "repo", "m", net_backend=backend, placement=GPU)
     net = _config(tmp_path / "repo" / names.net / "config.pbtxt")
     assert net.max_batch_size == 1 and not net.HasField("dynamic_batching")
     assert _config(tmp_path / "repo" / "m" / "config.pbtxt").max_batch_size == 1
     static = fake_onnx_export(tmp_path / "static.onnx", 3)
     with pytest.raises(PublishError, match=r"static batch of 3: the \w+ backend needs a dynamic"):
-        publish(static, tmp_path / "repo", "m", net_backend=backend)
+        publish(static, tmp_path / "repo", "m", net_backend=backend, placement=GPU)
     assert existing_versions(tmp_path / "repo", "m") == [1]
 
 

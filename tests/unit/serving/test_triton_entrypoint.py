@@ -1,6 +1,7 @@
-"""services/triton/entrypoint.sh builds each TensorRT network with the batch profile that
-publish recorded (trtexec and tritonserver replaced by scripts that print their
-arguments: neither exists here)."""
+"""services/triton/entrypoint.sh builds only the TensorRT engines that repositories of an
+older maskops lack, with the batch profile recorded then, and never keeps tritonserver from
+starting (trtexec and tritonserver replaced by scripts that print their arguments: neither
+exists here)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from maskops.serving import publish
-from tests.support.fake_export import fake_onnx_export
+from maskops.serving.placement import Placement
+from tests.support.fake_export import fake_engine, fake_onnx_export
 
 ENTRYPOINT = Path(__file__).resolve().parents[3] / "services" / "triton" / "entrypoint.sh"
 ECHO = """#!/bin/sh
 echo "$(basename "$0") $*"
+case "$*" in *broken*) echo "trtexec: parse error" >&2; exit 1;; esac
 for a; do case "$a" in --saveEngine=*) touch "${a#*=}";; esac; done
 """
 
@@ -34,7 +37,20 @@ def fake_tools(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
 
 
-def _start(repo: Path, env: dict[str, str]) -> list[str]:
+def _old_publish(repo: Path, name: str, onnx: Path, *, static: int | None) -> Path:
+    """What an older maskops wrote for --net_backend tensorrt: the ONNX and a plan config."""
+    version = repo / f"_{name}.net" / "1"
+    version.mkdir(parents=True)
+    (version.parent / "config.pbtxt").write_text(
+        f'name: "_{name}.net"\nplatform: "tensorrt_plan"\n'
+    )
+    (version / "model.onnx").write_bytes(onnx.read_bytes())
+    settings = {"image_size": [64, 96], "data_type": "fp16", "max_batch_size": 3}
+    (version / "settings.json").write_text(json.dumps(settings | {"static_batch_size": static}))
+    return version
+
+
+def _start(repo: Path, env: dict[str, str]) -> tuple[list[str], str]:
     done = subprocess.run(
         ["bash", str(ENTRYPOINT), f"--model-repository={repo}"],
         env=env,
@@ -43,19 +59,41 @@ def _start(repo: Path, env: dict[str, str]) -> list[str]:
         timeout=60,
         check=True,
     )
-    return [line for line in done.stdout.splitlines() if line.startswith("trtexec")]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == f"tritonserver --model-repository={repo}"  # always started
+    return [line for line in lines if line.startswith("trtexec")], done.stderr
 
 
-def test_dynamic_batch_gets_a_profile_up_to_max_batch_size(tmp_path, fake_tools):
+def test_old_plans_get_a_profile_up_to_max_batch_size(tmp_path, fake_tools):
     repo = tmp_path / "repo"
-    publish(fake_onnx_export(tmp_path / "d.onnx", "batch"), repo, "dyn", net_backend="tensorrt")
-    publish(fake_onnx_export(tmp_path / "s.onnx", 1), repo, "old", net_backend="tensorrt")
-    (line_dyn, line_old) = _start(repo, fake_tools)
+    onnx = fake_onnx_export(tmp_path / "d.onnx", "batch")
+    dyn = _old_publish(repo, "dyn", onnx, static=None)
+    _old_publish(repo, "old", onnx, static=1)
+    (line_dyn, line_old), _ = _start(repo, fake_tools)
     assert "--minShapes=images:1x3x64x96" in line_dyn
     assert "--optShapes=images:3x3x64x96 --maxShapes=images:3x3x64x96" in line_dyn
     assert "--fp16" in line_dyn
     assert "Shapes" not in line_old  # a batch-1 graph has one shape
-    assert (repo / "_dyn.net" / "1" / "model.plan").is_file()
-    settings = json.loads((repo / "_dyn.net" / "1" / "settings.json").read_text())
-    assert settings["max_batch_size"] == 3
-    assert _start(repo, fake_tools) == []  # built once
+    assert (dyn / "model.plan").is_file()
+    assert _start(repo, fake_tools)[0] == []  # built once
+
+
+def test_a_failed_build_is_logged_and_the_server_starts(tmp_path, fake_tools):
+    repo = tmp_path / "repo"
+    onnx = fake_onnx_export(tmp_path / "d.onnx", "batch")
+    broken = _old_publish(repo, "broken", onnx, static=None)
+    good = _old_publish(repo, "good", onnx, static=None)
+    built, errors = _start(repo, fake_tools)
+    assert len(built) == 2
+    assert f"no TensorRT engine for {broken} (build failed" in errors
+    assert not (broken / "model.plan").exists() and not (broken / "model.plan.tmp").exists()
+    assert (good / "model.plan").is_file()
+
+
+def test_what_publish_writes_now_needs_no_build(tmp_path, fake_tools):
+    repo = tmp_path / "repo"
+    onnx = fake_onnx_export(tmp_path / "d.onnx", "batch")
+    publish(onnx, repo, "ort", placement=Placement("gpu"))
+    fake_engine(onnx)
+    publish(onnx, repo, "plan", net_backend="tensorrt", placement=Placement("gpu"))
+    assert _start(repo, fake_tools)[0] == []

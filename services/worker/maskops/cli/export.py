@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     bad_input: tuple[type[BaseException], ...] = (ExportError, *engine_errors())
     with tee_log(args.log_file) as log:
         try:
-            export_onnx(
+            result = export_onnx(
                 args.model,
                 spec,
                 args.output_file,
@@ -205,4 +205,11 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(str(exc)) from None
         except OSError as exc:
             raise CLIError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    if result.engine_file is not None:
+        from maskops.cli.gen_trt_engine import record_engine
+
+        meta = result.metadata
+        record_engine(
+            result.engine_file, result.onnx_path, result.data_type, meta.image_size, result.profile
+        )
     return EXIT_OK

@@ -5,6 +5,10 @@ The engine is built where the ``tensorrt`` package and a CUDA GPU exist; elsewhe
 command fails with one line saying why (exit 1) after checking the ONNX. int8 engines use
 the QDQ graph of ``maskops export --data_type int8`` (explicit quantisation: the scales were
 calibrated at export), so tao-deploy's calibration flags are accepted with a notice.
+
+Next to the engine it writes ``ENGINE.json``, the record of the TensorRT version, GPU, ONNX
+and profile that built it (:mod:`maskops.serving.engines`): ``maskops publish --net_backend
+tensorrt`` serves an engine only with it, and only in a Triton of the same TensorRT.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ def register(subparsers: Any) -> None:
         help="build a TensorRT engine from an exported ONNX (tao-deploy's gen_trt_engine)",
         description=(
             "Build a TensorRT engine from the ONNX `maskops export` wrote (fp32, fp16, or "
-            "int8 from the int8 QDQ export). Needs the tensorrt package and a CUDA GPU; "
-            "elsewhere it exits 1 with the reason (the Triton service builds engines on the "
-            "GPU host at start)."
+            "int8 from the int8 QDQ export), and its record ENGINE.json (TensorRT version, "
+            "GPU, ONNX, profile) that `maskops publish --net_backend tensorrt` checks. Needs "
+            "the tensorrt package and a CUDA GPU; elsewhere it exits 1 with the reason."
         ),
     )
     parser.add_argument("-m", "--model_path", required=True, type=Path, help="the .onnx file")
@@ -180,5 +184,28 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None
     except OSError as exc:
         raise CLIError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
-    print(f"TensorRT engine built: {target}")
+    record = record_engine(target, args.model_path, args.data_type, image_size, profile)
+    print(f"TensorRT engine built: {target} (record: {record})")
     return EXIT_OK
+
+
+def record_engine(
+    engine: Path,
+    onnx_path: Path,
+    data_type: str,
+    image_size: tuple[int, int],
+    profile: BatchProfile,
+) -> Path:
+    """Write the record next to an engine built in this process; return its path."""
+    from maskops.serving.engines import builder_facts, write_engine_record
+
+    version, gpu = builder_facts()
+    return write_engine_record(
+        engine,
+        onnx_path=onnx_path,
+        data_type=data_type,
+        image_size=image_size,
+        profile=(profile.min, profile.opt, profile.max),
+        tensorrt_version=version,
+        gpu=gpu,
+    )

@@ -25,11 +25,43 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-n", "--name", required=True, help="model name clients will call")
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="where Triton runs the network (the pre/post-processing always run on the CPU)",
+    )
+    parser.add_argument(
+        "--gpus",
+        default="",
+        help="with --device gpu: GPU ids for the network's instances, e.g. 0,1 (default: all)",
+    )
+    parser.add_argument(
         "--net_backend",
         choices=("python", "onnxruntime", "tensorrt"),
-        default="python",
-        help="how Triton runs the network: onnxruntime in the python backend (PyPI Triton), "
-        "or the official image's onnxruntime / TensorRT backends",
+        default=None,
+        help="how Triton runs the network: onnxruntime in the python backend (default on "
+        "the CPU; the PyPI Triton has only this), Triton's onnxruntime backend (default on "
+        "GPUs, with the TensorRT accelerator: Triton builds the engine at load) or a "
+        "TensorRT engine from `maskops gen_trt_engine` (tensorrt, GPUs only)",
+    )
+    parser.add_argument(
+        "--engine",
+        type=Path,
+        default=None,
+        help="with --net_backend tensorrt: the engine (default: MODEL with .engine); its "
+        "record (ENGINE.json) must name the TensorRT that Triton runs",
+    )
+    parser.add_argument(
+        "--triton_tensorrt_version",
+        default=None,
+        help="the TensorRT of the Triton that serves the engine (default: the version in "
+        "the Triton image maskops pins)",
+    )
+    parser.add_argument(
+        "--triton_repository",
+        default=None,
+        help="the repository's path as Triton sees it (its mount), for the TensorRT "
+        "engine cache of --device gpu (default: --repository)",
     )
     parser.add_argument("--max_batch_size", type=int, default=None)
     parser.add_argument(
@@ -51,8 +83,13 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from maskops.serving import PublishError
+    from maskops.serving.placement import Placement, parse_gpus
     from maskops.serving.rollout import RolloutFailed, publish_and_roll_out
 
+    try:
+        placement = Placement(args.device, parse_gpus(args.gpus))
+    except ValueError as exc:
+        raise CLIError(f"--device/--gpus: {exc}") from None
     try:
         version, rollout = publish_and_roll_out(
             args.model,
@@ -60,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
             args.name,
             args.triton_url,
             net_backend=args.net_backend,
+            placement=placement,
+            engine=args.engine,
+            triton_repository=args.triton_repository,
+            triton_tensorrt_version=args.triton_tensorrt_version,
             max_batch_size=args.max_batch_size,
             max_image_pixels=args.max_image_pixels,
         )

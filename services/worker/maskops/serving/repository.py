@@ -6,6 +6,8 @@ no user's model name can equal)::
     _NAME.preprocess/   config.pbtxt, <v>/{model.py, maskops_serving_ops.py, settings.json}
     _NAME.net/          config.pbtxt, <v>/{model.onnx, settings.json}
                         [+ <v>/{model.py, maskops_serving_ops.py} for the python backend]
+                        [+ <v>/trt_cache/ for onnxruntime on GPUs: TensorRT's engines]
+                        [<v>/model.plan instead of model.onnx for the tensorrt backend]
     _NAME.postprocess/  config.pbtxt, <v>/{model.py, maskops_serving_ops.py, label_map.json}
     NAME/               config.pbtxt, <v>/label_map.json, label_map.json, versions.json
 
@@ -14,7 +16,8 @@ onnxruntime or TensorRT backend; ``NAME`` is the ensemble clients call).
 
 Each python model is one folder per deployable model as in Triton's python_backend
 examples: ``model.py`` builds its heavy objects in ``initialize`` and imports only the
-``triton`` extra (numpy<2, Pillow, pycocotools, onnxruntime) and the self-contained
+``triton`` extra (numpy<2, Pillow, pycocotools, onnxruntime; ``triton-gpu`` has
+onnxruntime-gpu instead) and the self-contained
 ``maskops_serving_ops.py`` copied next to it; never torch nor the maskops engine.
 
 Clients send ``image_bytes`` (BYTES ``[1]``, a JPEG/PNG) and ``score_threshold`` (FP32
@@ -34,15 +37,22 @@ unless given): requests arriving together are preprocessed, run through the netw
 one batch (the exported graph takes ``[N, 3, H, W]``, see :mod:`maskops.export.graph`)
 and post-processed together.
 
-Network backends (``net_backend``):
-- ``"python"`` (default, what the PyPI Triton here has): onnxruntime inside the python
-  backend; it also serves graphs of a static batch (filling the last run).
-- ``"onnxruntime"``: Triton's onnxruntime backend (official image).
-- ``"tensorrt"``: ``model.plan`` built from ``model.onnx`` at container start
-  (services/triton/entrypoint.sh, with a batch profile of 1..max_batch_size from
-  settings.json). Both keep the same tensor names, so the ensemble is identical; both
-  need a dynamic-batch export, except for a graph of batch 1 (exports made before
-  batching), which they serve at max_batch_size 1.
+Network backends (``net_backend``; the default follows the device, see
+:mod:`maskops.serving.placement`):
+- ``"python"`` (the default on CPU hosts, what the PyPI Triton here has): onnxruntime
+  inside the python backend (its CUDA provider on GPU hosts); it also serves graphs of a
+  static batch (filling the last run).
+- ``"onnxruntime"`` (the default on GPU hosts): Triton's onnxruntime backend; on GPU hosts
+  with the TensorRT accelerator, so that Triton builds the engine in-process with its own
+  TensorRT at load time (publish works on a running Triton, nothing is built beforehand).
+- ``"tensorrt"``: ``model.plan``, a TensorRT engine built beforehand by
+  ``maskops gen_trt_engine`` (GPU hosts only). Publish takes it only with the record
+  written next to it, and only when that record says it was built from this ONNX by the
+  TensorRT of the Triton that will load it (:mod:`maskops.serving.engines`); otherwise
+  it fails before anything is written or loaded.
+The graph backends keep the same tensor names, so the ensemble is identical; both need a
+dynamic-batch export, except for a graph of batch 1 (exports made before batching), which
+they serve at max_batch_size 1.
 """
 
 from __future__ import annotations
@@ -54,10 +64,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from maskops.data.labels import LabelMap
 from maskops.export.graph import GraphMetadata, read_metadata
+from maskops.serving.engines import TRITON_TENSORRT_VERSION, EngineError, check_engine
+from maskops.serving.placement import ENGINE_CACHE_DIR, Placement, tensorrt_accelerator
 from maskops.serving.protocol import (
     DETECTIONS_JSON,
     IMAGE_BYTES,
@@ -77,11 +89,14 @@ NET_BACKENDS: tuple[str, ...] = ("python", "onnxruntime", "tensorrt")
 MODELS_DIR = Path(__file__).parent / "triton_models"
 OPS_FILE = MODELS_DIR / "maskops_serving_ops.py"
 """The self-contained processing module copied next to every python ``model.py``."""
+Content = str | Path | None
+"""A version folder entry: text to write, a file to copy, or None for an empty folder."""
 
 __all__ = [
     "NET_BACKENDS",
     "EnsembleNames",
     "NetBackend",
+    "Placement",
     "PublishError",
     "existing_versions",
     "publish",
@@ -166,12 +181,20 @@ def render_configs(
     max_batch_size: int | None = None,
     instances: int = 1,
     max_queue_delay_us: int = 2000,
+    placement: Placement | None = None,
+    engine_cache: str | None = None,
 ) -> dict[str, str]:
-    """``{triton model name: config.pbtxt text}`` for the four models."""
+    """``{triton model name: config.pbtxt text}`` for the four models.
+
+    ``placement`` says where the network runs (default: the CPU); ``engine_cache`` is
+    the folder, as Triton sees it, where onnxruntime's TensorRT accelerator caches its
+    engines (GPU placements of the onnxruntime backend; None: no cache).
+    """
+    placement = placement or Placement()
     batch = max_batch_size or meta.max_batch_size
     net_batch = _net_batch(meta, net_backend, batch)
     ensemble_batch = min(batch, net_batch)
-    net_inputs, net_outputs = _net_tensors(meta)
+    _, net_outputs = _net_tensors(meta)
     image_outputs = [
         _tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size)),
         _tensor(SCALE, "TYPE_FP32", (1,)),
@@ -199,28 +222,25 @@ def render_configs(
             extra=_batching(max_queue_delay_us) + _instances(instances),
         ),
     }
-    if net_backend == "python":
-        configs[names.net] = _config(
-            names.net,
-            backend='backend: "python"',
-            max_batch_size=net_batch,
-            inputs=net_inputs,
-            outputs=net_outputs,
-            extra=_batching(max_queue_delay_us) + _instances(instances),
-        )
-    else:
-        platform = "onnxruntime_onnx" if net_backend == "onnxruntime" else "tensorrt_plan"
-        # The graph's batch dimension is the one Triton batches along; num_detections
-        # is [N, 1] in the graph, i.e. [1] per item.
-        batching = _batching(max_queue_delay_us) if net_batch > 1 else ""
-        configs[names.net] = _config(
-            names.net,
-            backend=f'platform: "{platform}"',
-            max_batch_size=net_batch,
-            inputs=net_inputs,
-            outputs=net_outputs,
-            extra=batching + _instances(instances, "KIND_GPU"),
-        )
+    configs[names.net] = _net_config(
+        names.net,
+        meta,
+        net_backend=net_backend,
+        net_batch=net_batch,
+        extra=placement.instance_group(instances),
+        max_queue_delay_us=max_queue_delay_us,
+        accelerator=(
+            tensorrt_accelerator(
+                meta.data_type,
+                image_size=meta.image_size,
+                max_batch_size=net_batch,
+                dynamic_batch=meta.batch_size is None,
+                engine_cache=engine_cache,
+            )
+            if net_backend == "onnxruntime" and placement.device == "gpu"
+            else ""
+        ),
+    )
 
     def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
         ins = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
@@ -256,6 +276,41 @@ def render_configs(
         extra="ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n",
     )
     return configs
+
+
+def _net_config(
+    name: str,
+    meta: GraphMetadata,
+    *,
+    net_backend: str,
+    net_batch: int,
+    extra: str,
+    max_queue_delay_us: int,
+    accelerator: str,
+) -> str:
+    """The network model's config.pbtxt (``extra``: its instance_group)."""
+    net_inputs, net_outputs = _net_tensors(meta)
+    if net_backend == "python":
+        return _config(
+            name,
+            backend='backend: "python"',
+            max_batch_size=net_batch,
+            inputs=net_inputs,
+            outputs=net_outputs,
+            extra=_batching(max_queue_delay_us) + extra,
+        )
+    platform = "onnxruntime_onnx" if net_backend == "onnxruntime" else "tensorrt_plan"
+    # The graph's batch dimension is the one Triton batches along; num_detections
+    # is [N, 1] in the graph, i.e. [1] per item.
+    batching = _batching(max_queue_delay_us) if net_batch > 1 else ""
+    return _config(
+        name,
+        backend=f'platform: "{platform}"',
+        max_batch_size=net_batch,
+        inputs=net_inputs,
+        outputs=net_outputs,
+        extra=batching + extra + accelerator,
+    )
 
 
 def existing_versions(repository: Path, name: str) -> list[int]:
@@ -325,7 +380,7 @@ class _Changes:
             path.mkdir()
             self.created.append(path)
 
-    def stage(self, model_dir: Path, version: int, contents: dict[str, str | Path]) -> Path:
+    def stage(self, model_dir: Path, version: int, contents: dict[str, Content]) -> Path:
         """Write one version folder under a hidden staging name inside ``model_dir``."""
         self.make_dirs(model_dir)
         staging = model_dir / f".{version}.staging"
@@ -334,7 +389,11 @@ class _Changes:
         self.staging.append(staging)
         staging.mkdir()
         for filename, content in contents.items():
-            if isinstance(content, Path):
+            if content is None:
+                # Written by Triton, which may run as another user than the publisher.
+                (staging / filename).mkdir()
+                (staging / filename).chmod(0o777)
+            elif isinstance(content, Path):
                 shutil.copyfile(content, staging / filename)
             else:
                 (staging / filename).write_text(content)
@@ -412,27 +471,25 @@ def _read_history(path: Path) -> list[dict[str, object]]:
 
 
 def _version_files(
-    names: EnsembleNames, meta: GraphMetadata, onnx_path: Path, net_backend: str, net_batch: int
-) -> dict[str, dict[str, str | Path]]:
+    names: EnsembleNames, meta: GraphMetadata, network: _Network
+) -> dict[str, dict[str, Content]]:
     """``{model: {filename: text or file to copy}}`` of the new version, ensemble last."""
     settings = json.dumps(
         {
             "image_size": list(meta.image_size),
             "data_type": meta.data_type,
-            # services/triton/entrypoint.sh builds TensorRT profiles of 1..max_batch_size
-            # for a dynamic batch (static_batch_size null).
-            "max_batch_size": net_batch,
+            "max_batch_size": network.batch,
             "static_batch_size": meta.batch_size,
         }
     )
     label_json = json.dumps(meta.label_map.to_json(), indent=1)
-    files: dict[str, dict[str, str | Path]] = {
+    files: dict[str, dict[str, Content]] = {
         names.preprocess: {
             "model.py": MODELS_DIR / "preprocess" / "model.py",
             OPS_FILE.name: OPS_FILE,
             "settings.json": settings,
         },
-        names.net: {"model.onnx": onnx_path, "settings.json": settings},
+        names.net: {network.filename: network.graph, "settings.json": settings},
         names.postprocess: {
             "model.py": MODELS_DIR / "postprocess" / "model.py",
             OPS_FILE.name: OPS_FILE,
@@ -440,17 +497,74 @@ def _version_files(
         },
         names.name: {"label_map.json": label_json},
     }
-    if net_backend == "python":
+    if network.engine_cache:
+        files[names.net][ENGINE_CACHE_DIR] = None
+    if network.backend == "python":
         files[names.net]["model.py"] = MODELS_DIR / "network" / "model.py"
         files[names.net][OPS_FILE.name] = OPS_FILE
     return files
 
 
-def _limit_pixels(preprocess: dict[str, str | Path], max_image_pixels: int) -> None:
+def _limit_pixels(preprocess: dict[str, Content], max_image_pixels: int) -> None:
     """Add the pixel limit to the preprocess model's settings.json (its ``initialize``
     reads ``max_image_pixels``)."""
     settings = json.loads(str(preprocess["settings.json"]))
     preprocess["settings.json"] = json.dumps(settings | {"max_image_pixels": max_image_pixels})
+
+
+@dataclass(frozen=True)
+class _Network:
+    """What the network model of a publish runs and from which file."""
+
+    backend: NetBackend
+    batch: int
+    """Its Triton max_batch_size."""
+    graph: Path
+    """The file served: the ONNX, or the TensorRT engine."""
+    filename: str
+    """``graph``'s name in the version folder (``model.onnx`` or ``model.plan``)."""
+    engine_cache: bool
+    """Whether onnxruntime's TensorRT accelerator caches engines in the version folder."""
+
+
+def _resolve_network(
+    onnx_path: Path,
+    meta: GraphMetadata,
+    net_backend: str | None,
+    placement: Placement,
+    *,
+    max_batch_size: int | None,
+    engine: Path | None,
+    triton_tensorrt_version: str,
+) -> _Network:
+    """The network of this publish; every check that needs no writing happens here.
+
+    Raises:
+        PublishError: an unknown backend, tensorrt on the CPU, or a TensorRT engine that
+            is missing or that the Triton cannot load (:func:`engines.check_engine`).
+    """
+    chosen = net_backend or placement.default_net_backend()
+    if chosen not in NET_BACKENDS:
+        raise PublishError(f"net backend {chosen!r}: expected one of {NET_BACKENDS}")
+    backend = cast(NetBackend, chosen)
+    batch = _net_batch(meta, backend, max_batch_size or meta.max_batch_size)
+    if backend != "tensorrt":
+        cache = backend == "onnxruntime" and placement.device == "gpu"
+        return _Network(backend, batch, onnx_path, "model.onnx", cache)
+    if placement.device != "gpu":
+        raise PublishError("the tensorrt net backend runs on GPUs only: publish with device gpu")
+    plan = engine if engine is not None else onnx_path.with_suffix(".engine")
+    try:
+        check_engine(
+            plan,
+            onnx_path=onnx_path,
+            triton_tensorrt_version=triton_tensorrt_version,
+            max_batch_size=batch,
+        )
+    except EngineError as exc:
+        hint = "" if engine is not None else " (looked for the engine next to the ONNX)"
+        raise PublishError(f"{exc}{hint}") from None
+    return _Network(backend, batch, plan, "model.plan", engine_cache=False)
 
 
 def publish(
@@ -460,7 +574,11 @@ def publish(
     *,
     label_map: LabelMap | None = None,
     spec: ExperimentSpec | None = None,
-    net_backend: NetBackend = "python",
+    net_backend: NetBackend | None = None,
+    placement: Placement | None = None,
+    engine: Path | None = None,
+    triton_tensorrt_version: str | None = None,
+    triton_repository: str | None = None,
     max_batch_size: int | None = None,
     instances: int = 1,
     max_image_pixels: int | None = None,
@@ -473,10 +591,17 @@ def publish(
         repository: the Triton model repository root (created if missing).
         name: the ensemble's name clients call (:data:`protocol.MODEL_NAME_PATTERN`).
         label_map, spec: override what the export's metadata says (normally omitted).
-        net_backend: "python" (onnxruntime in the python backend), "onnxruntime" or
-            "tensorrt" (official Triton image; see module doc).
+        net_backend: "python", "onnxruntime" or "tensorrt" (see module doc); None: the
+            placement's default (python on CPUs, onnxruntime with TensorRT on GPUs).
+        placement: where the network runs (default: the CPU).
+        engine: the TensorRT engine of the tensorrt backend (default: ``<onnx stem>.engine``
+            next to the ONNX), with the record ``maskops gen_trt_engine`` writes.
+        triton_tensorrt_version: the TensorRT of the Triton that loads the engine
+            (default :data:`engines.TRITON_TENSORRT_VERSION`, the pinned image's).
+        triton_repository: ``repository`` as Triton sees it (its mount point), where
+            the TensorRT accelerator's engine cache lives; None: the same path.
         max_batch_size: Triton max_batch_size (default: the export's).
-        instances: model instances per composing model.
+        instances: model instances per composing model (per GPU on GPUs).
         max_image_pixels: the preprocess model refuses larger images from their header,
             before decoding (the API's own limit: it may be called directly); None: none
             but Pillow's.
@@ -489,23 +614,39 @@ def publish(
     :func:`maskops.serving.client.roll_out` (or restart Triton) to serve it.
 
     Raises:
-        PublishError: bad name or backend, not a maskops export, unreadable history, or
-            the repository could not be written (then it is unchanged).
+        PublishError: bad name, backend or engine, not a maskops export, unreadable
+            history, or the repository could not be written (then it is unchanged).
     """
     _check_name(name)
-    if net_backend not in NET_BACKENDS:
-        raise PublishError(f"net backend {net_backend!r}: expected one of {NET_BACKENDS}")
+    placement = placement or Placement()
     onnx_path = _find_onnx(Path(export))
     meta = _read_metadata(onnx_path)
     if label_map is not None or spec is not None:
         meta = replace(meta, spec=spec or meta.spec, label_map=label_map or meta.label_map)
+    network = _resolve_network(
+        onnx_path,
+        meta,
+        net_backend,
+        placement,
+        max_batch_size=max_batch_size,
+        engine=engine,
+        triton_tensorrt_version=triton_tensorrt_version or TRITON_TENSORRT_VERSION,
+    )
     names = EnsembleNames(name)
     repository = Path(repository)
     history_path = repository / name / "versions.json"
     history = _read_history(history_path)
     version = _next_version(repository, names)
+    seen_by_triton = Path(triton_repository or repository.resolve())
+    cache = seen_by_triton / names.net / str(version) / ENGINE_CACHE_DIR
     configs = render_configs(
-        names, meta, net_backend=net_backend, max_batch_size=max_batch_size, instances=instances
+        names,
+        meta,
+        net_backend=network.backend,
+        max_batch_size=max_batch_size,
+        instances=instances,
+        placement=placement,
+        engine_cache=str(cache) if network.engine_cache else None,
     )
     history.append(
         {
@@ -513,13 +654,30 @@ def publish(
             "onnx": str(onnx_path),
             "data_type": meta.data_type,
             "image_size": list(meta.image_size),
-            "net_backend": net_backend,
+            "net_backend": network.backend,
+            "device": placement.device,
         }
+        | ({"engine": str(network.graph)} if network.backend == "tensorrt" else {})
     )
-    net_batch = _net_batch(meta, net_backend, max_batch_size or meta.max_batch_size)
-    files = _version_files(names, meta, onnx_path, net_backend, net_batch)
+    files = _version_files(names, meta, network)
     if max_image_pixels is not None:
         _limit_pixels(files[names.preprocess], max_image_pixels)
+    _write_version(repository, names, version, files, configs, history, meta, activate)
+    _remove_leftover_staging(repository, names)
+    return version
+
+
+def _write_version(
+    repository: Path,
+    names: EnsembleNames,
+    version: int,
+    files: dict[str, dict[str, Content]],
+    configs: dict[str, str],
+    history: list[dict[str, object]],
+    meta: GraphMetadata,
+    activate: Callable[[int], None] | None,
+) -> None:
+    """Stage, move into place, write the configs, activate: all or nothing."""
     try:
         with _all_or_nothing() as changes:
             changes.make_dirs(repository)
@@ -533,17 +691,16 @@ def publish(
             for model, text in configs.items():
                 changes.write(repository / model / "config.pbtxt", text)
             label_json = json.dumps(meta.label_map.to_json(), indent=1)
-            changes.write(repository / name / "label_map.json", label_json)
+            changes.write(repository / names.name / "label_map.json", label_json)
+            history_path = repository / names.name / "versions.json"
             changes.write(history_path, json.dumps(history, indent=1))
             if activate is not None:
                 activate(version)
     except OSError as exc:
         raise PublishError(
-            f"could not publish {name} version {version} into {repository}: {exc} "
+            f"could not publish {names.name} version {version} into {repository}: {exc} "
             "(the repository is unchanged)"
         ) from None
-    _remove_leftover_staging(repository, names)
-    return version
 
 
 def _remove_leftover_staging(repository: Path, names: EnsembleNames) -> None:

@@ -1,0 +1,117 @@
+"""Where the network model of a published ensemble runs, and how Triton is told.
+
+The device is the operator's decision (``maskops publish --device``, the control plane's
+``MASKOPS_TRITON_DEVICE``), never probed: the process that publishes is not the Triton
+that serves.
+
+- CPU hosts (the default): the network runs in the python backend on onnxruntime's CPU
+  provider (``KIND_CPU``), what the PyPI Triton has.
+- GPU hosts: the network runs on Triton's onnxruntime backend with the TensorRT execution
+  accelerator (``KIND_GPU``): Triton builds the TensorRT engine itself, with its own
+  TensorRT, when the model loads, and hands what TensorRT cannot take to the CUDA provider.
+  The precision follows the export (fp32 -> FP32, fp16 -> FP16, the int8 QDQ graph -> INT8,
+  whose scales TensorRT takes from the graph); the optimisation profile covers batches
+  1..max_batch_size; the engines are cached in the version folder (``trt_cache``), so a
+  restart or a reload does not build them again.
+- The python and tensorrt network backends also run ``KIND_GPU`` on GPU hosts (the
+  python one on onnxruntime's CUDA provider, see ``triton_models/network/model.py``).
+
+The pre- and post-processing models always run on the CPU (``KIND_CPU``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Device = Literal["cpu", "gpu"]
+DEVICES: tuple[str, ...] = ("cpu", "gpu")
+ENGINE_CACHE_DIR = "trt_cache"
+"""The folder, inside the network's version folder, of the engines onnxruntime-TensorRT builds."""
+PRECISION_MODES = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8"}
+"""The TensorRT accelerator's ``precision_mode`` for each export data type."""
+TENSORRT_WORKSPACE_BYTES = 2 << 30
+"""TensorRT's builder workspace (``gen_trt_engine``'s default, 2 GiB, as tao-deploy)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the network runs: ``device`` and, on GPUs, which ones (empty: every GPU
+    Triton sees, ``count`` instances on each)."""
+
+    device: Device = "cpu"
+    gpus: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device {self.device!r}: expected one of {DEVICES}")
+        if self.device == "cpu" and self.gpus:
+            raise ValueError("GPUs given for the CPU device")
+        if any(g < 0 for g in self.gpus):
+            raise ValueError(f"GPU ids must be >= 0, got {list(self.gpus)}")
+
+    @property
+    def kind(self) -> str:
+        return "KIND_GPU" if self.device == "gpu" else "KIND_CPU"
+
+    def default_net_backend(self) -> str:
+        """``onnxruntime`` (with the TensorRT accelerator) on GPUs, ``python`` on CPUs."""
+        return "onnxruntime" if self.device == "gpu" else "python"
+
+    def instance_group(self, count: int) -> str:
+        """The network's ``instance_group`` line."""
+        gpus = f" gpus: [ {', '.join(str(g) for g in self.gpus)} ]" if self.gpus else ""
+        return f"instance_group [ {{ kind: {self.kind} count: {count}{gpus} }} ]\n"
+
+
+def tensorrt_accelerator(
+    data_type: str,
+    *,
+    image_size: tuple[int, int],
+    max_batch_size: int,
+    dynamic_batch: bool,
+    engine_cache: str | None,
+) -> str:
+    """The ``optimization`` block that runs an onnxruntime-backend model on TensorRT.
+
+    Args:
+        data_type: the export's (``fp32``, ``fp16``, ``int8``).
+        image_size: ``(H, W)`` of the ``images`` input ``[N, 3, H, W]``.
+        max_batch_size: the largest batch of the profile (Triton's max_batch_size).
+        dynamic_batch: whether N is dynamic (a static graph needs no profile).
+        engine_cache: the cache folder as Triton sees it (an absolute path), or None.
+    """
+    if data_type not in PRECISION_MODES:
+        raise ValueError(f"data type {data_type!r}: expected one of {sorted(PRECISION_MODES)}")
+    params = {
+        "precision_mode": PRECISION_MODES[data_type],
+        "max_workspace_size_bytes": str(TENSORRT_WORKSPACE_BYTES),
+    }
+    if dynamic_batch:
+        # One profile for every batch Triton's dynamic batcher forms, tuned for the full one
+        # (without it the engine is rebuilt whenever a larger batch arrives).
+        height, width = image_size
+        low, high = (f"images:{n}x3x{height}x{width}" for n in (1, max_batch_size))
+        params |= {
+            "trt_profile_min_shapes": low,
+            "trt_profile_opt_shapes": high,
+            "trt_profile_max_shapes": high,
+        }
+    if engine_cache is not None:
+        params |= {"trt_engine_cache_enable": "1", "trt_engine_cache_path": engine_cache}
+    lines = "".join(
+        f'      parameters {{ key: "{key}" value: "{value}" }}\n' for key, value in params.items()
+    )
+    return (
+        "optimization { execution_accelerators {\n"
+        '  gpu_execution_accelerator : [ {\n    name : "tensorrt"\n'
+        f"{lines}  }} ]\n}}}}\n"
+    )
+
+
+def parse_gpus(text: str | Sequence[int]) -> tuple[int, ...]:
+    """``"0,2"`` (or a sequence of ints) as ``(0, 2)``; empty: every GPU."""
+    if not isinstance(text, str):
+        return tuple(int(g) for g in text)
+    return tuple(int(part) for part in text.replace(" ", "").split(",") if part)

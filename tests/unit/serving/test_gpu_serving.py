@@ -1,0 +1,265 @@
+"""GPU serving as publish writes it: the network's config.pbtxt for each device and backend,
+read back with Triton's own ModelConfig protobuf; the TensorRT engine checks that fail a
+publish before anything is written or loaded; the python network model's device choice."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from maskops.cli.main import main as cli_main
+from maskops.serving import EnsembleNames, PublishError, existing_versions, publish
+from maskops.serving.engines import TRITON_TENSORRT_VERSION, record_path, same_tensorrt
+from maskops.serving.placement import ENGINE_CACHE_DIR, Placement, parse_gpus
+from tests.support.fake_export import fake_engine, fake_onnx_export
+
+NAMES = EnsembleNames("m")
+KIND_GPU = model_config_pb2.ModelInstanceGroup.Kind.KIND_GPU
+KIND_CPU = model_config_pb2.ModelInstanceGroup.Kind.KIND_CPU
+
+
+def _config(repo: Path, model: str) -> model_config_pb2.ModelConfig:
+    text = (repo / model / "config.pbtxt").read_text()
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def _accelerator(config: model_config_pb2.ModelConfig) -> tuple[str, dict[str, str]]:
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    return accelerator.name, dict(accelerator.parameters)
+
+
+def _tree(repo: Path) -> list[str]:
+    return sorted(str(p.relative_to(repo)) for p in repo.rglob("*")) if repo.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("data_type", "precision"), [("fp32", "FP32"), ("fp16", "FP16"), ("int8", "INT8")]
+)
+def test_gpu_default_is_onnxruntime_with_the_tensorrt_accelerator(tmp_path, data_type, precision):
+    export = fake_onnx_export(tmp_path / "m.onnx", "batch", data_type=data_type)
+    repo = tmp_path / "repo"
+    publish(export, repo, "m", placement=Placement("gpu", (0, 1)), triton_repository="/models")
+    net = _config(repo, NAMES.net)
+    assert net.platform == "onnxruntime_onnx" and net.max_batch_size == 3
+    (group,) = net.instance_group
+    assert group.kind == KIND_GPU and list(group.gpus) == [0, 1] and group.count == 1
+    name, params = _accelerator(net)
+    assert name == "tensorrt"
+    assert params["precision_mode"] == precision
+    assert params["trt_profile_min_shapes"] == "images:1x3x64x96"
+    assert params["trt_profile_opt_shapes"] == params["trt_profile_max_shapes"]
+    assert params["trt_profile_max_shapes"] == "images:3x3x64x96"
+    # The engine cache is in the version folder, at the path Triton mounts the repository.
+    assert params["trt_engine_cache_enable"] == "1"
+    assert params["trt_engine_cache_path"] == f"/models/{NAMES.net}/1/{ENGINE_CACHE_DIR}"
+    assert (repo / NAMES.net / "1" / ENGINE_CACHE_DIR).is_dir()
+    assert (repo / NAMES.net / "1" / "model.onnx").is_file()
+    for part in (NAMES.preprocess, NAMES.postprocess):
+        assert [g.kind for g in _config(repo, part).instance_group] == [KIND_CPU]
+    history = json.loads((repo / "m" / "versions.json").read_text())
+    assert history[-1]["net_backend"] == "onnxruntime" and history[-1]["device"] == "gpu"
+
+
+def test_the_cache_path_defaults_to_the_repository_itself(tmp_path):
+    export = fake_onnx_export(tmp_path / "m.onnx", 1)
+    repo = tmp_path / "repo"
+    publish(export, repo, "m", placement=Placement("gpu"))
+    net = _config(repo, NAMES.net)
+    _, params = _accelerator(net)
+    assert params["trt_engine_cache_path"] == str(repo.resolve() / NAMES.net / "1" / "trt_cache")
+    # A batch-1 graph has one shape: no profile; every GPU Triton sees (no gpus field).
+    assert "trt_profile_min_shapes" not in params
+    assert net.max_batch_size == 1 and list(net.instance_group[0].gpus) == []
+
+
+def test_cpu_hosts_keep_the_python_backend_on_the_cpu(tmp_path):
+    export = fake_onnx_export(tmp_path / "m.onnx", "batch")
+    repo = tmp_path / "repo"
+    publish(export, repo, "m")
+    net = _config(repo, NAMES.net)
+    assert net.backend == "python" and not net.HasField("optimization")
+    assert [g.kind for g in net.instance_group] == [KIND_CPU]
+    # Triton's onnxruntime backend on a CPU host: KIND_CPU and no TensorRT.
+    publish(export, repo, "m", net_backend="onnxruntime")
+    net = _config(repo, NAMES.net)
+    assert net.platform == "onnxruntime_onnx" and not net.HasField("optimization")
+    assert [g.kind for g in net.instance_group] == [KIND_CPU]
+    assert not (repo / NAMES.net / "2" / ENGINE_CACHE_DIR).exists()
+
+
+def test_python_network_on_gpus(tmp_path):
+    export = fake_onnx_export(tmp_path / "m.onnx", "batch")
+    repo = tmp_path / "repo"
+    publish(export, repo, "m", net_backend="python", placement=Placement("gpu", (1,)), instances=2)
+    net = _config(repo, NAMES.net)
+    assert net.backend == "python" and not net.HasField("optimization")
+    (group,) = net.instance_group
+    assert (group.kind, list(group.gpus), group.count) == (KIND_GPU, [1], 2)
+
+
+def test_tensorrt_plan_on_gpus(tmp_path):
+    export = fake_onnx_export(tmp_path / "m.onnx", "batch")
+    fake_engine(export, tensorrt_version="10.7.0")
+    repo = tmp_path / "repo"
+    publish(export, repo, "m", net_backend="tensorrt", placement=Placement("gpu", (0,)))
+    net = _config(repo, NAMES.net)
+    assert net.platform == "tensorrt_plan" and not net.HasField("optimization")
+    assert [(g.kind, list(g.gpus)) for g in net.instance_group] == [(KIND_GPU, [0])]
+    history = json.loads((repo / "m" / "versions.json").read_text())
+    assert history[-1]["engine"] == str(export.with_suffix(".engine"))
+
+
+def test_tensorrt_publishes_fail_before_writing_anything(tmp_path):
+    export = fake_onnx_export(tmp_path / "m.onnx", "batch")
+    repo = tmp_path / "repo"
+    publish(export, repo, "m")
+    before = _tree(repo)
+    gpu = Placement("gpu")
+
+    def refused(match: str, **options: Any) -> None:
+        with pytest.raises(PublishError, match=match):
+            publish(export, repo, "m", net_backend="tensorrt", **options)
+        assert _tree(repo) == before
+
+    refused("runs on GPUs only")
+    refused(
+        r"m.engine: no such TensorRT engine file \(looked for the engine next to the ONNX\)",
+        placement=gpu,
+    )
+    engine = fake_engine(export, tensorrt_version="10.8.0.1")
+    refused(
+        r"built by TensorRT 10.8.0.1 but Triton runs TensorRT 10.7.0.23: a TensorRT engine "
+        "loads only in the version that built it",
+        placement=gpu,
+    )
+    # The operator's Triton runs that TensorRT: accepted.
+    publish(
+        export, repo, "m", net_backend="tensorrt", placement=gpu, triton_tensorrt_version="10.8.0"
+    )
+    before = _tree(repo)
+    record_path(engine).unlink()
+    refused("no record of the TensorRT version that built it", placement=gpu)
+    fake_engine(export, profile=(1, 2, 2))
+    refused(r"profile serves batches 1..2, Triton batches 1..3", placement=gpu)
+    publish(export, repo, "m", net_backend="tensorrt", placement=gpu, max_batch_size=2)
+    before = _tree(repo)
+    other = fake_onnx_export(tmp_path / "other.onnx", "batch", data_type="fp32")
+    refused("was not built from", placement=gpu, engine=fake_engine(other))
+    assert existing_versions(repo, "m") == [1, 2, 3]
+
+
+def test_the_publish_command_says_why_before_contacting_triton(tmp_path, capsys):
+    export = fake_onnx_export(tmp_path / "m.onnx", "batch")
+    fake_engine(export, tensorrt_version="10.3.0.26")
+    args = ["publish", "-m", str(export), "-n", "m", "--repository", str(tmp_path / "r")]
+    # No Triton listens on port 9: a publish that got as far as loading would say so.
+    gpu = [*args, "--device", "gpu", "--net_backend", "tensorrt", "--triton_url", "127.0.0.1:9"]
+    assert cli_main(gpu) == 2
+    assert (
+        "built by TensorRT 10.3.0.26 but Triton runs TensorRT 10.7.0.23" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "r").exists()
+    assert cli_main([*args, "--device", "cpu", "--gpus", "0"]) == 2
+    assert "GPUs given for the CPU device" in capsys.readouterr().err
+    assert cli_main([*args, "--device", "gpu", "--gpus", "1,3"]) == 0
+    group = _config(tmp_path / "r", NAMES.net).instance_group[0]
+    assert (group.kind, list(group.gpus)) == (KIND_GPU, [1, 3])
+
+
+def test_tensorrt_versions_match_on_the_release():
+    assert same_tensorrt("10.7.0", TRITON_TENSORRT_VERSION)
+    assert same_tensorrt("10.7.0.23", "10.7.0.23")
+    assert not same_tensorrt("10.7.0.23", "10.7.0.24")
+    assert not same_tensorrt("10.8.0.43", "10.7.0.23")
+    assert not same_tensorrt("10.7", "10.7.0.23")  # too vague to trust
+    assert parse_gpus("0, 2") == (0, 2) and parse_gpus("") == ()
+
+
+def test_settings_choose_gpu_serving_from_the_environment(monkeypatch):
+    from maskops_core.settings import Settings
+
+    assert Settings().triton_device == "cpu" and Settings().triton_net_backend == "auto"
+    monkeypatch.setenv("MASKOPS_TRITON_DEVICE", "gpu")
+    monkeypatch.setenv("MASKOPS_TRITON_GPUS", "[0, 2]")
+    settings = Settings()
+    assert settings.triton_device == "gpu" and settings.triton_gpus == [0, 2]
+
+
+def _network_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """The published network model.py, with a stand-in for Triton's stub module that
+    records what it logs."""
+    export = fake_onnx_export(tmp_path / "m.onnx", "batch", data_type="fp32")
+    repo = tmp_path / "repo"
+    publish(export, repo, "m", net_backend="python", placement=Placement("gpu"))
+    logged: list[str] = []
+    stub = types.ModuleType("triton_python_backend_utils")
+    stub.Logger = types.SimpleNamespace(  # type: ignore[attr-defined]
+        log_info=lambda m: logged.append(f"info: {m}"),
+        log_warn=lambda m: logged.append(f"warn: {m}"),
+    )
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", stub)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location("net_model", repo / NAMES.net / "1" / "model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.logged = logged  # type: ignore[attr-defined]
+    module.repo = repo  # type: ignore[attr-defined]
+    return module
+
+
+def _args(repo: Path, kind: str, device: str = "0") -> dict[str, str]:
+    return {
+        "model_repository": str(repo / NAMES.net),
+        "model_version": "1",
+        "model_name": NAMES.net,
+        "model_instance_name": f"{NAMES.net}_0",
+        "model_instance_kind": kind,
+        "model_instance_device_id": device,
+    }
+
+
+def test_the_python_network_picks_cuda_only_for_gpu_instances(tmp_path, monkeypatch):
+    model = _network_module(tmp_path, monkeypatch)
+    both = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    gpu = _args(model.repo, "GPU", "1")
+    assert model.session_providers(gpu, both) == [
+        ("CUDAExecutionProvider", {"device_id": 1}),
+        "CPUExecutionProvider",
+    ]
+    assert model.session_providers(_args(model.repo, "CPU"), both) == ["CPUExecutionProvider"]
+    assert model.session_providers(gpu, ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA"
+)
+def test_a_gpu_instance_without_cuda_runs_on_the_cpu_and_says_so(tmp_path, monkeypatch):
+    model = _network_module(tmp_path, monkeypatch)
+    instance = model.TritonPythonModel()
+    instance.initialize(_args(model.repo, "GPU"))
+    assert instance.session.get_providers() == ["CPUExecutionProvider"]
+    (line,) = model.logged
+    assert line.startswith("warn: ") and "GPU instance runs on the CPU" in line
+    assert "has no CUDA provider" in line
+
+
+@pytest.mark.gpu
+def test_a_gpu_instance_runs_on_cuda(tmp_path, monkeypatch):
+    """Needs a CUDA GPU and onnxruntime-gpu (the triton-gpu / worker-gpu extras)."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("this onnxruntime is the CPU build (install the triton-gpu extra)")
+    model = _network_module(tmp_path, monkeypatch)
+    instance = model.TritonPythonModel()
+    instance.initialize(_args(model.repo, "GPU"))
+    assert instance.session.get_providers()[0] == "CUDAExecutionProvider"
+    assert model.logged and model.logged[0].startswith("info: ")
