@@ -8,6 +8,7 @@ do not collide); every table is truncated before each test.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -84,6 +85,10 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MASKOPS_TRITON_URL=settings.triton_url,
         MASKOPS_MODEL_REPOSITORY=str(settings.model_repository),
         MASKOPS_TRITON_NET_BACKEND=settings.triton_net_backend,
+        MASKOPS_TRITON_DEVICE=settings.triton_device,
+        MASKOPS_TRITON_GPUS=json.dumps(settings.triton_gpus),
+        MASKOPS_TRITON_TENSORRT_VERSION=settings.triton_tensorrt_version,
+        MASKOPS_TRITON_MODEL_REPOSITORY=settings.triton_model_repository,
         MASKOPS_CPU_RANKS=str(settings.cpu_ranks),
         MASKOPS_RENDEZVOUS_TIMEOUT_S=str(settings.rendezvous_timeout_s),
         MASKOPS_REQUIRE_CUDA=str(int(settings.require_cuda)),
