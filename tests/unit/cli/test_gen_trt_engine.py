@@ -170,3 +170,32 @@ def test_batch_flags_shape_the_profile_or_refuse(
     )
     if NO_TENSORRT:
         assert code == 1 and "no TensorRT engine built" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_the_engine_comes_with_the_record_publish_checks(tmp_path: Path, capsys) -> None:
+    """Where TensorRT and a GPU exist: the engine's record names this TensorRT, and publish
+    serves the engine in a Triton of that version only."""
+    tensorrt = pytest.importorskip("tensorrt")
+    from maskops.serving import EnsembleNames, PublishError, publish
+    from maskops.serving.engines import read_engine_record
+    from maskops.serving.placement import Placement
+    from tests.support.fake_export import fake_onnx_export
+
+    onnx_path = fake_onnx_export(tmp_path / "m.fp16.onnx", "batch")
+    assert (
+        main(["gen_trt_engine", "-m", str(onnx_path), "-r", str(tmp_path), "--data_type", "fp16"])
+        == 0
+    )
+    engine = tmp_path / "m.fp16.engine"
+    record = read_engine_record(engine)
+    assert record.tensorrt_version == tensorrt.__version__
+    assert record.profile == {"min": 1, "opt": 3, "max": 3} and record.data_type == "fp16"
+    repo = tmp_path / "repo"
+    gpu = Placement("gpu")
+    publish(onnx_path, repo, "m", net_backend="tensorrt", placement=gpu,
+            triton_tensorrt_version=tensorrt.__version__)  # fmt: skip
+    assert (repo / EnsembleNames("m").net / "1" / "model.plan").read_bytes() == engine.read_bytes()
+    with pytest.raises(PublishError, match="loads only in the version that built it"):
+        publish(onnx_path, repo, "m", net_backend="tensorrt", placement=gpu,
+                triton_tensorrt_version="9.0.0.0")  # fmt: skip

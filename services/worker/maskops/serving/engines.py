@@ -135,9 +135,10 @@ def same_tensorrt(built: str, runtime: str) -> bool:
     """Whether an engine built by TensorRT ``built`` loads in TensorRT ``runtime``.
 
     Plans are tied to the exact release: major.minor.patch must be equal, and the build
-    number too when both versions name one (``10.7.0`` matches ``10.7.0.23``).
+    number too when both versions name one (``10.7.0`` matches ``10.7.0.23``); a
+    packaging suffix such as ``post1`` is not part of TensorRT's version.
     """
-    a, b = built.strip().split("."), runtime.strip().split(".")
+    a, b = ([p for p in v.strip().split(".") if p.isdigit()] for v in (built, runtime))
     if len(a) < 3 or len(b) < 3:
         return False
     shared = min(len(a), len(b))

@@ -10,9 +10,13 @@ that serves.
   accelerator (``KIND_GPU``): Triton builds the TensorRT engine itself, with its own
   TensorRT, when the model loads, and hands what TensorRT cannot take to the CUDA provider.
   The precision follows the export (fp32 -> FP32, fp16 -> FP16, the int8 QDQ graph -> INT8,
-  whose scales TensorRT takes from the graph); the optimisation profile covers batches
-  1..max_batch_size; the engines are cached in the version folder (``trt_cache``), so a
-  restart or a reload does not build them again.
+  whose scales TensorRT takes from the graph); the engines are cached in the version
+  folder (``trt_cache``), so a restart or a reload does not build them again. No explicit
+  shape profile is given: onnxruntime would then need one for every dynamic input of every
+  TensorRT subgraph, and Mask R-CNN's graph is split around what TensorRT cannot take
+  (its Loop, NMS), whose inputs are internal tensors; onnxruntime instead sizes each
+  engine's profile from the shapes it meets and widens it (one rebuild, cached) when a
+  larger batch first arrives.
 - The python and tensorrt network backends also run ``KIND_GPU`` on GPU hosts (the
   python one on onnxruntime's CUDA provider, see ``triton_models/network/model.py``).
 
@@ -65,21 +69,11 @@ class Placement:
         return f"instance_group [ {{ kind: {self.kind} count: {count}{gpus} }} ]\n"
 
 
-def tensorrt_accelerator(
-    data_type: str,
-    *,
-    image_size: tuple[int, int],
-    max_batch_size: int,
-    dynamic_batch: bool,
-    engine_cache: str | None,
-) -> str:
+def tensorrt_accelerator(data_type: str, *, engine_cache: str | None) -> str:
     """The ``optimization`` block that runs an onnxruntime-backend model on TensorRT.
 
     Args:
         data_type: the export's (``fp32``, ``fp16``, ``int8``).
-        image_size: ``(H, W)`` of the ``images`` input ``[N, 3, H, W]``.
-        max_batch_size: the largest batch of the profile (Triton's max_batch_size).
-        dynamic_batch: whether N is dynamic (a static graph needs no profile).
         engine_cache: the cache folder as Triton sees it (an absolute path), or None.
     """
     if data_type not in PRECISION_MODES:
@@ -88,16 +82,6 @@ def tensorrt_accelerator(
         "precision_mode": PRECISION_MODES[data_type],
         "max_workspace_size_bytes": str(TENSORRT_WORKSPACE_BYTES),
     }
-    if dynamic_batch:
-        # One profile for every batch Triton's dynamic batcher forms, tuned for the full one
-        # (without it the engine is rebuilt whenever a larger batch arrives).
-        height, width = image_size
-        low, high = (f"images:{n}x3x{height}x{width}" for n in (1, max_batch_size))
-        params |= {
-            "trt_profile_min_shapes": low,
-            "trt_profile_opt_shapes": high,
-            "trt_profile_max_shapes": high,
-        }
     if engine_cache is not None:
         params |= {"trt_engine_cache_enable": "1", "trt_engine_cache_path": engine_cache}
     lines = "".join(

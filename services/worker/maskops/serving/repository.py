@@ -230,13 +230,7 @@ def render_configs(
         extra=placement.instance_group(instances),
         max_queue_delay_us=max_queue_delay_us,
         accelerator=(
-            tensorrt_accelerator(
-                meta.data_type,
-                image_size=meta.image_size,
-                max_batch_size=net_batch,
-                dynamic_batch=meta.batch_size is None,
-                engine_cache=engine_cache,
-            )
+            tensorrt_accelerator(meta.data_type, engine_cache=engine_cache)
             if net_backend == "onnxruntime" and placement.device == "gpu"
             else ""
         ),
