@@ -48,8 +48,10 @@ def register(subparsers: Any) -> None:
             "--output_layout tao) TAO's generate_detections and mask_fcn_logits/BiasAdd "
             "instead, which DeepStream's TAO Mask R-CNN parser reads. The "
             "ONNX is run in onnxruntime on validation images and compared with PyTorch; an "
-            "export that disagrees fails. A TensorRT engine is built only where TensorRT and "
-            "a GPU exist (elsewhere the Triton service builds it at start)."
+            "export that disagrees fails. A TensorRT engine (--engine_file) is built only "
+            "where TensorRT and a GPU exist, with its record ENGINE.json; without one, "
+            "`maskops publish --device gpu` serves the ONNX on Triton's onnxruntime backend, "
+            "whose TensorRT accelerator builds the engine as the model loads."
         ),
     )
     parser.add_argument("-m", "--model", required=True, type=Path, help=MODEL_HELP)
