@@ -105,6 +105,15 @@ class Settings(BaseSettings):
     """The ranks a worker without a GPU offers a train job (gloo on its cores): a job's
     ``options.gpus`` may go up to this where no worker has a GPU."""
 
+    @field_validator("triton_gpus")
+    @classmethod
+    def _gpus(cls, value: list[int], info: ValidationInfo) -> list[int]:
+        if value and info.data.get("triton_device") != "gpu":
+            raise ValueError("GPU ids given but triton_device is not gpu")
+        if any(g < 0 for g in value):
+            raise ValueError(f"GPU ids must be >= 0, got {value}")
+        return value
+
     @field_validator("triton_url", "triton_dns")
     @classmethod
     def _endpoints(cls, value: str, info: ValidationInfo) -> str:

@@ -485,7 +485,7 @@ def _network_options(ctx: JobContext) -> dict[str, Any]:
     # The tensorrt backend's engine is <onnx stem>.engine next to the export's ONNX
     # (`maskops gen_trt_engine -m ONNX -r ITS_FOLDER` on a host with Triton's TensorRT).
     return {
-        "placement": Placement(device, tuple(settings.triton_gpus) if device == "gpu" else ()),
+        "placement": Placement(device, tuple(settings.triton_gpus)),
         "net_backend": None if backend == "auto" else backend,
         "triton_tensorrt_version": settings.triton_tensorrt_version or None,
         "triton_repository": settings.triton_model_repository or None,

@@ -192,6 +192,9 @@ def test_settings_choose_gpu_serving_from_the_environment(monkeypatch):
     monkeypatch.setenv("MASKOPS_TRITON_GPUS", "[0, 2]")
     settings = Settings()
     assert settings.triton_device == "gpu" and settings.triton_gpus == [0, 2]
+    monkeypatch.setenv("MASKOPS_TRITON_DEVICE", "cpu")
+    with pytest.raises(ValueError, match="GPU ids given but triton_device is not gpu"):
+        Settings()
 
 
 def _network_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
