@@ -19,6 +19,12 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./.maskops/maskops.db"
     database_schema: str | None = None
     """Postgres schema holding the tables (``None`` = the default search path)."""
+    database_pool_size: int = Field(default=10, ge=1)
+    database_max_overflow: int = Field(default=20, ge=0)
+    database_pool_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a request waits for one of the pool's connections (``database_pool_size``
+    kept, up to ``database_max_overflow`` more) before it is answered 503 with
+    ``Retry-After``."""
     broker_url: str = "redis://127.0.0.1:6379/0"
     queue_prefix: str = ""
     """Prepended to the queue names ``gpu`` and ``cpu`` (lets test sessions share a Redis)."""
@@ -49,6 +55,9 @@ class Settings(BaseSettings):
     """Where the API listens; auth is required whenever this is not a loopback address."""
     auth: Literal["auto", "required", "disabled"] = "auto"
     access_log: bool = False
+    max_log_followers: int = Field(default=64, ge=1)
+    """Concurrent ``GET /jobs/{id}/logs?follow=true`` streams; one more is answered 429. A
+    stream holds no database connection while it waits."""
     """uvicorn's line per request. Off by default: ``/metrics`` has latency per route, and
     under pollers the log line cost more than serving a status poll from memory."""
 

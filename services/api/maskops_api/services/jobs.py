@@ -28,6 +28,8 @@ from maskops_core.options import TrainOptions
 from maskops_core.settings import Settings
 
 ENDPOINT = "POST /jobs"
+PUBLISH_ENDPOINT = "POST /models/{name}/publish"
+"""Publishing queues a job too: the keys of both endpoints name a job."""
 
 
 def create_job(
@@ -44,11 +46,11 @@ def create_job(
     """
     body_hash = idempotency.request_hash(body.model_dump(mode="json"))
     if idempotency_key:
-        existing = idempotency.lookup(
-            session, key=idempotency_key, endpoint=endpoint, body_hash=body_hash
+        existing = idempotency.replayed(
+            session, Job, key=idempotency_key, endpoint=endpoint, body_hash=body_hash
         )
         if existing is not None:
-            return session.get_one(Job, existing), False
+            return existing, False
     job = _validated_job(session, settings, body)
     session.add(job)
     session.flush()

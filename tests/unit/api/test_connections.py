@@ -1,0 +1,276 @@
+"""Database connections and identifiers under load, against a real uvicorn process on the
+embedded stack's SQLite database: log followers hold no connection while they wait and are
+bounded, concurrent submissions sharing an ``Idempotency-Key`` answer quickly with one job,
+a pool timeout is a 503, and ids are never given out again after a delete."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from maskops_api.main import create_app
+from maskops_core import jobs as state
+from maskops_core.db.models import Dataset, Job, JobStatus
+from maskops_core.settings import Settings
+from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher
+
+REPO = Path(__file__).resolve().parents[3]
+MAX_FOLLOWERS = 24
+"""The API's bound on concurrent log streams in these tests (more than the SQLite pool's
+5 + 10 connections, so a stream that held one would exhaust it)."""
+
+
+@dataclass
+class Server:
+    url: str
+    settings: Settings
+    log: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def server(settings: Settings, tmp_path: Path) -> Iterator[Server]:
+    """``uvicorn maskops_api.main:app`` on ``settings``' SQLite database (migrated), with
+    SQLAlchemy's default pool for SQLite (5 + 10) and a 3 s pool timeout."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MASKOPS_")}
+    env |= {
+        "MASKOPS_DATABASE_URL": settings.database_url,
+        "MASKOPS_BROKER_URL": "memory://",
+        "MASKOPS_DATA_ROOT": str(settings.data_root),
+        "MASKOPS_QUEUE_PREFIX": settings.queue_prefix,
+        "MASKOPS_MAX_LOG_FOLLOWERS": str(MAX_FOLLOWERS),
+        "MASKOPS_DATABASE_POOL_TIMEOUT_S": "3",
+    }
+    log = tmp_path / "uvicorn.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "maskops_api.main:app", "--port", str(port)],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        yield Server(url, settings, log)
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def _experiment(url: str, factory: sessionmaker[Session]) -> tuple[int, int]:
+    """A registered dataset (its convert job left queued, the dataset marked converted) and
+    an experiment on it."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        dataset = client.post("/datasets", json=DATASET_BODY).json()
+        with factory() as s, s.begin():
+            s.execute(update(Dataset).where(Dataset.id == dataset["id"]).values(shards_dir="x"))
+        body = {"name": "e", "dataset_id": dataset["id"], "spec": SMALL_SPEC}
+        experiment = client.post("/experiments", json=body).json()
+    return int(experiment["id"]), int(dataset["convert_job_id"])
+
+
+async def _followers(
+    url: str, job_id: int, count: int, end_job: Callable[[], None]
+) -> tuple[list[int], list[str]]:
+    """Open ``count`` concurrent ``?follow=true`` streams; while they are open, time other
+    requests; then end the job, and the streams must end too. Returns each stream's status
+    code and a line per slow or failed request."""
+    problems: list[str] = []
+    opened: asyncio.Queue[int] = asyncio.Queue()
+    limits = httpx.Limits(max_connections=count + 10)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+
+        async def follow() -> None:
+            async with client.stream("GET", f"/jobs/{job_id}/logs?follow=true") as response:
+                await opened.put(response.status_code)
+                async for _ in response.aiter_bytes():
+                    pass
+
+        tasks = [asyncio.create_task(follow()) for _ in range(count)]
+        codes = [await opened.get() for _ in range(count)]
+        await asyncio.sleep(1.5)  # the streams' checks run meanwhile
+        for path in ("/experiments/1", "/jobs", "/datasets/1", "/experiments/1"):
+            started = time.monotonic()
+            response = await client.get(path)
+            took = time.monotonic() - started
+            if response.status_code != 200 or took > 2:
+                problems.append(f"GET {path}: {response.status_code} in {took:.1f} s")
+        await asyncio.to_thread(end_job)
+        try:
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+        except TimeoutError:
+            problems.append("the streams went on after their job ended")
+    return codes, problems
+
+
+def test_log_followers_hold_no_connection_and_are_bounded(
+    server: Server, factory: sessionmaker[Session]
+) -> None:
+    # The dataset's convert job stays queued (no worker) until the test ends it.
+    _, job_id = _experiment(server.url, factory)
+    end = functools.partial(_finish, factory, job_id)
+    codes, problems = asyncio.run(_followers(server.url, job_id, MAX_FOLLOWERS + 4, end))
+    assert not problems, problems
+    assert codes.count(200) == MAX_FOLLOWERS and codes.count(429) == 4, codes
+    assert "QueuePool" not in server.log.read_text()
+
+
+def test_a_bounded_stream_is_refused_with_a_message(
+    server: Server, factory: sessionmaker[Session]
+) -> None:
+    _, job_id = _experiment(server.url, factory)
+
+    async def run() -> httpx.Response:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            streams = [
+                client.stream("GET", f"/jobs/{job_id}/logs?follow=true")
+                for _ in range(MAX_FOLLOWERS)
+            ]
+            for stream in streams:
+                assert (await stream.__aenter__()).status_code == 200
+            refused = await client.get(f"/jobs/{job_id}/logs?follow=true")
+            for stream in streams:
+                await stream.__aexit__(None, None, None)
+            return refused
+
+    refused = asyncio.run(run())
+    assert refused.status_code == 429
+    assert "MASKOPS_MAX_LOG_FOLLOWERS" in refused.json()["detail"]
+    assert refused.headers["retry-after"]
+    # Closed streams give their slots back.
+    deadline = time.monotonic() + 10
+    while True:
+        with httpx.stream("GET", f"{server.url}/jobs/{job_id}/logs?follow=true") as again:
+            if again.status_code == 200:
+                break
+        assert time.monotonic() < deadline, "the closed streams kept their slots"
+        time.sleep(0.2)
+
+
+CLIENTS = 60
+"""More than the API's 40 worker threads: retries that held a connection while waiting for a
+thread, behind others that waited for a connection, stalled the pool until it timed out."""
+
+
+async def _submit_all(url: str, experiment_id: int) -> list[tuple[int, int | None, float]]:
+    body = {"action": "train", "experiment_id": experiment_id}
+    limits = httpx.Limits(max_connections=CLIENTS)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+
+        async def submit() -> tuple[int, int | None, float]:
+            started = time.monotonic()
+            response = await client.post("/jobs", json=body, headers={"Idempotency-Key": "k1"})
+            job_id = response.json().get("id") if response.status_code == 202 else None
+            return response.status_code, job_id, time.monotonic() - started
+
+        return await asyncio.gather(*(submit() for _ in range(CLIENTS)))
+
+
+def test_concurrent_submissions_sharing_a_key_answer_quickly_with_one_job(
+    server: Server, factory: sessionmaker[Session]
+) -> None:
+    experiment_id, _ = _experiment(server.url, factory)
+    results = asyncio.run(_submit_all(server.url, experiment_id))
+    codes = sorted({code for code, _, _ in results})
+    assert set(codes) <= {202, 409}, results
+    assert len({job for _, job, _ in results if job is not None}) == 1, results
+    assert max(took for _, _, took in results) < 10, sorted(t for _, _, t in results)[-5:]
+    listed = httpx.get(f"{server.url}/jobs?action=train").json()
+    assert listed["total"] == 1
+
+
+def test_a_pool_timeout_is_a_503_with_retry_after(settings: Settings) -> None:
+    tight = settings.model_copy(
+        update={"database_pool_size": 1, "database_max_overflow": 0, "database_pool_timeout_s": 0.2}
+    )
+    with TestClient(create_app(tight, dispatcher=RecordingDispatcher())) as client:
+        engine = client.app.state.session_factory.kw["bind"]  # type: ignore[attr-defined]
+        with engine.connect():  # the pool's only connection, held
+            response = client.get("/experiments")
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "1"
+    assert "busy" in response.json()["detail"]
+
+
+def _finish(factory: sessionmaker[Session], job_id: int) -> None:
+    """What a worker does: claim the job and record it succeeded."""
+    job = state.claim(factory, job_id, owner="w", worker_id="w")
+    assert job is not None
+    assert state.finish(factory, job_id, owner="w", status=JobStatus.succeeded, error=None)
+
+
+def test_ids_are_never_reused_after_a_delete(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    first = client.post("/datasets", json=DATASET_BODY).json()
+    job_id = first["convert_job_id"]
+    _finish(factory, job_id)
+    (settings.jobs_dir / str(job_id)).mkdir(parents=True)
+    (settings.jobs_dir / str(job_id) / "job.log").write_text("the deleted job's log\n")
+    assert client.delete(f"/datasets/{first['id']}").status_code == 204
+    second = client.post("/datasets", json=DATASET_BODY).json()
+    assert second["id"] > first["id"]
+    assert second["convert_job_id"] > job_id
+    assert client.get(f"/jobs/{second['convert_job_id']}/logs").text == ""
+    with factory() as session:
+        tables = session.execute(
+            text("SELECT name FROM sqlite_master WHERE sql LIKE '%AUTOINCREMENT%'")
+        ).scalars()
+        assert {"datasets", "jobs", "experiments", "models", "job_metrics"} <= set(tables)
+
+
+def test_a_replayed_publish_key_after_its_job_is_deleted_publishes_again(
+    client: TestClient, factory: sessionmaker[Session]
+) -> None:
+    dataset = client.post("/datasets", json=DATASET_BODY).json()
+    with factory() as s, s.begin():
+        s.execute(update(Dataset).where(Dataset.id == dataset["id"]).values(shards_dir="x"))
+    body = {"name": "e", "dataset_id": dataset["id"], "spec": SMALL_SPEC}
+    experiment = client.post("/experiments", json=body).json()
+    train = client.post("/jobs", json={"action": "train", "experiment_id": experiment["id"]})
+    _finish(factory, train.json()["id"])
+    export = client.post("/jobs", json={"action": "export", "parent_job_id": train.json()["id"]})
+    _finish(factory, export.json()["id"])
+    key = {"Idempotency-Key": "publish-1"}
+    publish = {"job_id": export.json()["id"]}
+    published = client.post("/models/m/publish", json=publish, headers=key)
+    assert published.status_code == 202, published.text
+    publish_job = published.json()["id"]
+    with factory() as s, s.begin():  # the publish job failed: nothing refers to it
+        s.execute(update(Job).where(Job.id == publish_job).values(status=JobStatus.failed))
+    assert client.delete(f"/jobs/{publish_job}").status_code == 204
+    again = client.post("/models/m/publish", json=publish, headers=key)
+    assert again.status_code == 202, again.text
+    assert again.json()["id"] > publish_job
+    assert again.json()["action"] == "publish"
