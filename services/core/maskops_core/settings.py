@@ -28,6 +28,12 @@ class Settings(BaseSettings):
     broker_url: str = "redis://127.0.0.1:6379/0"
     queue_prefix: str = ""
     """Prepended to the queue names ``gpu`` and ``cpu`` (lets test sessions share a Redis)."""
+    stack_id: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")
+    """Names this stack (one database and its workers) among stacks sharing a broker. Every
+    job message carries it, and a worker runs only its own stack's messages (another's go
+    back to the broker); on Redis every broker key (queues, unacknowledged messages)
+    starts with ``<stack_id>:``. ``maskops serve`` derives it from its state dir. Empty:
+    no prefix and no check (the broker, or its Redis database, serves one stack)."""
     data_root: Path = Path("./.maskops/data")
     """Datasets are registered relative to this; job outputs live under ``data_root/jobs``."""
     pretrained_dirs: list[Path] = Field(default_factory=list)
@@ -129,6 +135,12 @@ class Settings(BaseSettings):
     @property
     def cpu_queue(self) -> str:
         return f"{self.queue_prefix}cpu"
+
+    @property
+    def broker_key_prefix(self) -> str:
+        """What every Redis key of this stack's broker starts with (kombu's
+        ``global_keyprefix``); readers of the broker's keys add it too."""
+        return f"{self.stack_id}:" if self.stack_id else ""
 
     @property
     def jobs_dir(self) -> Path:

@@ -245,7 +245,11 @@ def _lead_nodes(ctx: JobContext, options: TrainOptions) -> str:
         probe.bind(("", 0))
         endpoint = f"{socket.gethostname()}:{probe.getsockname()[1]}"
     for _ in range(options.nodes - 1):
-        app.send_task(TRAIN_NODE_TASK, args=[ctx.job.id, ctx.job.attempts, endpoint])
+        app.send_task(
+            TRAIN_NODE_TASK,
+            args=[ctx.job.id, ctx.job.attempts, endpoint],
+            kwargs={"stack": ctx.settings.stack_id},
+        )
     wait = ctx.settings.rendezvous_timeout_s
     _append(ctx, f"{options.nodes} nodes gather at {endpoint} (for up to {wait:g} s)")
     return endpoint

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import Conflict, Invalid, NotFound
@@ -210,11 +210,6 @@ def get_job(session: Session, job_id: int) -> Job:
     if job is None:
         raise NotFound(f"job {job_id} not found")
     return job
-
-
-def job_status(factory: sessionmaker[Session], job_id: int) -> str | None:
-    with factory() as session:
-        return session.scalar(select(Job.status).where(Job.id == job_id))
 
 
 def cancel_job(session: Session, job_id: int) -> Job:
