@@ -25,8 +25,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from maskops_api.main import create_app
 from maskops_core import jobs as state
 from maskops_core.db.models import Dataset, Job, JobStatus
+from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
-from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher
+from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher, make_settings
 
 REPO = Path(__file__).resolve().parents[3]
 MAX_FOLLOWERS = 24
@@ -47,10 +48,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def server(settings: Settings, tmp_path: Path) -> Iterator[Server]:
-    """``uvicorn maskops_api.main:app`` on ``settings``' SQLite database (migrated), with
-    SQLAlchemy's default pool for SQLite (5 + 10) and a 3 s pool timeout."""
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``uvicorn maskops_api.main:app`` on a migrated SQLite database, with the pool
+    SQLAlchemy gives SQLite by default (5 + 10 connections) and a 3 s pool timeout."""
+    root = tmp_path_factory.mktemp("served")
+    settings = make_settings(root)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MASKOPS_")}
     env |= {
@@ -59,13 +62,15 @@ def server(settings: Settings, tmp_path: Path) -> Iterator[Server]:
         "MASKOPS_DATA_ROOT": str(settings.data_root),
         "MASKOPS_QUEUE_PREFIX": settings.queue_prefix,
         "MASKOPS_MAX_LOG_FOLLOWERS": str(MAX_FOLLOWERS),
+        "MASKOPS_DATABASE_POOL_SIZE": "5",
+        "MASKOPS_DATABASE_MAX_OVERFLOW": "10",
         "MASKOPS_DATABASE_POOL_TIMEOUT_S": "3",
     }
-    log = tmp_path / "uvicorn.log"
+    log = root / "uvicorn.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "maskops_api.main:app", "--port", str(port)],
-            cwd=tmp_path,
+            cwd=root,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -86,6 +91,19 @@ def server(settings: Settings, tmp_path: Path) -> Iterator[Server]:
     finally:
         process.terminate()
         process.wait(30)
+
+
+@pytest.fixture
+def server(served: Server) -> Server:
+    return served
+
+
+@pytest.fixture
+def served_db(served: Server) -> Iterator[sessionmaker[Session]]:
+    """Sessions on the served database (what a worker writes with)."""
+    engine = make_engine(served.settings)
+    yield make_session_factory(engine)
+    engine.dispose()
 
 
 def _experiment(url: str, factory: sessionmaker[Session]) -> tuple[int, int]:
@@ -135,11 +153,11 @@ async def _followers(
 
 
 def test_log_followers_hold_no_connection_and_are_bounded(
-    server: Server, factory: sessionmaker[Session]
+    server: Server, served_db: sessionmaker[Session]
 ) -> None:
     # The dataset's convert job stays queued (no worker) until the test ends it.
-    _, job_id = _experiment(server.url, factory)
-    end = functools.partial(_finish, factory, job_id)
+    _, job_id = _experiment(server.url, served_db)
+    end = functools.partial(_finish, served_db, job_id)
     codes, problems = asyncio.run(_followers(server.url, job_id, MAX_FOLLOWERS + 4, end))
     assert not problems, problems
     assert codes.count(200) == MAX_FOLLOWERS and codes.count(429) == 4, codes
@@ -147,9 +165,9 @@ def test_log_followers_hold_no_connection_and_are_bounded(
 
 
 def test_a_bounded_stream_is_refused_with_a_message(
-    server: Server, factory: sessionmaker[Session]
+    server: Server, served_db: sessionmaker[Session]
 ) -> None:
-    _, job_id = _experiment(server.url, factory)
+    _, job_id = _experiment(server.url, served_db)
 
     async def run() -> httpx.Response:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
@@ -198,9 +216,9 @@ async def _submit_all(url: str, experiment_id: int) -> list[tuple[int, int | Non
 
 
 def test_concurrent_submissions_sharing_a_key_answer_quickly_with_one_job(
-    server: Server, factory: sessionmaker[Session]
+    server: Server, served_db: sessionmaker[Session]
 ) -> None:
-    experiment_id, _ = _experiment(server.url, factory)
+    experiment_id, _ = _experiment(server.url, served_db)
     results = asyncio.run(_submit_all(server.url, experiment_id))
     codes = sorted({code for code, _, _ in results})
     assert set(codes) <= {202, 409}, results
@@ -274,3 +292,61 @@ def test_a_replayed_publish_key_after_its_job_is_deleted_publishes_again(
     assert again.status_code == 202, again.text
     assert again.json()["id"] > publish_job
     assert again.json()["action"] == "publish"
+
+
+def test_migrating_an_existing_sqlite_database_keeps_its_rows(tmp_path: Path) -> None:
+    """Migration 0007 recreates every table with an id: rows, ids and foreign keys (with
+    their ON DELETE actions) survive, and the newest id is not given out again."""
+    from alembic import command
+    from alembic.config import Config
+
+    from maskops_core.db.migrate import migrations_dir, upgrade_head
+
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'old.db'}",
+        _env_file=None,  # type: ignore[call-arg]
+    )
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.attributes["configure_logger"] = False
+    engine = make_engine(settings)
+    with engine.connect() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0006")
+        conn.commit()
+    row = "'{}', 'q', 0, 0, '2026-01-01', '2026-01-01'"
+    with engine.begin() as conn:
+        for job_id, parent in ((1, "NULL"), (2, "1"), (3, "NULL")):
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, action, status, parent_job_id, options, queue, "
+                    f"attempts, dispatch_count, created_at, updated_at) "
+                    f"VALUES ({job_id}, 'train', 'succeeded', {parent}, {row})"
+                )
+            )
+        conn.execute(
+            text(
+                'INSERT INTO job_metrics (job_id, step, "values", created_at) '
+                "VALUES (2, 1, '{}', '2026-01-01')"
+            )
+        )
+        conn.execute(text("DELETE FROM jobs WHERE id = 3"))
+    engine.dispose()
+    upgrade_head(settings)
+    engine = make_engine(settings)
+    with engine.begin() as conn:
+        assert conn.execute(text("SELECT id, parent_job_id FROM jobs")).all() == [
+            (1, None),
+            (2, 1),
+        ]
+        conn.execute(text("DELETE FROM jobs WHERE id = 2"))  # its metrics go with it
+        assert conn.execute(text("SELECT count(*) FROM job_metrics")).scalar() == 0
+        conn.execute(
+            text(
+                "INSERT INTO jobs (action, status, options, queue, attempts, dispatch_count, "
+                "created_at, updated_at) VALUES ('train', 'queued', '{}', 'q', 0, 0, "
+                "'2026-01-01', '2026-01-01')"
+            )
+        )
+        assert conn.execute(text("SELECT max(id) FROM jobs")).scalar() == 3
+    engine.dispose()
