@@ -32,7 +32,7 @@ from maskops_api.reconciler import reconcile
 from maskops_api.state_lock import StateDirLock
 from maskops_api.supervisor import Supervision, TritonSupervisor, WorkerSupervisor
 from maskops_core.db.migrate import upgrade_head
-from maskops_core.db.models import Job, utcnow
+from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.processes import dies_with_parent, group_members, kill_group
 from maskops_core.settings import Settings
@@ -99,19 +99,22 @@ def stack_id(state_dir: Path) -> str:
 
 
 def adopt_legacy_queues(settings: Settings) -> int:
-    """Point jobs queued under the queue names every state dir once shared at this stack's
-    own queues (the reconciler re-sends them there); the number of jobs moved."""
+    """Point the jobs of the queue names every state dir once shared at this stack's own
+    queues; the queued ones are marked never sent, so that the reconciler's pass at start
+    sends them there. Returns the number of queued jobs moved."""
     engine = make_engine(settings)
     moved = 0
     try:
         with engine.begin() as conn:
             for kind, queue in (("gpu", settings.gpu_queue), ("cpu", settings.cpu_queue)):
-                result = conn.execute(
+                legacy = Job.queue == f"{LEGACY_QUEUE_PREFIX}{kind}"
+                queued = conn.execute(
                     update(Job)
-                    .where(Job.queue == f"{LEGACY_QUEUE_PREFIX}{kind}")
-                    .values(queue=queue)
+                    .where(legacy, Job.status == JobStatus.queued)
+                    .values(queue=queue, dispatched_at=None)
                 )
-                moved += result.rowcount
+                moved += queued.rowcount
+                conn.execute(update(Job).where(legacy).values(queue=queue))
     finally:
         engine.dispose()
     return moved
@@ -310,7 +313,7 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     say(f"database: {settings.database_url}")
     say(f"broker:   {settings.broker_url} (stack {settings.stack_id})")
     if moved := adopt_legacy_queues(settings):
-        say(f"queues:   {moved} jobs moved to this stack's queues {settings.queue_prefix}*")
+        say(f"queues:   {moved} queued jobs moved to this stack's {settings.queue_prefix}*")
     ensure_demo_dataset(settings)
     children = ChildRecord(config.state_dir.resolve())
     children.kill_leftovers(say)  # before their jobs are requeued

@@ -350,3 +350,43 @@ def test_migrating_an_existing_sqlite_database_keeps_its_rows(tmp_path: Path) ->
         )
         assert conn.execute(text("SELECT max(id) FROM jobs")).scalar() == 3
     engine.dispose()
+
+
+def test_jobs_queued_under_the_shared_embedded_queues_move_to_the_stacks_own(
+    tmp_path: Path,
+) -> None:
+    """Jobs a ``maskops serve`` queued before stacks were told apart (queue names every
+    state dir shared) are sent again to this stack's queues at start."""
+    from maskops_api.embedded import (
+        LEGACY_QUEUE_PREFIX,
+        EmbeddedConfig,
+        adopt_legacy_queues,
+        embedded_settings,
+        requeue_orphans,
+    )
+    from maskops_core.db.migrate import upgrade_head
+    from maskops_core.db.models import utcnow
+
+    settings = embedded_settings(EmbeddedConfig(state_dir=tmp_path, use_redis=False))
+    assert settings.stack_id in settings.gpu_queue
+    upgrade_head(settings)
+    engine = make_engine(settings)
+    with make_session_factory(engine)() as session, session.begin():
+        for status in (JobStatus.queued, JobStatus.succeeded):
+            session.add(
+                Job(
+                    action="train",
+                    status=status,
+                    options={},
+                    queue=f"{LEGACY_QUEUE_PREFIX}gpu",
+                    dispatched_at=utcnow(),
+                    task_id="maskops-job-1-1",
+                    dispatch_count=1,
+                )
+            )
+    engine.dispose()
+    assert adopt_legacy_queues(settings) == 1
+    dispatcher = RecordingDispatcher()
+    requeue_orphans(settings, dispatcher)
+    assert dispatcher.sent == [("train", 1, settings.gpu_queue, "maskops-job-1-2")]
+    assert adopt_legacy_queues(settings) == 0
