@@ -10,7 +10,7 @@ from celery import Celery
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core.actions import JobAction
+from maskops_core.actions import JobAction, stack_kwargs
 from maskops_core.broker import make_celery
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import transaction
@@ -37,8 +37,7 @@ class CeleryDispatcher:
         self.app.send_task(
             JobAction.named(action).task_name,
             args=[job_id],
-            # The worker checks it: a message from another stack goes back to the broker.
-            kwargs={"stack": self.stack_id},
+            kwargs=stack_kwargs(self.stack_id),
             queue=queue,
             task_id=task_id,
             retry=False,

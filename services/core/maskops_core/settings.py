@@ -29,8 +29,8 @@ class Settings(BaseSettings):
     queue_prefix: str = ""
     """Prepended to the queue names ``gpu`` and ``cpu`` (lets test sessions share a Redis)."""
     stack_id: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")
-    """Names this stack (one database and its workers) among stacks sharing a broker. Every
-    job message carries it, and a worker runs only its own stack's messages (another's go
+    """Names this stack (one database and its workers) among stacks sharing a broker. Job
+    messages carry it, and a worker runs only its own stack's messages (another's go
     back to the broker); on Redis every broker key (queues, unacknowledged messages)
     starts with ``<stack_id>:``. ``maskops serve`` derives it from its state dir. Empty:
     no prefix and no check (the broker, or its Redis database, serves one stack)."""
