@@ -23,9 +23,24 @@ target_metadata = Base.metadata
 
 
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata)
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        # SQLite alters a table by recreating it (batch mode), and dropping a table that
+        # others refer to with foreign keys on would delete or refuse their rows. The
+        # pragma is ignored inside a transaction: it is set before the first write, and
+        # lasts as long as this connection, which the callers close after migrating.
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        if connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
+            raise RuntimeError("SQLite foreign keys could not be turned off for migrating")
+    context.configure(
+        connection=connection, target_metadata=target_metadata, render_as_batch=sqlite
+    )
     with context.begin_transaction():
         context.run_migrations()
+        if sqlite:
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"migrating broke foreign keys: {broken[:5]}")
 
 
 def run_migrations_online() -> None:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.dispatch import Dispatcher
 from maskops_api.errors import Forbidden, Unauthorized
+from maskops_api.in_flight import KeysInFlight
 from maskops_api.job_cache import JobCache
 from maskops_api.schemas import MAX_ID
 from maskops_api.services.tokens import allows
@@ -49,11 +50,17 @@ async def get_job_cache(request: Request) -> JobCache:
     return cache
 
 
+async def get_keys_in_flight(request: Request) -> KeysInFlight:
+    keys: KeysInFlight = request.app.state.keys_in_flight
+    return keys
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 FactoryDep = Annotated[sessionmaker[Session], Depends(get_factory)]
 SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 JobCacheDep = Annotated[JobCache, Depends(get_job_cache)]
+KeysInFlightDep = Annotated[KeysInFlight, Depends(get_keys_in_flight)]
 IdempotencyKeyDep = Annotated[
     str | None,
     Header(

@@ -10,7 +10,7 @@ from celery import Celery
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core.actions import JobAction
+from maskops_core.actions import JobAction, stack_kwargs
 from maskops_core.broker import make_celery
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import transaction
@@ -25,9 +25,10 @@ class Dispatcher(Protocol):
 
 class CeleryDispatcher:
     """Publishes the action's task (by name: the API never imports the worker) on the
-    job's queue."""
+    job's queue, naming this stack (``settings.stack_id``)."""
 
     def __init__(self, settings: Settings) -> None:
+        self.stack_id = settings.stack_id
         self.app: Celery = make_celery(settings)
         self.app.conf.broker_connection_timeout = 3
         self.app.conf.broker_connection_max_retries = 1
@@ -36,6 +37,7 @@ class CeleryDispatcher:
         self.app.send_task(
             JobAction.named(action).task_name,
             args=[job_id],
+            kwargs=stack_kwargs(self.stack_id),
             queue=queue,
             task_id=task_id,
             retry=False,

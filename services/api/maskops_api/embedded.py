@@ -10,6 +10,7 @@ SIGTERM stops everything (worker and Triton included).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,13 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import update
+
 from maskops_api.demo import DEMO_DATA_VERSION, generate_walk_dataset
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.reconciler import reconcile
 from maskops_api.state_lock import StateDirLock
 from maskops_api.supervisor import Supervision, TritonSupervisor, WorkerSupervisor
 from maskops_core.db.migrate import upgrade_head
-from maskops_core.db.models import utcnow
+from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.processes import dies_with_parent, group_members, kill_group
 from maskops_core.settings import Settings
@@ -40,6 +43,9 @@ ADMIN_TOKEN_FILE = "admin-token"
 """Under the state dir: the stack's admin token (mode 0600), kept across starts."""
 ADMIN_TOKEN_DAYS = 30
 CHILDREN_FILE = "children.json"
+LEGACY_QUEUE_PREFIX = "maskops-embedded-"
+"""The queue prefix of every embedded stack before stacks were told apart; each stack's
+queues now start with it followed by the stack id."""
 
 
 @dataclass(frozen=True)
@@ -68,10 +74,12 @@ def embedded_settings(config: EmbeddedConfig) -> Settings:
     state.mkdir(parents=True, exist_ok=True)
     use_redis = redis_reachable() if config.use_redis is None else config.use_redis
     broker = "redis://127.0.0.1:6379/0" if use_redis else f"sqla+sqlite:///{state / 'broker.db'}"
+    stack = stack_id(state)
     return Settings(
         database_url=f"sqlite:///{state / 'maskops.db'}",
         broker_url=broker,
-        queue_prefix="maskops-embedded-",
+        stack_id=stack,
+        queue_prefix=f"{LEGACY_QUEUE_PREFIX}{stack}-",
         data_root=state / "data",
         model_repository=state / "model_repository",
         host=config.host,
@@ -81,6 +89,35 @@ def embedded_settings(config: EmbeddedConfig) -> Settings:
         heartbeat_timeout_s=60,
         _env_file=None,  # type: ignore[call-arg]
     )
+
+
+def stack_id(state_dir: Path) -> str:
+    """The stack's name on a shared broker: ``embedded-`` and a hash of the resolved state
+    dir (two ``maskops serve`` on one Redis are two stacks, one state dir is one stack)."""
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    return f"embedded-{digest}"
+
+
+def adopt_legacy_queues(settings: Settings) -> int:
+    """Point the jobs of the queue names every state dir once shared at this stack's own
+    queues; the queued ones are marked never sent, so that the reconciler's pass at start
+    sends them there. Returns the number of queued jobs moved."""
+    engine = make_engine(settings)
+    moved = 0
+    try:
+        with engine.begin() as conn:
+            for kind, queue in (("gpu", settings.gpu_queue), ("cpu", settings.cpu_queue)):
+                legacy = Job.queue == f"{LEGACY_QUEUE_PREFIX}{kind}"
+                queued = conn.execute(
+                    update(Job)
+                    .where(legacy, Job.status == JobStatus.queued)
+                    .values(queue=queue, dispatched_at=None)
+                )
+                moved += queued.rowcount
+                conn.execute(update(Job).where(legacy).values(queue=queue))
+    finally:
+        engine.dispose()
+    return moved
 
 
 def settings_environment(settings: Settings) -> dict[str, str]:
@@ -274,7 +311,9 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     upgrade_head(settings)
     say(f"database: {settings.database_url}")
-    say(f"broker:   {settings.broker_url}")
+    say(f"broker:   {settings.broker_url} (stack {settings.stack_id})")
+    if moved := adopt_legacy_queues(settings):
+        say(f"queues:   {moved} queued jobs moved to this stack's {settings.queue_prefix}*")
     ensure_demo_dataset(settings)
     children = ChildRecord(config.state_dir.resolve())
     children.kill_leftovers(say)  # before their jobs are requeued

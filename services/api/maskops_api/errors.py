@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -26,10 +27,17 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "The resource's state does not allow this"),
         (413, "The request body is larger than this route accepts (refused as it arrives)"),
         (422, "Invalid input; the message names the field (and line, for TAO text specs)"),
-        (503, "A dependency (the database, Triton) is unavailable"),
+        (
+            503,
+            "A dependency (the database, Triton) is unavailable, or every database "
+            "connection is busy (with Retry-After)",
+        ),
     )
 }
 """Every resource route may answer these, always as ``{"detail": "..."}``."""
+
+RETRY_AFTER_S = "1"
+"""``Retry-After`` of a 429 or of a 503 for a busy database pool, in seconds."""
 
 
 class ApiError(Exception):
@@ -64,6 +72,12 @@ class TooLarge(ApiError):
     status_code = 413
 
 
+class TooMany(ApiError):
+    """429 with ``Retry-After``: a bounded resource (log streams) is all taken."""
+
+    status_code = 429
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for error in exc.errors()[:5]:
@@ -75,7 +89,11 @@ def _validation_message(exc: RequestValidationError) -> str:
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        headers = None
+        if isinstance(exc, Unauthorized):
+            headers = {"WWW-Authenticate": "Bearer"}
+        elif isinstance(exc, TooMany):
+            headers = {"Retry-After": RETRY_AFTER_S}
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(SpecError)
@@ -113,6 +131,17 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(
             {"detail": "a resource this request refers to changed meanwhile; try again"},
             status_code=409,
+        )
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool_exhausted(_: Request, exc: PoolTimeout) -> JSONResponse:
+        # Every pooled connection stayed taken for database_pool_timeout_s: a load peak,
+        # not a fault of the request; the client may retry shortly.
+        log.warning("database pool exhausted: %s", exc)
+        return JSONResponse(
+            {"detail": "the database is busy (every connection is in use); retry shortly"},
+            status_code=503,
+            headers={"Retry-After": RETRY_AFTER_S},
         )
 
     @app.exception_handler(OperationalError)

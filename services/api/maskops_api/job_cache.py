@@ -142,9 +142,7 @@ class JobCache:
         body = self.body(job_id)
         if body is not None:
             return body
-        if self._read_limiter is None:  # created here: it needs the running event loop
-            self._read_limiter = anyio.CapacityLimiter(self._max_concurrent_reads)
-        return await anyio.to_thread.run_sync(self.load, job_id, limiter=self._read_limiter)
+        return await anyio.to_thread.run_sync(self.load, job_id, limiter=self._limiter())
 
     def body(self, job_id: int) -> bytes | None:
         """The job's JSON answer if it is in memory and the cache is live; never touches
@@ -165,9 +163,30 @@ class JobCache:
                 entry.body, entry.rendered_at = body, now
         return body
 
+    async def fetch_status(self, job_id: int) -> str:
+        """The job's status, from memory when possible, else in one short read (bounded
+        like every read of this cache); raises ``NotFound`` for an unknown id. Log
+        followers ask this every half second: on Postgres they are answered from memory,
+        kept fresh by the notifications; on SQLite each check takes a connection only for
+        its read."""
+        with self._lock:
+            entry = self._rows.get(job_id) if self._live else None
+        if entry is not None:
+            return entry.job.status
+        loaded = await anyio.to_thread.run_sync(self._load_entry, job_id, limiter=self._limiter())
+        return loaded.job.status
+
+    def _limiter(self) -> anyio.CapacityLimiter:
+        if self._read_limiter is None:  # created here: it needs the running event loop
+            self._read_limiter = anyio.CapacityLimiter(self._max_concurrent_reads)
+        return self._read_limiter
+
     def load(self, job_id: int) -> bytes:
         """Read the row from the database (blocking), keep it unless it changed meanwhile,
         and return its JSON answer. Raises ``NotFound`` for an unknown id."""
+        return self._load_entry(job_id).body
+
+    def _load_entry(self, job_id: int) -> _Entry:
         token = object()
         with self._lock:
             self._reading[job_id] = token
@@ -176,7 +195,7 @@ class JobCache:
         try:
             with self._factory() as session:
                 entry = _Entry.of(get_job(session, job_id))
-            return entry.body
+            return entry
         finally:
             with self._lock:
                 if self._reading.get(job_id) is token:

@@ -12,11 +12,13 @@ from maskops_api.dashboard import install_dashboard
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.docs_ui import install_docs_ui
 from maskops_api.errors import install_handlers
+from maskops_api.in_flight import KeysInFlight
 from maskops_api.job_cache import JobCache
 from maskops_api.observability import install_metrics
 from maskops_api.reconciler import ReconcilerThread
 from maskops_api.routers import datasets, experiments, health, infer, jobs, models
 from maskops_api.status_shortcut import JobStatusShortcut
+from maskops_api.streams import StreamSlots
 from maskops_api.token_cache import CHANNEL as TOKEN_CHANNEL
 from maskops_api.token_cache import TokenCache
 from maskops_core.db.session import make_engine, make_session_factory
@@ -74,6 +76,10 @@ def create_app(
     app.state.dispatcher = dispatch
     app.state.job_cache = job_cache
     app.state.token_cache = token_cache
+    app.state.keys_in_flight = KeysInFlight()
+    app.state.log_followers = StreamSlots(
+        settings.max_log_followers, what="log streams", setting="MASKOPS_MAX_LOG_FOLLOWERS"
+    )
     install_handlers(app)
     install_docs_ui(app)
     install_dashboard(app)

@@ -47,7 +47,8 @@ class StateCollector(Collector):
 
                 client = redis.Redis.from_url(self.settings.broker_url, socket_timeout=1)
                 for queue in (self.settings.gpu_queue, self.settings.cpu_queue):
-                    depth.add_metric([queue], client.llen(queue))
+                    key = self.settings.broker_key_prefix + queue
+                    depth.add_metric([queue], client.llen(key))
                 client.close()
             except Exception:
                 pass

@@ -57,12 +57,13 @@ def live_task_ids(settings: Settings, *, now: float | None = None) -> set[str] |
     try:
         client = redis.Redis.from_url(settings.broker_url, socket_timeout=3)
         ids: set[str] = set()
+        prefix = settings.broker_key_prefix
         for queue in (settings.gpu_queue, settings.cpu_queue):
-            for raw in client.lrange(queue, 0, -1):
+            for raw in client.lrange(prefix + queue, 0, -1):
                 ids.add(json.loads(raw)["headers"]["id"])
         fresh_after = now - settings.heartbeat_timeout_s
-        for tag, raw in client.hgetall("unacked").items():
-            score = client.zscore("unacked_index", tag)
+        for tag, raw in client.hgetall(prefix + "unacked").items():
+            score = client.zscore(prefix + "unacked_index", tag)
             if score is not None and score >= fresh_after:
                 ids.add(json.loads(raw)[0]["headers"]["id"])
         client.close()

@@ -144,3 +144,10 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
     consumers route alike."""
     routes = {action.task_name: {"queue": action.queue(settings)} for action in JobAction}
     return routes | {TRAIN_NODE_TASK: {"queue": JobAction.train.queue(settings)}}
+
+
+def stack_kwargs(stack_id: str) -> dict[str, str]:
+    """The keyword arguments naming the sending stack in a task message: none without a
+    stack id (such messages are what workers of every version accept); the worker sends a
+    message naming another stack back to the broker (maskops_worker/tasks.py)."""
+    return {"stack": stack_id} if stack_id else {}

@@ -40,5 +40,9 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
     if settings.broker_url.startswith(("redis://", "rediss://")):
         # A lost message is recovered by the reconciler (the database knows every job), not
         # by Redis' visibility timeout, so a long training job is never delivered twice by it.
-        app.conf.broker_transport_options = {"visibility_timeout": 30 * 24 * 3600}
+        app.conf.broker_transport_options = {
+            "visibility_timeout": 30 * 24 * 3600,
+            # Stacks sharing a Redis never see each other's queues or unacked messages.
+            "global_keyprefix": settings.broker_key_prefix,
+        }
     return app

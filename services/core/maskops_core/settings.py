@@ -19,9 +19,21 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./.maskops/maskops.db"
     database_schema: str | None = None
     """Postgres schema holding the tables (``None`` = the default search path)."""
+    database_pool_size: int = Field(default=10, ge=1)
+    database_max_overflow: int = Field(default=20, ge=0)
+    database_pool_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a request waits for one of the pool's connections (``database_pool_size``
+    kept, up to ``database_max_overflow`` more) before it is answered 503 with
+    ``Retry-After``."""
     broker_url: str = "redis://127.0.0.1:6379/0"
     queue_prefix: str = ""
     """Prepended to the queue names ``gpu`` and ``cpu`` (lets test sessions share a Redis)."""
+    stack_id: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")
+    """Names this stack (one database and its workers) among stacks sharing a broker. Job
+    messages carry it, and a worker runs only its own stack's messages (another's go
+    back to the broker); on Redis every broker key (queues, unacknowledged messages)
+    starts with ``<stack_id>:``. ``maskops serve`` derives it from its state dir. Empty:
+    no prefix and no check (the broker, or its Redis database, serves one stack)."""
     data_root: Path = Path("./.maskops/data")
     """Datasets are registered relative to this; job outputs live under ``data_root/jobs``."""
     pretrained_dirs: list[Path] = Field(default_factory=list)
@@ -63,6 +75,9 @@ class Settings(BaseSettings):
     """Where the API listens; auth is required whenever this is not a loopback address."""
     auth: Literal["auto", "required", "disabled"] = "auto"
     access_log: bool = False
+    max_log_followers: int = Field(default=64, ge=1)
+    """Concurrent ``GET /jobs/{id}/logs?follow=true`` streams; one more is answered 429. A
+    stream holds no database connection while it waits."""
     """uvicorn's line per request. Off by default: ``/metrics`` has latency per route, and
     under pollers the log line cost more than serving a status poll from memory."""
 
@@ -143,6 +158,12 @@ class Settings(BaseSettings):
     @property
     def cpu_queue(self) -> str:
         return f"{self.queue_prefix}cpu"
+
+    @property
+    def broker_key_prefix(self) -> str:
+        """What every Redis key of this stack's broker starts with (kombu's
+        ``global_keyprefix``); readers of the broker's keys add it too."""
+        return f"{self.stack_id}:" if self.stack_id else ""
 
     @property
     def jobs_dir(self) -> Path:

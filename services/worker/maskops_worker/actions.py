@@ -238,14 +238,18 @@ def _lead_nodes(ctx: JobContext, options: TrainOptions) -> str:
     one node task per other node; returns the endpoint ("" for one node)."""
     if options.nodes == 1:
         return ""
-    from maskops_core.actions import TRAIN_NODE_TASK
+    from maskops_core.actions import TRAIN_NODE_TASK, stack_kwargs
     from maskops_worker.celery_app import app
 
     with socket.socket() as probe:
         probe.bind(("", 0))
         endpoint = f"{socket.gethostname()}:{probe.getsockname()[1]}"
     for _ in range(options.nodes - 1):
-        app.send_task(TRAIN_NODE_TASK, args=[ctx.job.id, ctx.job.attempts, endpoint])
+        app.send_task(
+            TRAIN_NODE_TASK,
+            args=[ctx.job.id, ctx.job.attempts, endpoint],
+            kwargs=stack_kwargs(ctx.settings.stack_id),
+        )
     wait = ctx.settings.rendezvous_timeout_s
     _append(ctx, f"{options.nodes} nodes gather at {endpoint} (for up to {wait:g} s)")
     return endpoint

@@ -194,3 +194,34 @@ def test_lost_listener_turns_the_cache_off_until_it_is_back(
         assert client.get(f"/jobs/{job_id}").json()["status"] == "running"
     assert eventually(lambda: cache.live, timeout=15), "the listener did not reconnect"
     assert client.get(f"/jobs/{job_id}").json()["status"] == "running"
+
+
+def test_log_followers_are_answered_from_memory_and_end_with_their_job(
+    api: tuple[TestClient, JobCache], worker_db: Engine
+) -> None:
+    """Open streams take no connection from the API's pool between their checks: the job's
+    status comes from memory, refreshed by the notification when a worker finishes it."""
+    import threading
+
+    client, cache = api
+    job_id = add_job(client)
+    pool = client.app.state.session_factory.kw["bind"].pool  # type: ignore[attr-defined]
+    ended: list[str] = []
+
+    def follow() -> None:
+        with client.stream("GET", f"/jobs/{job_id}/logs?follow=true") as response:
+            ended.append(str(response.status_code) + response.read().decode())
+
+    streams = [threading.Thread(target=follow) for _ in range(8)]
+    for stream in streams:
+        stream.start()
+    time.sleep(1.5)  # three checks each
+    misses = cache.misses
+    assert pool.checkedout() == 0
+    time.sleep(1.0)
+    assert cache.misses == misses, "the streams' checks read the database"
+    with worker_db.begin() as conn:
+        conn.execute(text("UPDATE jobs SET status = 'succeeded' WHERE id = :id"), {"id": job_id})
+    for stream in streams:
+        stream.join(10)
+    assert ended == ["200"] * 8

@@ -37,6 +37,12 @@ class RecordingDispatcher:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path)
+
+
+def make_settings(tmp_path: Path) -> Settings:
+    """Settings on a migrated SQLite database under ``tmp_path`` whose data root holds the
+    empty ``shapes`` dataset of ``DATASET_BODY``."""
     data_root = tmp_path / "data"
     for split in ("train", "val"):
         (data_root / "shapes" / "images" / split).mkdir(parents=True)

@@ -15,6 +15,7 @@ from maskops_api.deps import (
     FactoryDep,
     IdempotencyKeyDep,
     JobCacheDep,
+    KeysInFlightDep,
     ReadAccess,
     SessionDep,
     SettingsDep,
@@ -36,21 +37,26 @@ router = APIRouter(
 
 
 @router.post("", status_code=201, response_model=DatasetOut, dependencies=[WriteAccess])
-def register_dataset(
+async def register_dataset(
     body: DatasetCreate,
-    session: SessionDep,
     settings: SettingsDep,
     factory: FactoryDep,
     dispatcher: DispatcherDep,
+    keys: KeysInFlightDep,
     idempotency_key: IdempotencyKeyDep = None,
 ) -> DatasetOut:
     """Register images + COCO JSON under the data root; queues a dataset_convert job."""
-    dataset, job = service.register_dataset(
-        session, settings, body, idempotency_key=idempotency_key
-    )
-    if job is not None:
-        dispatch_job(factory, dispatcher, job)
-    return service.dataset_out(session, dataset)
+
+    def work() -> DatasetOut:
+        with factory() as session:
+            dataset, job = service.register_dataset(
+                session, settings, body, idempotency_key=idempotency_key
+            )
+            if job is not None:
+                dispatch_job(factory, dispatcher, job)
+            return service.dataset_out(session, dataset)
+
+    return await keys.run(service.ENDPOINT, idempotency_key, work)
 
 
 @router.post(

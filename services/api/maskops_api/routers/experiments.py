@@ -11,7 +11,9 @@ from sqlalchemy import func, select
 from maskops.spec.models import ExperimentSpec
 from maskops_api.deps import (
     ExperimentId,
+    FactoryDep,
     IdempotencyKeyDep,
+    KeysInFlightDep,
     ReadAccess,
     SessionDep,
     SettingsDep,
@@ -34,16 +36,25 @@ VersionQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
 
 @router.post("", status_code=201, response_model=ExperimentOut, dependencies=[WriteAccess])
-def create_experiment(
+async def create_experiment(
     body: ExperimentCreate,
-    session: SessionDep,
     settings: SettingsDep,
+    factory: FactoryDep,
+    keys: KeysInFlightDep,
     idempotency_key: IdempotencyKeyDep = None,
 ) -> ExperimentOut:
     """A spec as JSON (``spec``) or in TAO's text format (``spec_text``); a bad field comes
     back as 422 with its name (and line, for text)."""
-    experiment = service.create_experiment(session, settings, body, idempotency_key=idempotency_key)
-    return service.experiment_out(experiment, service.get_version(session, experiment, None))
+
+    def work() -> ExperimentOut:
+        with factory() as session:
+            experiment = service.create_experiment(
+                session, settings, body, idempotency_key=idempotency_key
+            )
+            version = service.get_version(session, experiment, None)
+            return service.experiment_out(experiment, version)
+
+    return await keys.run(service.ENDPOINT, idempotency_key, work)
 
 
 @router.get("", response_model=Page[ExperimentOut], dependencies=[ReadAccess])

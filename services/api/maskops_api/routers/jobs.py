@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from maskops_api.deps import (
     DispatcherDep,
@@ -19,6 +21,7 @@ from maskops_api.deps import (
     IdempotencyKeyDep,
     JobCacheDep,
     JobId,
+    KeysInFlightDep,
     ReadAccess,
     SessionDep,
     SettingsDep,
@@ -26,11 +29,15 @@ from maskops_api.deps import (
 )
 from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES, NotFound
-from maskops_api.schemas import Artifact, JobCreate, JobOut, MetricPoint, Page
+from maskops_api.job_cache import JobCache
+from maskops_api.schemas import Artifact, ErrorOut, JobCreate, JobOut, MetricPoint, Page
 from maskops_api.services import deletion
 from maskops_api.services import jobs as service
+from maskops_api.streams import Slot, StreamSlots
 from maskops_core.actions import JobAction
 from maskops_core.db.models import TERMINAL_STATUSES, Job, JobMetric, JobStatus
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(
     prefix="/jobs",
@@ -39,25 +46,37 @@ router = APIRouter(
 )
 
 LOG_FILE = "job.log"
+FOLLOW_INTERVAL_S = 0.5
+"""How often a log stream looks for new lines and for the job's end."""
 MAX_LOG_OFFSET = 2**40
 """The largest ``offset`` accepted (1 TiB, beyond any job's log); an offset past the end
 of the log reads nothing rather than seeking beyond what the filesystem allows."""
 
 
 @router.post("", status_code=202, response_model=JobOut, dependencies=[WriteAccess])
-def submit_job(
+async def submit_job(
     body: JobCreate,
-    session: SessionDep,
     settings: SettingsDep,
     factory: FactoryDep,
     dispatcher: DispatcherDep,
+    keys: KeysInFlightDep,
     idempotency_key: IdempotencyKeyDep = None,
 ) -> JobOut:
-    """Queue a job; 202 with the job. Retrying with the same ``Idempotency-Key`` is safe."""
-    job, created = service.create_job(session, settings, body, idempotency_key=idempotency_key)
-    if created:
-        dispatch_job(factory, dispatcher, job)
-    return service.job_out(job)
+    """Queue a job; 202 with the job. Retrying with the same ``Idempotency-Key`` is safe,
+    concurrently too: the retries wait for the first request and answer its job."""
+
+    def work() -> JobOut:
+        # The session is closed before the answer is rendered: no connection is held
+        # while the response waits for its turn.
+        with factory() as session:
+            job, created = service.create_job(
+                session, settings, body, idempotency_key=idempotency_key
+            )
+        if created:
+            dispatch_job(factory, dispatcher, job)
+        return service.job_out(job)
+
+    return await keys.run(service.ENDPOINT, idempotency_key, work)
 
 
 @router.get("", response_model=Page[JobOut], dependencies=[ReadAccess])
@@ -143,38 +162,64 @@ def job_metrics(
     "/{job_id}/logs",
     response_model=None,
     dependencies=[ReadAccess],
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        429: {"model": ErrorOut, "description": "MASKOPS_MAX_LOG_FOLLOWERS streams are open"},
+    },
 )
-def job_logs(
+async def job_logs(
     job_id: JobId,
-    session: SessionDep,
+    request: Request,
     settings: SettingsDep,
-    factory: FactoryDep,
+    cache: JobCacheDep,
     offset: Annotated[int, Query(ge=0, le=MAX_LOG_OFFSET)] = 0,
     follow: bool = False,
 ) -> Response:
-    """The job's log from byte ``offset``; ``follow=true`` streams until the job ends."""
-    service.get_job(session, job_id)
+    """The job's log from byte ``offset``; ``follow=true`` streams until the job ends (at
+    most ``MASKOPS_MAX_LOG_FOLLOWERS`` streams at once: 429 beyond)."""
+    await cache.fetch_status(job_id)  # 404 for an unknown job
     path = settings.jobs_dir / str(job_id) / LOG_FILE
     if not follow:
-        return PlainTextResponse(_read_from(path, offset))
+        return PlainTextResponse(await run_in_threadpool(_read_from, path, offset))
+    slots: StreamSlots = request.app.state.log_followers
+    return StreamingResponse(
+        _tail(path, offset, job_id, cache, slots.take()), media_type="text/plain"
+    )
 
-    async def tail() -> AsyncIterator[bytes]:
-        position = offset
+
+async def _tail(
+    path: Path, offset: int, job_id: int, cache: JobCache, slot: Slot
+) -> AsyncIterator[bytes]:
+    """The log from ``offset`` as it grows, until the job has ended. No database connection
+    is held between checks: the job's status comes from the job cache (memory on Postgres,
+    one short read on SQLite)."""
+    position = offset
+    try:
         while True:
-            chunk = _read_from(path, position).encode()
+            chunk = (await run_in_threadpool(_read_from, path, position)).encode()
             position += len(chunk)
             if chunk:
                 yield chunk
-            status = await run_in_threadpool(service.job_status, factory, job_id)
-            if status in TERMINAL_STATUSES:
-                rest = _read_from(path, position).encode()
+            if await _ended(cache, job_id):
+                rest = (await run_in_threadpool(_read_from, path, position)).encode()
                 if rest:
                     yield rest
                 return
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(FOLLOW_INTERVAL_S)
+    finally:
+        slot.release()
 
-    return StreamingResponse(tail(), media_type="text/plain")
+
+async def _ended(cache: JobCache, job_id: int) -> bool:
+    """Whether the job has ended (or was deleted); False when the check could not be made
+    (the database busy or away: the next check decides)."""
+    try:
+        return await cache.fetch_status(job_id) in TERMINAL_STATUSES
+    except NotFound:
+        return True
+    except SQLAlchemyError as exc:
+        log.info("job %s: log follower's check skipped (%s)", job_id, exc)
+        return False
 
 
 def _read_from(path: Path, offset: int) -> str:

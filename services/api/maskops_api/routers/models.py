@@ -11,6 +11,7 @@ from maskops_api.deps import (
     DispatcherDep,
     FactoryDep,
     IdempotencyKeyDep,
+    KeysInFlightDep,
     ReadAccess,
     SessionDep,
     SettingsDep,
@@ -21,7 +22,7 @@ from maskops_api.errors import ERROR_RESPONSES, NotFound
 from maskops_api.schemas import MODEL_NAME_PATTERN, JobOut, ModelOut, PublishRequest
 from maskops_api.services import deletion
 from maskops_api.services import models as service
-from maskops_api.services.jobs import job_out
+from maskops_api.services.jobs import PUBLISH_ENDPOINT, job_out
 from maskops_core.db.models import PublishedModel
 
 router = APIRouter(prefix="/models", tags=["models"], responses=ERROR_RESPONSES)
@@ -57,23 +58,28 @@ def get_model(
 
 
 @router.post("/{name}/publish", status_code=202, response_model=JobOut, dependencies=[WriteAccess])
-def publish(
+async def publish(
     name: ModelName,
     body: PublishRequest,
-    session: SessionDep,
     settings: SettingsDep,
     factory: FactoryDep,
     dispatcher: DispatcherDep,
+    keys: KeysInFlightDep,
     idempotency_key: IdempotencyKeyDep = None,
 ) -> JobOut:
     """Queue a publish job: a succeeded export job's graph becomes the next version of
     ``name`` and Triton serves it. 202 with the job; the version shows here once served."""
-    job, created = service.publish_model(
-        session, settings, name, body.job_id, idempotency_key=idempotency_key
-    )
-    if created:
-        dispatch_job(factory, dispatcher, job)
-    return job_out(job)
+
+    def work() -> JobOut:
+        with factory() as session:
+            job, created = service.publish_model(
+                session, settings, name, body.job_id, idempotency_key=idempotency_key
+            )
+        if created:
+            dispatch_job(factory, dispatcher, job)
+        return job_out(job)
+
+    return await keys.run(PUBLISH_ENDPOINT.format(name=name), idempotency_key, work)
 
 
 @router.post("/{name}/unpublish", response_model=list[ModelOut], dependencies=[WriteAccess])

@@ -63,11 +63,11 @@ def register_dataset(
     """Insert the dataset and its queued dataset_convert job (None when replaying a key)."""
     body_hash = idempotency.request_hash(body.model_dump(mode="json"))
     if idempotency_key:
-        existing = idempotency.lookup(
-            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
+        existing = idempotency.replayed(
+            session, Dataset, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
         )
         if existing is not None:
-            return session.get_one(Dataset, existing), None
+            return existing, None
     splits = {"train": body.train} | ({"val": body.val} if body.val else {})
     for name, paths in splits.items():
         check_split(settings, name, paths)

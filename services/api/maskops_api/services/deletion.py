@@ -20,7 +20,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from sqlalchemy import Text, cast, delete, select
+from sqlalchemy import Text, cast, delete, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -190,7 +190,16 @@ def _delete_job_rows(session: Session, job_ids: list[int]) -> None:
     if not job_ids:
         return
     session.execute(delete(JobMetric).where(JobMetric.job_id.in_(job_ids)))
-    _forget_keys(session, jobs.ENDPOINT, job_ids)
+    # Keys of both routes that create jobs: POST /jobs and POST /models/{name}/publish.
+    session.execute(
+        delete(IdempotencyKey).where(
+            or_(
+                IdempotencyKey.endpoint == jobs.ENDPOINT,
+                IdempotencyKey.endpoint.like(jobs.PUBLISH_ENDPOINT.format(name="%")),
+            ),
+            IdempotencyKey.resource_id.in_(job_ids),
+        )
+    )
     session.execute(delete(Job).where(Job.id.in_(job_ids)))
 
 

@@ -40,11 +40,11 @@ def create_experiment(
 ) -> Experiment:
     body_hash = idempotency.request_hash(body.model_dump(mode="json"))
     if idempotency_key:
-        existing = idempotency.lookup(
-            session, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
+        existing = idempotency.replayed(
+            session, Experiment, key=idempotency_key, endpoint=ENDPOINT, body_hash=body_hash
         )
         if existing is not None:
-            return get_experiment(session, existing)
+            return get_experiment(session, existing.id)
     parsed = _parse(body.spec, body.spec_text, settings)
     if body.dataset_id is not None and session.get(Dataset, body.dataset_id) is None:
         raise NotFound(f"dataset {body.dataset_id} not found")

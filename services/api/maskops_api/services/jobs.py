@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import Conflict, Invalid, NotFound
@@ -28,6 +28,8 @@ from maskops_core.options import TrainOptions
 from maskops_core.settings import Settings
 
 ENDPOINT = "POST /jobs"
+PUBLISH_ENDPOINT = "POST /models/{name}/publish"
+"""Publishing queues a job too: the keys of both endpoints name a job."""
 
 
 def create_job(
@@ -44,11 +46,11 @@ def create_job(
     """
     body_hash = idempotency.request_hash(body.model_dump(mode="json"))
     if idempotency_key:
-        existing = idempotency.lookup(
-            session, key=idempotency_key, endpoint=endpoint, body_hash=body_hash
+        existing = idempotency.replayed(
+            session, Job, key=idempotency_key, endpoint=endpoint, body_hash=body_hash
         )
         if existing is not None:
-            return session.get_one(Job, existing), False
+            return existing, False
     job = _validated_job(session, settings, body)
     session.add(job)
     session.flush()
@@ -208,11 +210,6 @@ def get_job(session: Session, job_id: int) -> Job:
     if job is None:
         raise NotFound(f"job {job_id} not found")
     return job
-
-
-def job_status(factory: sessionmaker[Session], job_id: int) -> str | None:
-    with factory() as session:
-        return session.scalar(select(Job.status).where(Job.id == job_id))
 
 
 def cancel_job(session: Session, job_id: int) -> Job:

@@ -13,7 +13,7 @@ from starlette.datastructures import State
 from maskops_api.errors import NotFound
 from maskops_api.replicas import replica_pool
 from maskops_api.schemas import JobCreate
-from maskops_api.services.jobs import create_job
+from maskops_api.services.jobs import PUBLISH_ENDPOINT, create_job
 from maskops_core.actions import JobAction
 from maskops_core.db.models import Job, PublishedModel
 from maskops_core.settings import Settings
@@ -34,7 +34,7 @@ def publish_model(
         settings,
         body,
         idempotency_key=idempotency_key,
-        endpoint=f"POST /models/{name}/publish",
+        endpoint=PUBLISH_ENDPOINT.format(name=name),
     )
 
 

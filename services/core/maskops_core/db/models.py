@@ -43,6 +43,12 @@ class Base(DeclarativeBase):
     }
 
 
+NEVER_REUSE_IDS: dict[str, Any] = {"sqlite_autoincrement": True}
+"""Table arguments of every table with an integer id: an id is never given out again after
+its row is deleted (a new job must not inherit a deleted job's folder, log or idempotency
+keys). Postgres sequences never reuse a value; SQLite needs ``AUTOINCREMENT`` for that."""
+
+
 class JobStatus(enum.StrEnum):
     queued = "queued"
     running = "running"
@@ -63,6 +69,7 @@ class TokenScope(enum.StrEnum):
 
 class Dataset(Base):
     __tablename__ = "datasets"
+    __table_args__ = NEVER_REUSE_IDS
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -81,6 +88,7 @@ class Dataset(Base):
 
 class Experiment(Base):
     __tablename__ = "experiments"
+    __table_args__ = NEVER_REUSE_IDS
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -92,7 +100,7 @@ class Experiment(Base):
 
 class ExperimentVersion(Base):
     __tablename__ = "experiment_versions"
-    __table_args__ = (UniqueConstraint("experiment_id", "version"),)
+    __table_args__ = (UniqueConstraint("experiment_id", "version"), NEVER_REUSE_IDS)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
@@ -107,6 +115,7 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_status_action", "status", "action"),
         Index("ix_jobs_created", "created_at"),
+        NEVER_REUSE_IDS,
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -149,7 +158,7 @@ class Job(Base):
 
 class JobMetric(Base):
     __tablename__ = "job_metrics"
-    __table_args__ = (Index("ix_job_metrics_job_step", "job_id", "step"),)
+    __table_args__ = (Index("ix_job_metrics_job_step", "job_id", "step"), NEVER_REUSE_IDS)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -160,7 +169,7 @@ class JobMetric(Base):
 
 class PublishedModel(Base):
     __tablename__ = "models"
-    __table_args__ = (UniqueConstraint("name", "version"),)
+    __table_args__ = (UniqueConstraint("name", "version"), NEVER_REUSE_IDS)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -173,6 +182,7 @@ class PublishedModel(Base):
 
 class ApiToken(Base):
     __tablename__ = "api_tokens"
+    __table_args__ = NEVER_REUSE_IDS
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200))

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Engine, Result, create_engine, event
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core.settings import Settings
@@ -16,6 +16,13 @@ def make_engine(settings: Settings) -> Engine:
     """An engine for ``settings.database_url``; Postgres uses ``settings.database_schema``."""
     url = settings.database_url
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if make_url(url).database not in (None, "", ":memory:"):
+        # A pool of connections (an in-memory SQLite database has one per thread instead).
+        kwargs.update(
+            pool_size=settings.database_pool_size,
+            max_overflow=settings.database_max_overflow,
+            pool_timeout=settings.database_pool_timeout_s,
+        )
     if url.startswith("sqlite"):
         # The API, the worker and the reconciler write concurrently from separate processes.
         kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
@@ -24,7 +31,6 @@ def make_engine(settings: Settings) -> Engine:
         return engine
     if settings.database_schema:
         kwargs["connect_args"] = {"options": f"-csearch_path={settings.database_schema}"}
-    kwargs.update(pool_size=10, max_overflow=20)
     return create_engine(url, **kwargs)
 
 
