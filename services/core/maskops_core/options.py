@@ -129,8 +129,10 @@ class ExportOptions(ModelSource):
     gen_ds_config: bool = False
     output_layout: Literal["maskops", "tao"] | None = Field(
         default=None,
-        description="The ONNX outputs: maskops' five (Triton, onnxruntime) or TAO's two "
-        "(TensorRT, DeepStream). Default: tao with gen_ds_config, else maskops.",
+        description="The ONNX input and outputs: maskops' (Triton, onnxruntime) or TAO's "
+        "(TensorRT, DeepStream: input 'Input' with TAO's nvinfer preprocessing, outputs "
+        "generate_detections, mask_fcn_logits/BiasAdd). Default: tao with gen_ds_config, "
+        "else maskops.",
     )
     cal_image_dir: DataPath | None = None
 

@@ -116,7 +116,7 @@ def test_bad_input_is_reported_before_any_gpu_work(
         (["-m", str(tmp_path / "missing.onnx")], "no such file"),
         (["-m", str(tmp_path / "model.etlt")], "encrypted .etlt models are not read"),
         (["-m", str(tmp_path / "junk.onnx")], "not a readable ONNX model"),
-        (["-m", str(foreign)], "no input 'images' [N, 3, H, W]"),
+        (["-m", str(foreign)], "no input 'images' or 'Input' [N, 3, H, W]"),
         (["-m", str(plain), "--data_type", "int8"], "needs the QDQ ONNX"),
         (["-m", str(plain), "-e", str(spec)], "image_size [128, 128] differs from the ONNX"),
     ]

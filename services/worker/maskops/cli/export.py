@@ -45,8 +45,10 @@ def register(subparsers: Any) -> None:
             "0..1, resized and padded to the spec's image_size; normalisation is inside the "
             "graph) and outputs boxes, scores, labels, masks (mask probabilities per box), "
             "num_detections, one row per image; with --engine_file or --gen_ds_config (or "
-            "--output_layout tao) TAO's generate_detections and mask_fcn_logits/BiasAdd "
-            "instead, which DeepStream's TAO Mask R-CNN parser reads. The "
+            "--output_layout tao) TAO's input 'Input' (TAO's nvinfer preprocessing: "
+            "0.017507 * (pixel - ImageNet offsets)) and outputs generate_detections and "
+            "mask_fcn_logits/BiasAdd instead, which DeepStream's TAO Mask R-CNN configs "
+            "feed and parse. The "
             "ONNX is run in onnxruntime on validation images and compared with PyTorch; an "
             "export that disagrees fails. A TensorRT engine (--engine_file) is built only "
             "where TensorRT and a GPU exist, with its record ENGINE.json; without one, "
@@ -118,7 +120,7 @@ def register(subparsers: Any) -> None:
         "--output_layout",
         choices=("maskops", "tao"),
         default=None,
-        help="outputs: maskops' five (onnxruntime, Triton) or TAO's two (TensorRT, "
+        help="input and outputs: maskops' (onnxruntime, Triton) or TAO's (TensorRT, "
         "DeepStream); default tao with --engine_file or --gen_ds_config, else maskops",
     )
     parser.add_argument(

@@ -10,17 +10,22 @@ DeepStream 7.0 branch; the 7.1 update removed PeopleSegNet) and DeepStream's
 ``network-type=3``, ``output-instance-mask=1``, ``cluster-mode=4`` (nvinfer's
 instance-mask post-processing accepts no other), ``output-blob-names``,
 ``parse-bbox-instance-mask-func-name``, ``custom-lib-path`` (the library DeepStream ships
-in its container), ``num-detected-classes`` (C, background included), ``infer-dims``,
-``model-color-format=0`` (RGB). What differs, and why:
+in its container), ``num-detected-classes`` (C, background included), ``infer-dims``, and
+TAO's preprocessing: ``net-scale-factor=0.017507``, ``offsets=123.675;116.28;103.53``,
+``model-color-format=0`` (RGB), which the TAO layout's input takes
+(:mod:`maskops.export.tao_layout` maps it back to maskops' 0..1 exactly). What differs, and
+why:
 
-- preprocessing: TAO's graph takes ImageNet-normalised pixels (``net-scale-factor=0.017507``,
-  ``offsets=123.675;116.280;103.53``) and its config stretches frames to the input size;
-  maskops' graph normalises inside and was trained on images resized keeping the aspect
-  ratio and zero-padded bottom/right (:func:`maskops.data.transforms.resize_and_pad`), so
-  nvinfer scales pixels to 0..1 (``net-scale-factor`` 1/255, no offsets) and pads the same
-  way (``maintain-aspect-ratio=1``, ``symmetric-padding=0``; nvinfer's padding is 0, which
-  is maskops' padding value) with bilinear scaling (``scaling-filter=1``). nvinfer maps the
-  boxes back to the frame through that scaling.
+- ``maintain-aspect-ratio=1``, ``symmetric-padding=0``, ``scaling-filter=1``: TAO's config
+  leaves nvinfer's default, which stretches frames to the input size; maskops was trained on
+  images resized keeping the aspect ratio and zero-padded bottom/right
+  (:func:`maskops.data.transforms.resize_and_pad`; tao_deploy's Mask R-CNN evaluation also
+  keeps the aspect ratio and pads bottom/right, ``cv/mask_rcnn/dataloader.py``), so nvinfer
+  scales the same way, bilinear, and pads bottom/right with black, which reaches the graph
+  as maskops' zero padding. nvinfer maps the boxes back to the frame through that scaling.
+  A config that stretches still runs the model, but on frames whose aspect ratio differs
+  from ``infer-dims``' every object is distorted by that ratio, a geometry training never
+  showed it (docs/deepstream.md).
 - ``segmentation-threshold=0.0`` written out (it is nvinfer's default, which TAO's config
   relies on): the masks are logits, so 0 is probability 0.5.
 - no ``tlt-encoded-model`` / ``tlt-model-key`` / ``uff-input-blob-name`` (no ``.etlt``):
@@ -33,7 +38,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskops.data.labels import LabelMap
-from maskops.export.tao_layout import TAO_OUTPUT_NAMES
+from maskops.export.tao_layout import (
+    TAO_COLOR_FORMAT,
+    TAO_NET_SCALE_FACTOR,
+    TAO_OFFSETS,
+    TAO_OUTPUT_NAMES,
+)
 
 NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}
 """nvinfer's ``network-mode`` values."""
@@ -41,7 +51,6 @@ PARSE_FUNCTION = "NvDsInferParseCustomMrcnnTLTV2"
 PARSER_LIBRARY = "/opt/nvidia/deepstream/deepstream/lib/libnvds_infercustomparser.so"
 """DeepStream's stock custom parser library (``sources/libs/nvdsinfer_customparser``),
 installed there in DeepStream's containers; it has the parser."""
-NET_SCALE_FACTOR = 1.0 / 255.0
 
 
 def labels_text(label_map: LabelMap, num_classes: int | None = None) -> str:
@@ -77,11 +86,13 @@ def nvinfer_config(
 # layout: generate_detections [N, {max_detections}, 6], \
 mask_fcn_logits/BiasAdd [N, {max_detections}, {num_classes}, {mask_resolution}, \
 {mask_resolution}] (mask logits).
-# Input: RGB 0..1, {height}x{width}, aspect ratio kept, padded bottom/right; the graph normalises.
+# Input: TAO's preprocessing (RGB, 0.017507 * (pixel - offsets)), {height}x{width}, aspect
+# ratio kept, padded bottom/right (as the model was trained).
 [property]
 gpu-id=0
-net-scale-factor={NET_SCALE_FACTOR!r}
-model-color-format=0
+net-scale-factor={TAO_NET_SCALE_FACTOR!r}
+offsets={";".join(repr(offset) for offset in TAO_OFFSETS)}
+model-color-format={TAO_COLOR_FORMAT}
 maintain-aspect-ratio=1
 symmetric-padding=0
 scaling-filter=1

@@ -95,6 +95,7 @@ class ExportResult:
             "max_batch_size": self.metadata.max_batch_size,
             "static_batch_size": self.metadata.batch_size,
             "output_layout": self.metadata.output_layout,
+            "input_convention": self.metadata.input_convention,
             "tensorrt_profile": {
                 "min": self.profile.min,
                 "opt": self.profile.opt,
@@ -343,6 +344,7 @@ def export_onnx(
         max_batch_size=max_batch_size,
         batch_size=static_batch_size,
         output_layout=layout,
+        input_convention=layout,  # the TAO layout takes TAO's input too (tao_layout)
     )
 
     images = list(validation_images or validation_batch(spec, label_map, num_validation_images))
@@ -380,7 +382,7 @@ def export_onnx(
     if layout == "tao":
         sizes = {"max_detections": max_detections, "mask_resolution": mask_resolution}
         graph = to_tao_layout(graph, num_classes=model.num_classes, **sizes)
-        log("Outputs: TAO layout (generate_detections, mask_fcn_logits/BiasAdd)")
+        log("TAO layout: Input (TAO's preprocessing), generate_detections, mask_fcn_logits")
         if problems := tao_layout_problems(graph, num_classes=model.num_classes, **sizes):
             raise ExportError(f"{out.name}: not the TAO layout: {'; '.join(problems)}")
     set_metadata(graph, metadata)

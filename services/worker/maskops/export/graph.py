@@ -17,8 +17,9 @@ Graph contract (the same for fp32, fp16 and int8 files):
   probabilities over each box (M = ``mrcnn_resolution``; pasting into the image happens on
   the host); ``num_detections`` int32 ``[N, 1]``.
 - a TensorRT-bound export replaces those outputs by TAO's two (``generate_detections``,
-  ``mask_fcn_logits/BiasAdd``; :mod:`maskops.export.tao_layout`); the metadata's
-  ``output_layout`` says which a file has.
+  ``mask_fcn_logits/BiasAdd``) and takes TAO's input instead of ``images``: ``Input``,
+  ImageNet-normalised as TAO's nvinfer config feeds it (:mod:`maskops.export.tao_layout`);
+  the metadata's ``output_layout`` and ``input_convention`` say which a file has.
 
 :class:`DetectionGraph` is traced on one image: the legacy TorchScript exporter (the one
 that exports torchvision's Mask R-CNN as is, see docs/architecture.md) unrolls
@@ -51,6 +52,10 @@ from maskops.export.rewrite import rewrite_for_export
 from maskops.spec.models import ExperimentSpec
 
 INPUT_NAME = "images"
+TAO_INPUT_NAME = "Input"
+"""The input of a TAO-layout file (maskops.export.tao_layout): TAO's Mask R-CNN engine's."""
+IMAGE_INPUT_NAMES: tuple[str, ...] = (INPUT_NAME, TAO_INPUT_NAME)
+"""The names a maskops export's one input may have."""
 OUTPUT_NAMES: tuple[str, ...] = ("boxes", "scores", "labels", "masks", "num_detections")
 OPSET = 17
 """The default ONNX opset (``--target_opset`` chooses another in MIN_OPSET..MAX_OPSET)."""
@@ -112,6 +117,10 @@ class GraphMetadata:
     """The outputs' layout: "maskops" (the contract above) or "tao" (TAO's
     ``generate_detections`` / ``mask_fcn_logits/BiasAdd``, see maskops.export.tao_layout).
     Files exported before the choice existed are "maskops"."""
+    input_convention: str = "maskops"
+    """What the input takes: "maskops" (``images``, RGB 0..1) or
+    "tao" (``Input``, TAO's nvinfer preprocessing; the TAO layout's). Files exported before
+    the TAO input existed are "maskops", whatever their layout."""
 
     def to_props(self) -> dict[str, str]:
         return {
@@ -124,6 +133,7 @@ class GraphMetadata:
             "maskops_mask_resolution": str(self.mask_resolution),
             "maskops_max_batch_size": str(self.max_batch_size),
             "maskops_output_layout": self.output_layout,
+            "maskops_input_convention": self.input_convention,
         }
 
     @classmethod
@@ -140,6 +150,7 @@ class GraphMetadata:
             mask_resolution=int(props["maskops_mask_resolution"]),
             max_batch_size=int(props.get("maskops_max_batch_size", "16")),
             output_layout=props.get("maskops_output_layout", "maskops"),
+            input_convention=props.get("maskops_input_convention", "maskops"),
         )
 
 
@@ -162,13 +173,22 @@ def read_metadata(path: Path) -> GraphMetadata:
     return replace(metadata, batch_size=graph_batch_size(model))
 
 
-def graph_batch_size(model: onnx.ModelProto) -> int | None:
-    """The fixed first dimension of a maskops graph's ``images`` input; None when dynamic."""
+def image_input(model: onnx.ModelProto) -> onnx.ValueInfoProto:
+    """A maskops graph's image input: ``images``, or ``Input`` in a TAO-layout file.
+
+    Raises:
+        ValueError: the graph has neither.
+    """
     for value in model.graph.input:
-        if value.name == INPUT_NAME:
-            first = value.type.tensor_type.shape.dim[0]
-            return int(first.dim_value) if first.HasField("dim_value") else None
-    raise ValueError(f"no '{INPUT_NAME}' input: not a maskops export")
+        if value.name in IMAGE_INPUT_NAMES:
+            return value
+    raise ValueError(f"no '{INPUT_NAME}' or '{TAO_INPUT_NAME}' input: not a maskops export")
+
+
+def graph_batch_size(model: onnx.ModelProto) -> int | None:
+    """The fixed first dimension of a maskops graph's image input; None when dynamic."""
+    first = image_input(model).type.tensor_type.shape.dim[0]
+    return int(first.dim_value) if first.HasField("dim_value") else None
 
 
 def trace_to_onnx(

@@ -5,8 +5,10 @@
 like the PyTorch model's eval output (``boxes`` ``[N, 4]`` xyxy input frame, ``labels``
 ``[N]`` int64, ``scores`` ``[N]``, ``masks`` ``[N, 1, M, M]`` probabilities), so
 ``maskops evaluate -m model.onnx`` and the parity check use the same code as for a
-checkpoint. :func:`load_predictor` is the ``.onnx`` loader that
-:mod:`maskops.evaluation.predictor` looks up by suffix.
+checkpoint. A file whose metadata says ``input_convention`` "tao" (the TAO layout's
+``Input``) gets those images as TAO's nvinfer preprocessing makes them
+(:func:`maskops.export.tao_layout.tao_input`). :func:`load_predictor` is the ``.onnx``
+loader that :mod:`maskops.evaluation.predictor` looks up by suffix.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ import torch
 
 from maskops.evaluation.errors import ModelFileError
 from maskops.evaluation.predictor import LoadedPredictor
-from maskops.export.graph import INPUT_NAME, OUTPUT_NAMES, GraphMetadata, read_metadata
-from maskops.export.tao_layout import TAO_OUTPUT_NAMES, decode_tao_outputs
+from maskops.export.graph import (
+    INPUT_NAME,
+    OUTPUT_NAMES,
+    TAO_INPUT_NAME,
+    GraphMetadata,
+    read_metadata,
+)
+from maskops.export.tao_layout import TAO_OUTPUT_NAMES, decode_tao_outputs, tao_input
 from maskops.serving.triton_models.maskops_serving_ops import run_batched
 
 Output = dict[str, torch.Tensor]
@@ -94,15 +102,19 @@ class OnnxPredictor:
         return self.metadata.batch_size or self.metadata.max_batch_size
 
     def run_padded(self, images: np.ndarray) -> list[np.ndarray]:
-        """Run the graph on a ``[n, 3, H, W]`` float32 array; the five padded outputs
+        """Run the graph on a ``[n, 3, H, W]`` float32 array of RGB 0..1 images (fed as
+        TAO's preprocessing makes them to a TAO-input file); the five padded outputs
         (decoded from TAO's two for a TAO-layout file).
 
         A graph of static batch ``S`` gets ``n`` = S; a dynamic one any ``n`` >= 1.
         """
+        feed = {INPUT_NAME: images}
+        if self.metadata.input_convention == "tao":
+            feed = {TAO_INPUT_NAME: tao_input(images)}
         if self.metadata.output_layout == "tao":
-            detections, masks = self.session.run(list(TAO_OUTPUT_NAMES), {INPUT_NAME: images})
+            detections, masks = self.session.run(list(TAO_OUTPUT_NAMES), feed)
             return decode_tao_outputs(detections, masks)
-        result: list[np.ndarray] = self.session.run(list(OUTPUT_NAMES), {INPUT_NAME: images})
+        result: list[np.ndarray] = self.session.run(list(OUTPUT_NAMES), feed)
         return result
 
     def __call__(self, images: Sequence[torch.Tensor]) -> list[Output]:

@@ -1,10 +1,36 @@
-"""TAO's Mask R-CNN output layout, the one DeepStream's stock parser reads.
+"""TAO's Mask R-CNN input and output layout, the ones DeepStream's TAO configs feed and parse.
 
-A TAO 5.3 Mask R-CNN engine has two outputs, and DeepStream parses them with
-``NvDsInferParseCustomMrcnnTLTV2`` (``libnvds_infercustomparser.so``). :func:`to_tao_layout`
-appends ONNX nodes after a batched maskops graph (:mod:`maskops.export.graph`'s five
-outputs, made by :mod:`maskops.export.batching`) so that its outputs are exactly those two;
-the traced graph and the Loop are not touched:
+A TAO 5.3 Mask R-CNN engine takes ``Input`` preprocessed by nvinfer with TAO's keys and
+has two outputs, which DeepStream parses with ``NvDsInferParseCustomMrcnnTLTV2``
+(``libnvds_infercustomparser.so``). :func:`to_tao_layout` prepends two ONNX nodes to a
+batched maskops graph (:mod:`maskops.export.graph`'s ``images`` input and five outputs,
+made by :mod:`maskops.export.batching`) and appends others after it, so that its input and
+outputs are exactly TAO's; the traced graph and the Loop are not touched.
+
+The input, ``Input`` float32 ``[N, 3, H, W]``: what nvinfer computes with TAO's
+``pgie_peopleSegNet_tao_config.txt`` / ``dsmrcnn_pgie_config.txt`` keys
+(``net-scale-factor=0.017507``, ``offsets=123.675;116.280;103.53``, ``model-color-format=0``):
+``y_c = s * (x_c - o_c)`` per RGB channel c, x the scaled frame's pixel in 0..255, s
+:data:`TAO_NET_SCALE_FACTOR`, o :data:`TAO_OFFSETS`. Two nodes, ``Mul`` and ``Add`` by
+constant ``[1, 3, 1, 1]`` tensors, map it back to maskops' input::
+
+    in_c = y_c * (1 / (255 s)) + o_c / 255
+         = (x_c - o_c) / 255 + o_c / 255 = x_c / 255
+
+whatever s and o are (both cancel): maskops' RGB 0..1 pixel, which the graph's own
+normalisation turns into ``(x_c / 255 - m_c) / sd_c = (x_c - 255 m_c) / (255 sd_c)``, m and
+sd being ImageNet's per-channel mean and std (maskops.modeling.transform). TAO's offsets are
+``255 m`` (123.675 = 255 * 0.485, ...), so that is ``(x_c - o_c) / (255 sd_c)``: exactly
+the per-channel normalisation maskops was trained with, not TAO's single scale
+0.017507 ~ 1 / (255 * 0.224). nvinfer pads a frame it scales keeping the aspect ratio with
+black, x = 0, before normalising (gst-nvinfer ``get_converted_buffer``), so a padding
+pixel arrives as ``y_c = -s o_c`` and leaves as ``in_c = 0``: maskops' zero padding
+(maskops.data.transforms.resize_and_pad). In float32 the round trip lands within 6e-8 of
+x / 255 for every pixel value 0..255 (half float32's spacing at 1), and padding on 0
+exactly. :func:`tao_input` computes ``y`` from maskops' 0..1 images, as nvinfer does from
+pixels.
+
+The outputs:
 
 - ``generate_detections`` float32 ``[N, D, 6]``: per row ``y1, x1, y2, x2, class_id,
   score``; the box in pixels of the network input (the parser clips it to
@@ -38,9 +64,9 @@ threshold. NVIDIA/tao_deploy ``nvidia_tao_deploy/cv/mask_rcnn/inferencer.py`` re
 same two outputs in the same layout ([N, D, 6] with the class in column 4, masks picked by
 class).
 
-Only ops TensorRT's ONNX parser takes natively are added (Reshape, Gather, Cast, Concat,
-Clip, Sub, Div, Log, Equal, Where), and every non-batch dimension is a constant of the
-graph, so the engine's D, C and M are static as nvinfer needs.
+Only ops TensorRT's ONNX parser takes natively are added (Mul, Add, Reshape, Gather, Cast,
+Concat, Clip, Sub, Div, Log, Equal, Where), and every non-batch dimension is a constant of
+the graph, so the engine's D, C and M are static as nvinfer needs.
 """
 
 from __future__ import annotations
@@ -52,9 +78,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from maskops.export.graph import OUTPUT_NAMES
+from maskops.export.graph import INPUT_NAME, OUTPUT_NAMES, TAO_INPUT_NAME
 
 OUTPUT_LAYOUTS: tuple[str, ...] = ("maskops", "tao")
+TAO_NET_SCALE_FACTOR = 0.017507
+"""nvinfer's ``net-scale-factor`` in TAO's Mask R-CNN configs (one scale for all channels)."""
+TAO_OFFSETS: tuple[float, float, float] = (123.675, 116.28, 103.53)
+"""nvinfer's ``offsets`` (R, G, B) in TAO's Mask R-CNN configs: ImageNet's mean x 255."""
+TAO_COLOR_FORMAT = 0
+"""nvinfer's ``model-color-format`` in TAO's Mask R-CNN configs: RGB."""
 DETECTIONS = "generate_detections"
 MASK_LOGITS = "mask_fcn_logits/BiasAdd"
 TAO_OUTPUT_NAMES: tuple[str, ...] = (DETECTIONS, MASK_LOGITS)
@@ -76,6 +108,38 @@ def _node(op: str, inputs: list[str], output: str, **attrs: Any) -> onnx.NodePro
     """A node whose output (and name) is ``output``, prefixed unless it is a final output."""
     name = output if output in TAO_OUTPUT_NAMES else _PREFIX + output
     return helper.make_node(op, inputs, [name], name=name, **attrs)
+
+
+def _input_nodes() -> list[onnx.NodeProto]:
+    """``Input`` (TAO's nvinfer preprocessing) -> ``images`` (maskops' 0..1; module doc)."""
+    scale = np.full((1, 3, 1, 1), 1.0 / (255.0 * TAO_NET_SCALE_FACTOR), np.float32)
+    bias = (np.array(TAO_OFFSETS, np.float64) / 255.0).astype(np.float32).reshape(1, 3, 1, 1)
+    return [
+        _const("input/scale", scale),
+        _const("input/bias", bias),
+        _node("Mul", [TAO_INPUT_NAME, _PREFIX + "input/scale"], "input/scaled"),
+        helper.make_node(
+            "Add",
+            [_PREFIX + "input/scaled", _PREFIX + "input/bias"],
+            [INPUT_NAME],
+            name=_PREFIX + "input/to_images",
+        ),
+    ]
+
+
+def tao_input(images: np.ndarray) -> np.ndarray:
+    """What nvinfer feeds a TAO-layout graph, with TAO's keys, for maskops' input.
+
+    Args:
+        images: ``[N, 3, H, W]`` RGB in 0..1 (maskops' ``images``: ``pixel / 255``).
+
+    Returns:
+        float32 ``TAO_NET_SCALE_FACTOR * (255 * images - TAO_OFFSETS)`` per channel.
+    """
+    pixels = images.astype(np.float32) * np.float32(255.0)
+    offsets = np.asarray(TAO_OFFSETS, np.float32).reshape(1, 3, 1, 1)
+    result: np.ndarray = np.float32(TAO_NET_SCALE_FACTOR) * (pixels - offsets)
+    return result
 
 
 def _layout_nodes(num_classes: int, detections: int, resolution: int) -> list[onnx.NodeProto]:
@@ -123,26 +187,37 @@ def _layout_nodes(num_classes: int, detections: int, resolution: int) -> list[on
 def to_tao_layout(
     model: onnx.ModelProto, *, num_classes: int, max_detections: int, mask_resolution: int
 ) -> onnx.ModelProto:
-    """``model`` (a batched maskops graph) with TAO's two outputs instead of its five.
+    """``model`` (a batched maskops graph) with TAO's input and two outputs instead of its
+    ``images`` and five outputs.
 
     Args:
-        model: outputs ``boxes [N, D, 4]`` xyxy, ``scores [N, D]``, ``labels [N, D]``
-            int64, ``masks [N, D, M, M]`` probabilities, ``num_detections [N, 1]``.
+        model: input ``images [N, 3, H, W]`` RGB 0..1; outputs ``boxes [N, D, 4]`` xyxy,
+            ``scores [N, D]``, ``labels [N, D]`` int64, ``masks [N, D, M, M]``
+            probabilities, ``num_detections [N, 1]``.
         num_classes: C, the model's classes with background (the mask channels).
         max_detections: D. mask_resolution: M.
 
     Returns:
-        A new model (``model`` is not modified) whose outputs are ``generate_detections
-        [N, D, 6]`` and ``mask_fcn_logits/BiasAdd [N, D, C, M, M]``, both float32, with
-        the same inputs, metadata and opset; N stays as the input's first dimension.
+        A new model (``model`` is not modified) whose input is ``Input [N, 3, H, W]``
+        float32 preprocessed as TAO's nvinfer config does (module doc) and whose outputs
+        are ``generate_detections [N, D, 6]`` and ``mask_fcn_logits/BiasAdd [N, D, C, M,
+        M]``, both float32, with the same metadata and opset; N stays as the input's first
+        dimension.
     """
     names = [value.name for value in model.graph.output]
     if names != list(OUTPUT_NAMES):
         raise ValueError(f"expected the maskops outputs {list(OUTPUT_NAMES)}, got {names}")
+    inputs = [value.name for value in model.graph.input]
+    if inputs != [INPUT_NAME]:
+        raise ValueError(f"expected the maskops input {INPUT_NAME!r} alone, got {inputs}")
     batch = model.graph.output[0].type.tensor_type.shape.dim[0]
     first: int | str = batch.dim_value if batch.HasField("dim_value") else batch.dim_param
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    out.graph.input[0].name = TAO_INPUT_NAME
+    nodes = [*_input_nodes(), *out.graph.node]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
     out.graph.node.extend(_layout_nodes(num_classes, max_detections, mask_resolution))
     del out.graph.output[:]
     out.graph.output.extend(
@@ -171,7 +246,8 @@ def tao_layout_problems(
     rank 5 ``[N, D, C, M, M]`` with D, C, M static and equal to the export's (nvinfer
     needs static dims but for the batch; the parser indexes masks by
     ``num-detected-classes`` = C); both as declared and as ONNX shape inference computes
-    them from the nodes.
+    them from the nodes. And the input: ``Input`` alone, float32 ``[N, 3, H, W]`` with H
+    and W static (nvinfer's ``infer-dims``), which TAO's nvinfer preprocessing feeds.
     """
     expected = {
         DETECTIONS: (max_detections, len(DETECTION_COLUMNS)),
@@ -179,7 +255,8 @@ def tao_layout_problems(
     }
     declared = {value.name: value for value in model.graph.output}
     computed = _computed_outputs(model)
-    problems = [
+    problems = _input_problems(model)
+    problems += [
         f"{name}: an output DeepStream's NvDsInferParseCustomMrcnnTLTV2 does not read "
         f"(TAO's engine has only {', '.join(TAO_OUTPUT_NAMES)})"
         for name in declared
@@ -205,6 +282,24 @@ def _type_and_shape(value: onnx.ValueInfoProto) -> TypeAndShape:
         d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim
     ]
     return tensor.elem_type, dims
+
+
+def _input_problems(model: onnx.ModelProto) -> list[str]:
+    """The graph's inputs against TAO's ``Input`` float32 ``[N, 3, H, W]`` (H, W static)."""
+    names = [value.name for value in model.graph.input]
+    if names != [TAO_INPUT_NAME]:
+        return [
+            f"inputs {names}: expected {TAO_INPUT_NAME!r} alone (TAO's engine input, fed "
+            "with TAO's preprocessing)"
+        ]
+    elem_type, dims = _type_and_shape(model.graph.input[0])
+    problems = []
+    if elem_type != TensorProto.FLOAT:
+        kind = TensorProto.DataType.Name(elem_type)
+        problems.append(f"{TAO_INPUT_NAME}: element type {kind}, nvinfer feeds FLOAT")
+    if len(dims) != 4 or dims[1] != 3 or not all(isinstance(d, int) and d for d in dims[2:]):
+        problems.append(f"{TAO_INPUT_NAME}: shape {dims}, expected [N, 3, H, W] with static H, W")
+    return problems
 
 
 def _computed_outputs(model: onnx.ModelProto) -> dict[str, TypeAndShape]:

@@ -15,7 +15,7 @@ import onnx
 import torch
 
 from maskops.export.batching import image_graph
-from maskops.export.graph import INPUT_NAME
+from maskops.export.graph import IMAGE_INPUT_NAMES, INPUT_NAME, TAO_INPUT_NAME
 
 ENGINE_ELSEWHERE = (
     "TensorRT engine not built here ({reason}); the Triton service builds it on the GPU host "
@@ -52,7 +52,7 @@ class BatchProfile:
     max: int
 
     def shapes(self, image_size: tuple[int, int]) -> tuple[tuple[int, ...], ...]:
-        """The ``images`` input's (min, opt, max) shapes."""
+        """The image input's (min, opt, max) shapes."""
         return tuple((batch, 3, *image_size) for batch in (self.min, self.opt, self.max))
 
 
@@ -113,18 +113,19 @@ class EngineInputs:
 
 
 def onnx_engine_inputs(onnx_path: Path) -> EngineInputs:
-    """The image size, batch and quantisation of a maskops ONNX's ``images [N, 3, H, W]``.
+    """The image size, batch and quantisation of a maskops ONNX's image input ``[N, 3, H,
+    W]`` (``images``, or ``Input`` in the TAO layout).
 
     Raises:
-        EngineBuildError: not an ONNX file, or no ``images`` input ``[N, 3, H, W]`` with
-            static H and W.
+        EngineBuildError: not an ONNX file, or no such input ``[N, 3, H, W]`` with static H
+            and W.
     """
     try:
         model = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as exc:
         raise EngineBuildError(f"{onnx_path}: not a readable ONNX model ({exc})") from None
     for graph_input in model.graph.input:
-        if graph_input.name != INPUT_NAME:
+        if graph_input.name not in IMAGE_INPUT_NAMES:
             continue
         dims = [
             d.dim_value if d.HasField("dim_value") else None
@@ -136,7 +137,8 @@ def onnx_engine_inputs(onnx_path: Path) -> EngineInputs:
             return EngineInputs(image_size=(dims[2], dims[3]), batch=dims[0], is_qdq=is_qdq)
         break
     raise EngineBuildError(
-        f"{onnx_path}: no input '{INPUT_NAME}' [N, 3, H, W]; is it a maskops export?"
+        f"{onnx_path}: no input '{INPUT_NAME}' or '{TAO_INPUT_NAME}' [N, 3, H, W]; is it a "
+        "maskops export?"
     )
 
 
@@ -178,7 +180,8 @@ def build_engine(
         # TensorRT 10 replaced STRICT_TYPES with OBEY_PRECISION_CONSTRAINTS.
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
     shapes = builder.create_optimization_profile()
-    shapes.set_shape(INPUT_NAME, *profile.shapes(image_size))
+    # The one input: images, or Input in the TAO layout.
+    shapes.set_shape(network.get_input(0).name, *profile.shapes(image_size))
     config.add_optimization_profile(shapes)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
