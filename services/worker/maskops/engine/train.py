@@ -73,9 +73,9 @@ from maskops.engine.trackers import RunEnd, check_trackers, tracker_writers
 from maskops.engine.trainer import (
     AmpSettings,
     Batch,
+    DeviceTuning,
     HookBase,
     Trainer,
-    trains_channels_last,
 )
 from maskops.engine.validation import validation_loss
 from maskops.spec.models import VALIDATION_LOSS, ExperimentSpec
@@ -301,7 +301,7 @@ def _train_rank(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int = LOG_PERIOD,
-    channels_last: bool | None = None,
+    tuning: DeviceTuning = DeviceTuning(),
 ) -> TrainResult | None:
     file_handler: logging.Handler | None = None
     if info.is_main and log_file is not None:
@@ -311,7 +311,7 @@ def _train_rank(
         logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
     try:
         return _train_rank_inner(
-            info, spec, results_dir, extra_hooks, eval_fn, log_every, channels_last
+            info, spec, results_dir, extra_hooks, eval_fn, log_every, tuning.resolve(info.device)
         )
     finally:
         if file_handler is not None:
@@ -326,7 +326,27 @@ def _train_rank_inner(
     extra_hooks: Sequence[HookBase],
     eval_fn: EvalFn | None,
     log_every: int,
-    channels_last: bool | None,
+    tuning: DeviceTuning,
+) -> TrainResult | None:
+    """One rank's run with ``tuning`` resolved; cuDNN's benchmark flag is the process's,
+    set for the run and restored after it."""
+    previous = torch.backends.cudnn.benchmark
+    if info.device.type == "cuda":
+        torch.backends.cudnn.benchmark = bool(tuning.cudnn_benchmark)
+    try:
+        return _train(info, spec, results_dir, extra_hooks, eval_fn, log_every, tuning)
+    finally:
+        torch.backends.cudnn.benchmark = previous
+
+
+def _train(
+    info: RankInfo,
+    spec: ExperimentSpec,
+    results_dir: Path,
+    extra_hooks: Sequence[HookBase],
+    eval_fn: EvalFn | None,
+    log_every: int,
+    tuning: DeviceTuning,
 ) -> TrainResult | None:
     from maskops.data.pipeline import build_train_loader
 
@@ -344,9 +364,7 @@ def _train_rank_inner(
         spec, num_classes=spec.data_config.num_classes, load_checkpoint=resume_from is None
     )
     model.to(info.device)
-    if channels_last is None:
-        channels_last = trains_channels_last(info.device)
-    if channels_last:
+    if tuning.channels_last:
         model.to_channels_last()  # type: ignore[operator]
 
     lr_scale = float(world_size)
@@ -412,6 +430,7 @@ def _train_rank_inner(
             world_size=world_size,
             start_step=data_position,
             label_map=label_map,
+            pin_memory=bool(tuning.pin_memory),
         )
 
     trainer = Trainer(
@@ -507,7 +526,7 @@ def run_training(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int | None = None,
-    channels_last: bool | None = None,
+    tuning: DeviceTuning = DeviceTuning(),
 ) -> TrainResult:
     """Train (or resume training) the spec's model into ``results_dir``.
 
@@ -518,8 +537,8 @@ def run_training(
     this process, so only with one rank. ``eval_fn`` replaces the periodic evaluation (COCO
     metrics when available, else validation loss). ``log_every``: steps between metric logs
     (None = the spec's logging_frequency, or every 10 steps when that is 0).
-    ``channels_last``: NHWC weights and activations; None = the device's default
-    (:func:`~maskops.engine.trainer.trains_channels_last`: on for a CPU).
+    ``tuning``: channels_last, pinned batches, cuDNN benchmark; unset switches take the
+    device's defaults (:class:`~maskops.engine.trainer.DeviceTuning`).
 
     Raises:
         TrainingError: bad input or a non-finite loss (one line, naming what is wrong).
@@ -528,9 +547,9 @@ def run_training(
     if gpus < 1:
         raise TrainingError(f"--gpus must be >= 1, got {gpus}")
     if gpus > 1 and torchrun_env() is None:
-        if extra_hooks or eval_fn is not None or channels_last is not None:
+        if extra_hooks or eval_fn is not None or tuning != DeviceTuning():
             raise TrainingError(
-                "extra_hooks, eval_fn and channels_last run in this process: with gpus > 1 "
+                "extra_hooks, eval_fn and tuning apply in this process: with gpus > 1 "
                 "the ranks run under torchrun (use maskops.engine.launcher)"
             )
         from maskops.engine.launcher import RankPlan, train_under_torchrun
@@ -545,7 +564,7 @@ def run_training(
         extra_hooks=extra_hooks,
         eval_fn=eval_fn,
         log_every=log_every,
-        channels_last=channels_last,
+        tuning=tuning,
     )
     assert result is not None, "rank 0 returns the result"
     return result
@@ -560,7 +579,7 @@ def train_this_rank(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int | None = None,
-    channels_last: bool | None = None,
+    tuning: DeviceTuning = DeviceTuning(),
     timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     """This process's rank of the run (torchrun's, else rank 0 of 1): rank 0 returns the
@@ -584,7 +603,7 @@ def train_this_rank(
                 "extra_hooks": tuple(extra_hooks),
                 "eval_fn": eval_fn,
                 "log_every": log_every,
-                "channels_last": channels_last,
+                "tuning": tuning,
             },
         )
     except (TrainingError, RuntimeError) as exc:
