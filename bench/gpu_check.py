@@ -304,7 +304,8 @@ def start_results(args: argparse.Namespace) -> Any:
         print(f"[gpu_check] no machine record: {exc}", flush=True)
         conditions = f"{type(exc).__name__}: {exc}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.unlink(missing_ok=True)
+    if not args.groups:  # a rerun of some groups keeps the other steps' results
+        args.out.unlink(missing_ok=True)
 
     def change(doc: dict[str, Any]) -> None:
         doc.update(
@@ -373,7 +374,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work", type=Path, help="scratch folder (default /tmp/...)")
     parser.add_argument("--budget-s", type=float, help=f"default {BUDGET_S:g} (--tiny: 900)")
     parser.add_argument(
-        "--groups", nargs="+", choices=[g.name for g in GROUPS], help="only these groups"
+        "--groups",
+        nargs="+",
+        choices=[g.name for g in GROUPS],
+        help="run only these groups, keeping the results file's other steps",
     )
     parser.add_argument(
         "--wheels", type=Path, help=f"wheels of a --prepare run (default {WHEELS}, if present)"

@@ -62,6 +62,7 @@ class InfiniteLoss(HookBase):
         self.steps = steps
         self.active = False
         self.weights: list[torch.Tensor] = []
+        self.finite_metrics: list[bool] = []
 
     def before_train(self) -> None:
         self.trainer.unwrapped.register_forward_hook(self._poison)
@@ -77,6 +78,9 @@ class InfiniteLoss(HookBase):
     def after_step(self) -> None:
         weight = next(p for p in self.trainer.unwrapped.parameters() if p.requires_grad)
         self.weights.append(weight.detach().clone())
+        norm = self.trainer.last_grad_norm
+        values = [*self.trainer.last_losses.values(), *([norm] if norm is not None else [])]
+        self.finite_metrics.append(all(bool(torch.isfinite(v)) for v in values))
 
 
 def _trainer(spec: ExperimentSpec, scaler: torch.amp.GradScaler | None, **kw: Any) -> Trainer:
@@ -113,6 +117,7 @@ def test_the_loss_scaler_skips_non_finite_steps_and_the_run_goes_on(
     assert torch.equal(after[0], after[1]) and torch.equal(after[1], after[2])  # 2, 3 skipped
     assert not torch.equal(after[2], after[3]) and not torch.equal(after[3], after[4])
     assert all(torch.isfinite(w).all() for w in after)
+    assert poison.finite_metrics == [True] * 5  # a skipped step publishes no inf
     assert trainer.scaler is not None and trainer.scaler.get_scale() == 2.0**16 / 4
 
 

@@ -221,7 +221,8 @@ class Trainer:
     iter: int = field(init=False)
     lr: float = field(init=False, default=0.0)
     last_losses: dict[str, torch.Tensor] = field(init=False, default_factory=dict)
-    """The last step's losses (TAO names, detached, averaged over micro-batches)."""
+    """The last applied step's losses (TAO names, detached, averaged over micro-batches): a
+    step the loss scaler skips leaves them as they were."""
     last_grad_norm: torch.Tensor | None = field(init=False, default=None)
     """The last step's global gradient norm before clipping (0-dim); only when clipping."""
     latest_metrics: dict[str, float] = field(init=False, default_factory=dict)
@@ -350,15 +351,21 @@ class Trainer:
                 self._scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            self._count_skipped(sums)
+            skipped = self._count_skipped(sums)
         else:
             self.optimizer.step()
+            skipped = False
         self.optimizer.zero_grad(set_to_none=True)
-        self.last_losses = sums
+        if skipped:
+            # Metrics stay finite (JSON, the database and TensorBoard take no inf): the
+            # losses shown remain the last applied step's.
+            self.last_grad_norm = None
+        else:
+            self.last_losses = sums
         self.iter += 1
 
-    def _count_skipped(self, losses: dict[str, torch.Tensor]) -> None:
-        """Note whether the scaler skipped this step (it lowers its scale exactly then).
+    def _count_skipped(self, losses: dict[str, torch.Tensor]) -> bool:
+        """Whether the scaler skipped this step (it lowers its scale exactly then), counted.
 
         Raises:
             SkippedStepsError: ``max_skipped_steps`` steps in a row were skipped.
@@ -368,7 +375,7 @@ class Trainer:
         self._scale = self.scaler.get_scale()  # one device synchronisation per step
         if self._scale >= previous:
             self.skipped_in_a_row = 0
-            return
+            return False
         self.skipped_steps += 1
         self.skipped_in_a_row += 1
         values = {k: float(v) for k, v in losses.items()}
@@ -382,6 +389,7 @@ class Trainer:
             self.skipped_in_a_row,
             self.max_skipped_steps,
         )
+        return True
 
     def _clip_gradients(self) -> None:
         if self.scaler is not None:
