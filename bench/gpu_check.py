@@ -30,7 +30,7 @@ Docker, nothing installed system-wide) and the services' folders go on ``PYTHONP
 
     bench/gpu_check --prepare .gpu-wheels       # here, with the package registry
     bench/gpu_check                             # there: writes gpu_check.json in bench/results/
-    bench/gpu_check --device cpu --tiny --out /tmp/gpu_check_cpu.json   # CI: < 1 min
+    bench/gpu_check --device cpu --tiny --out /tmp/gpu_check_cpu.json   # CI, on a CPU
 
 A CPU run never writes a GPU result: its file says ``"device": "cpu"`` and names no GPU,
 and bench/readme_table.py shows only a file that records a GPU (docs/benchmarks.md).
@@ -116,8 +116,9 @@ GROUPS = (
         240,
     ),
 )
-"""The tiny caps are for a shared CI machine: the tiny run takes under a minute on an idle
-2-core one, several times that while other work shares its cores."""
+"""The tiny caps leave room for a shared machine: the tiny run took 229-414 s on 2 cores
+while other work kept the load average at 8-10 (about 150 s of CPU time); no idle run
+has been timed."""
 
 
 # ---- the results file: read, changed and replaced whole after every step -------------

@@ -3,7 +3,7 @@
 Each step returns its figures or raises; :func:`run_step` times it and writes its outcome
 to the results file before the next step starts. A step whose input another step makes
 (``DEPENDS``) is skipped when that one did not pass. Sizes: ``--tiny`` is CI's (resnet10,
-128 px, a few steps, on the CPU in well under a minute); otherwise resnet18 at 256 px on
+128 px, a few steps, on the CPU); otherwise resnet18 at 256 px on
 demo data for the training and serving checks, and R50-FPN at 832x1344 for throughput.
 """
 
