@@ -357,8 +357,8 @@ class Trainer:
             skipped = False
         self.optimizer.zero_grad(set_to_none=True)
         if skipped:
-            # Metrics stay finite (JSON, the database and TensorBoard take no inf): the
-            # losses shown remain the last applied step's.
+            # Metrics stay finite (status.json and the jobs database hold JSON, which has
+            # no inf): the losses shown remain the last applied step's.
             self.last_grad_norm = None
         else:
             self.last_losses = sums
