@@ -17,6 +17,11 @@ per step, with the same precision. Arms:
   bf16 where the GPU has it, else fp16 with a GradScaler), the baseline with exactly the
   same autocast and scaler. On a CPU without native bf16 maskops declines AMP, so these
   arms are skipped with a message.
+- ``maskops-<precision>-<variant>``: maskops' arm with one of its CUDA input switches
+  (``DeviceTuning``) flipped from its default: ``nopin`` (batches not pinned), ``nobench``
+  (cuDNN benchmark off), ``nhwc`` (channels_last on). Not run by default; on a GPU,
+  ``tuning_vs_default`` gives each one's images/s over the default's, per round: above 1,
+  the default loses (bench/gpu_check.py runs them).
 
 Enough images are generated that neither loader starts a second epoch (or restarts its
 workers) inside the run. Each arm runs in its own process (its peak RSS, or peak CUDA
@@ -66,12 +71,19 @@ from torchvision.transforms.functional import pil_to_tensor
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.engine import HookBase, run_training
-from maskops.engine.trainer import AmpSettings
+from maskops.engine.trainer import AmpSettings, DeviceTuning
 from maskops.modeling import build_model
 from maskops.spec.models import ExperimentSpec
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_train.json"
 ARMS = ("torchvision-fp32", "maskops-fp32", "torchvision-amp", "maskops-amp")
+VARIANTS = {
+    "nopin": DeviceTuning(pin_memory=False),
+    "nobench": DeviceTuning(cudnn_benchmark=False),
+    "nhwc": DeviceTuning(channels_last=True),
+}
+"""maskops arms with one CUDA input switch flipped from its default."""
+VARIANT_ARMS = tuple(f"maskops-{p}-{v}" for p in ("fp32", "amp") for v in VARIANTS)
 
 
 def make_spec(root: Path, args: argparse.Namespace, *, use_amp: bool) -> ExperimentSpec:
@@ -222,7 +234,7 @@ class _StepClock(HookBase):
 
 
 def run_maskops(
-    root: Path, args: argparse.Namespace, *, use_amp: bool
+    root: Path, args: argparse.Namespace, *, use_amp: bool, tuning: DeviceTuning = DeviceTuning()
 ) -> tuple[float, list[float]]:
     """``run_training`` for ``warmup + steps`` steps: images/s after the warm-up, and every
     step's total loss."""
@@ -230,19 +242,28 @@ def run_maskops(
     clock = _StepClock(args.warmup)
     out = Path(tempfile.mkdtemp(prefix="bench_train_"))
     try:
-        run_training(spec, out, extra_hooks=[clock], eval_fn=lambda model, step: {})
+        run_training(spec, out, extra_hooks=[clock], eval_fn=lambda model, step: {}, tuning=tuning)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     images_per_s = args.steps * args.batch / (clock.end - clock.start)
     return images_per_s, [float(loss) for loss in clock.losses]
 
 
+def measure_arm(arm: str, root: Path, args: argparse.Namespace) -> tuple[float, list[float]]:
+    """Train ``arm`` on ``prepare_shards(root)``' data in this process: images/s after the
+    warm-up, and every step's total loss."""
+    loop, precision, *variant = arm.split("-")
+    use_amp = precision == "amp"
+    if loop == "torchvision":
+        return run_torchvision(root, args, use_amp=use_amp)
+    tuning = VARIANTS[variant[0]] if variant else DeviceTuning()
+    return run_maskops(root, args, use_amp=use_amp, tuning=tuning)
+
+
 def child(args: argparse.Namespace) -> None:
     """One arm in this process: prints ``RESULT {images_per_s, peak memory}``."""
     torch.set_num_threads(args.threads)
-    loop, precision = args.arm.split("-")
-    run = run_torchvision if loop == "torchvision" else run_maskops
-    images_per_s, losses = run(Path(args.root), args, use_amp=precision == "amp")
+    images_per_s, losses = measure_arm(args.arm, Path(args.root), args)
     figures: dict[str, Any] = {"images_per_s": images_per_s, "mean_loss": statistics.fmean(losses)}
     rss = max(
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -303,6 +324,24 @@ def compare(spreads: dict[str, Spread], precision: str) -> dict[str, Any]:
     }
 
 
+def tuning_ratios(spreads: dict[str, Spread]) -> dict[str, Any]:
+    """Each variant arm's images/s over its precision's default maskops arm (ratio of
+    medians, and per round): above 1, flipping that switch is faster than the default."""
+    ratios: dict[str, Any] = {}
+    for arm, spread in spreads.items():
+        _loop, precision, *variant = arm.split("-")
+        base = spreads.get(f"maskops-{precision}")
+        if not variant or base is None:
+            continue
+        per_round = [a / b for a, b in zip(spread.values, base.values, strict=True)]
+        ratios[arm] = {
+            "ratio": round(spread.median / base.median, 3),
+            "per_round_min": round(min(per_round), 3),
+            "per_round_max": round(max(per_round), 3),
+        }
+    return ratios
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nlayers", type=int, default=18)
@@ -314,7 +353,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1, help="loader processes (both loops)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + VARIANT_ARMS)
     parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--arm", help=argparse.SUPPRESS)
@@ -332,7 +371,7 @@ def main() -> None:
         return
     conditions = start_run(require_idle=args.require_idle)
     amp = AmpSettings.for_device(torch.device(args.device), enabled=True)
-    arms = [a for a in args.arms if amp.enabled or not a.endswith("-amp")]
+    arms = [a for a in args.arms if amp.enabled or "-amp" not in a]
     if amp.declined and len(arms) < len(args.arms):
         print(f"AMP arms skipped: {amp.declined}")
     recorded: dict[str, Any] = {}
@@ -352,6 +391,7 @@ def main() -> None:
             for p in ("fp32", "amp")
             if {f"maskops-{p}", f"torchvision-{p}"} <= set(arms)
         },
+        "tuning_vs_default": tuning_ratios(spreads),
     }
     for precision, row in figures["maskops_vs_torchvision"].items():
         print(

@@ -207,6 +207,55 @@ ROWS = (
 )
 
 
+GPU_CHECK = "gpu_check.json"
+"""bench/gpu_check.py's results on a GPU host (a CPU run writes gpu_check_cpu.json)."""
+NO_GPU_YET = "Not run on a GPU yet: [`bench/gpu_check`](docs/benchmarks.md#gpu-check)."
+
+
+def records_gpu(doc: dict[str, Any]) -> bool:
+    """Whether a gpu_check results file comes from a GPU: run with ``--device cuda`` (never
+    ``--tiny``), its environment step passed and named the GPU, and so does its machine."""
+    environment = doc.get("steps", {}).get("environment", {})
+    machine = doc.get("machine") or {}
+    return bool(
+        doc.get("device") == "cuda"
+        and not doc.get("tiny")
+        and doc.get("gpu")
+        and machine.get("gpu")
+        and environment.get("status") == "passed"
+    )
+
+
+def _gpu_check(doc: dict[str, Any]) -> str:
+    steps = doc["steps"]
+    ran = [s for s in steps.values() if s["status"] != "skipped"]
+    parts = [f"{sum(s['status'] == 'passed' for s in ran)}/{len(ran)} steps passed"]
+    train = steps.get("throughput_train", {}).get("figures")
+    if train and "amp" in train["maskops_vs_torchvision"]:
+        dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[train["amp"]["dtype"]]
+        ratio = train["maskops_vs_torchvision"]["amp"]["ratio"]
+        parts.append(f"{dtype} R50 training **{ratio}x** torchvision's loop")
+    infer = steps.get("throughput_inference", {}).get("figures")
+    if infer:
+        rates = [
+            infer["images_per_s"].get(f"batch_{b}_fp32", {}).get("median_images_per_s", 0)
+            for b in (1, 8)
+        ]
+        parts.append(f"{rates[0]:.1f} / {rates[1]:.1f} img/s at batch 1 / 8")
+    return "; ".join(parts)
+
+
+def gpu_check_lines() -> list[str]:
+    """The GPU check's row, from a results file that records a GPU; else a line saying
+    there is none yet."""
+    path = RESULTS / GPU_CHECK
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    if not records_gpu(doc) or is_loaded(doc):
+        return ["", NO_GPU_YET]
+    what = "one GPU: every path"
+    return [f"| {what} | {_gpu_check(doc)} | {doc['gpu']} | `bench/gpu_check` |"]
+
+
 def machine_text(doc: dict[str, Any]) -> str:
     machine = doc.get("machine")
     if machine is None:
@@ -238,11 +287,16 @@ def table() -> str:
         lines.append(
             f"| {row.what} | {row.figure(doc)} | {machine_text(doc)} | {_command(doc, row)} |"
         )
+    gpu = gpu_check_lines()
+    if gpu[0]:  # a row of the table
+        lines += gpu
     if held_back:
         lines += [
             "",
             f"Measured only on a loaded machine, awaiting an idle rerun: {'; '.join(held_back)}.",
         ]
+    if not gpu[0]:
+        lines += gpu
     return "\n".join([*lines, END])
 
 

@@ -69,3 +69,68 @@ def test_every_results_file_records_its_machine_and_load_or_says_why_not() -> No
             continue
         assert recorded <= doc["machine"].keys(), path.name
         assert "load_average" in doc or doc.get("load_not_recorded"), path.name
+
+
+def _gpu_check_doc(**changes: object) -> dict[str, object]:
+    """A gpu_check.json as a GPU run writes it (figures as wide as real ones get)."""
+    machine = load_bench_module("machine").describe_machine()
+    steps = {
+        name: {"status": "passed", "seconds": 1.0, "figures": {}}
+        for name in ("environment", "pytest_gpu", "train_amp", "eval_parity", "export_onnx")
+    }
+    steps["tensorrt"] = {"status": "skipped", "seconds": 0.0, "note": "no TensorRT"}
+    steps["throughput_train"] = {
+        "status": "passed",
+        "figures": {
+            "amp": {"dtype": "torch.bfloat16", "scaler": False},
+            "maskops_vs_torchvision": {"amp": {"ratio": 1.123}},
+        },
+    }
+    steps["throughput_inference"] = {
+        "status": "passed",
+        "figures": {
+            "images_per_s": {
+                "batch_1_fp32": {"median_images_per_s": 123.45},
+                "batch_8_fp32": {"median_images_per_s": 456.78},
+            }
+        },
+    }
+    doc: dict[str, object] = {
+        "check": "gpu_check",
+        "device": "cuda",
+        "tiny": False,
+        "gpu": "NVIDIA H100 80GB HBM3 (sm_90)",
+        "steps": steps,
+        "machine": {**machine, "gpu": "NVIDIA H100 80GB HBM3"},
+        "loaded": False,
+        "command": "python bench/gpu_check.py --wheels .gpu-wheels",
+    }
+    return {**doc, **changes}
+
+
+def test_a_gpu_check_row_only_from_a_gpu_run_and_the_readme_stays_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "bench" / "results", results)
+    monkeypatch.setattr(readme_table, "RESULTS", results)
+    assert readme_table.NO_GPU_YET in readme_table.table()  # no file yet
+    gpu_file = results / readme_table.GPU_CHECK
+    cpu_runs = [
+        _gpu_check_doc(device="cpu", gpu=None),
+        _gpu_check_doc(tiny=True),
+        _gpu_check_doc(machine={"gpu": None}),
+    ]
+    for doc in cpu_runs:
+        gpu_file.write_text(json.dumps(doc))
+        table = readme_table.table()
+        assert readme_table.NO_GPU_YET in table and "one GPU" not in table
+    gpu_file.write_text(json.dumps(_gpu_check_doc()))
+    table = readme_table.table()
+    (row,) = (line for line in table.splitlines() if line.startswith("| one GPU"))
+    assert "| NVIDIA H100 80GB HBM3 (sm_90) |" in row and "7/7 steps passed" in row
+    assert "bf16 R50 training **1.123x**" in row and "123.5 / 456.8 img/s" in row
+    assert readme_table.NO_GPU_YET not in table
+    readme = (REPO / "README.md").read_text()
+    with_gpu = readme.replace(readme_table.readme_section(readme), table)
+    assert len(with_gpu.encode()) < 15_000, "shorten the README before a GPU row can land"

@@ -384,7 +384,12 @@ def usable_workers(requested: int) -> int:
 
 
 def _loader(
-    stream: IterableDataset[Batch], n_workers: int, prefetch: int, seed: int
+    stream: IterableDataset[Batch],
+    n_workers: int,
+    prefetch: int,
+    seed: int,
+    *,
+    pin_memory: bool = False,
 ) -> DataLoader[Batch]:
     workers = usable_workers(n_workers)
     return DataLoader(
@@ -394,6 +399,8 @@ def _loader(
         collate_fn=_identity,
         prefetch_factor=(prefetch or None) if workers > 0 else None,
         persistent_workers=False,
+        # Page-locked batches: their non_blocking copies to a GPU do not block the host.
+        pin_memory=pin_memory,
         # Each iterator draws a base seed; from its own generator it leaves the global torch
         # RNG (the training run's, restored on resume) untouched. The streams themselves
         # draw nothing from torch.
@@ -409,6 +416,7 @@ def build_train_loader(
     start_step: int = 0,
     batch_size: int | None = None,
     label_map: LabelMap | None = None,
+    pin_memory: bool = False,
 ) -> DataLoader[Batch]:
     """The endless training loader for ``spec.data_config.training_file_pattern``.
 
@@ -422,6 +430,8 @@ def build_train_loader(
         start_step: batches this rank already consumed; a resumed run passes what it had
             consumed at its checkpoint and continues the identical stream (module doc).
         label_map: labels to use instead of the shards' own (must cover their categories).
+        pin_memory: return batches in page-locked memory (for a CUDA device; tuples in
+            the targets, such as ``orig_size``, come back as lists).
     """
     data = spec.data_config
     dataset = ShardDataset(
@@ -444,7 +454,9 @@ def build_train_loader(
         shuffle_buffer_size=data.shuffle_buffer_size,
         augment=data.augment_input_data,
     )
-    return _loader(stream, data.n_workers, data.prefetch_buffer_size, spec.seed)
+    return _loader(
+        stream, data.n_workers, data.prefetch_buffer_size, spec.seed, pin_memory=pin_memory
+    )
 
 
 def build_eval_loader(

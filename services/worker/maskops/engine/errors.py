@@ -21,6 +21,22 @@ class NonFiniteLossError(TrainingError):
         self.step = step
 
 
+class SkippedStepsError(NonFiniteLossError):
+    """The fp16 loss scaler skipped too many optimizer steps in a row: the loss or the
+    gradients stay non-finite whatever the scale (the run diverged, or fp16 overflows)."""
+
+    def __init__(self, step: int, skipped: int, losses: dict[str, float]) -> None:
+        bad = ", ".join(f"{k}={v}" for k, v in losses.items()) or "total loss"
+        TrainingError.__init__(
+            self,
+            f"{skipped} optimizer steps in a row skipped by the fp16 loss scaler (non-finite "
+            f"loss or gradients), the last at step {step} ({bad}); the last good checkpoint "
+            "is kept, try a lower init_learning_rate or a longer warmup",
+        )
+        self.step = step
+        self.skipped = skipped
+
+
 class RankFailed(TrainingError):
     """A rank of a torchrun group failed and its restarts are spent (or the hosts of a run
     did not gather): the run failed, not its input. The message is the rank's error."""

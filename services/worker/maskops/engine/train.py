@@ -82,9 +82,9 @@ from maskops.engine.trackers import RunEnd, check_trackers, tracker_writers
 from maskops.engine.trainer import (
     AmpSettings,
     Batch,
+    DeviceTuning,
     HookBase,
     Trainer,
-    trains_channels_last,
 )
 from maskops.spec.models import VALIDATION_LOSS, ExperimentSpec
 
@@ -246,7 +246,7 @@ def _train_rank(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int = LOG_PERIOD,
-    channels_last: bool | None = None,
+    tuning: DeviceTuning = DeviceTuning(),
     timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     file_handler: logging.Handler | None = None
@@ -257,7 +257,14 @@ def _train_rank(
         logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
     try:
         return _train_rank_inner(
-            info, spec, results_dir, extra_hooks, eval_fn, log_every, channels_last, timeouts
+            info,
+            spec,
+            results_dir,
+            extra_hooks,
+            eval_fn,
+            log_every,
+            tuning.resolve(info.device),
+            timeouts,
         )
     finally:
         if file_handler is not None:
@@ -272,7 +279,28 @@ def _train_rank_inner(
     extra_hooks: Sequence[HookBase],
     eval_fn: EvalFn | None,
     log_every: int,
-    channels_last: bool | None,
+    tuning: DeviceTuning,
+    timeouts: GroupTimeouts,
+) -> TrainResult | None:
+    """One rank's run with ``tuning`` resolved; cuDNN's benchmark flag is the process's,
+    set for the run and restored after it."""
+    previous = torch.backends.cudnn.benchmark
+    if info.device.type == "cuda":
+        torch.backends.cudnn.benchmark = bool(tuning.cudnn_benchmark)
+    try:
+        return _train(info, spec, results_dir, extra_hooks, eval_fn, log_every, tuning, timeouts)
+    finally:
+        torch.backends.cudnn.benchmark = previous
+
+
+def _train(
+    info: RankInfo,
+    spec: ExperimentSpec,
+    results_dir: Path,
+    extra_hooks: Sequence[HookBase],
+    eval_fn: EvalFn | None,
+    log_every: int,
+    tuning: DeviceTuning,
     timeouts: GroupTimeouts,
 ) -> TrainResult | None:
     from maskops.data.pipeline import build_train_loader
@@ -291,9 +319,7 @@ def _train_rank_inner(
         spec, num_classes=spec.data_config.num_classes, load_checkpoint=resume_from is None
     )
     model.to(info.device)
-    if channels_last is None:
-        channels_last = trains_channels_last(info.device)
-    if channels_last:
+    if tuning.channels_last:
         model.to_channels_last()  # type: ignore[operator]
 
     lr_scale = float(world_size)
@@ -359,6 +385,7 @@ def _train_rank_inner(
             world_size=world_size,
             start_step=data_position,
             label_map=label_map,
+            pin_memory=bool(tuning.pin_memory),
         )
 
     trainer = Trainer(
@@ -461,7 +488,7 @@ def run_training(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int | None = None,
-    channels_last: bool | None = None,
+    tuning: DeviceTuning = DeviceTuning(),
 ) -> TrainResult:
     """Train (or resume training) the spec's model into ``results_dir``.
 
@@ -472,8 +499,8 @@ def run_training(
     this process, so only with one rank. ``eval_fn`` replaces the periodic evaluation (COCO
     metrics when available, else validation loss). ``log_every``: steps between metric logs
     (None = the spec's logging_frequency, or every 10 steps when that is 0).
-    ``channels_last``: NHWC weights and activations; None = the device's default
-    (:func:`~maskops.engine.trainer.trains_channels_last`: on for a CPU).
+    ``tuning``: channels_last, pinned batches, cuDNN benchmark; unset switches take the
+    device's defaults (:class:`~maskops.engine.trainer.DeviceTuning`).
 
     Raises:
         TrainingError: bad input or a non-finite loss (one line, naming what is wrong).
@@ -482,9 +509,9 @@ def run_training(
     if gpus < 1:
         raise TrainingError(f"--gpus must be >= 1, got {gpus}")
     if gpus > 1 and torchrun_env() is None:
-        if extra_hooks or eval_fn is not None or channels_last is not None:
+        if extra_hooks or eval_fn is not None or tuning != DeviceTuning():
             raise TrainingError(
-                "extra_hooks, eval_fn and channels_last run in this process: with gpus > 1 "
+                "extra_hooks, eval_fn and tuning apply in this process: with gpus > 1 "
                 "the ranks run under torchrun (use maskops.engine.launcher)"
             )
         from maskops.engine.launcher import RankPlan, train_under_torchrun
@@ -499,7 +526,7 @@ def run_training(
         extra_hooks=extra_hooks,
         eval_fn=eval_fn,
         log_every=log_every,
-        channels_last=channels_last,
+        tuning=tuning,
     )
     assert result is not None, "rank 0 returns the result"
     return result
@@ -514,7 +541,7 @@ def train_this_rank(
     extra_hooks: Sequence[HookBase] = (),
     eval_fn: EvalFn | None = None,
     log_every: int | None = None,
-    channels_last: bool | None = None,
+    tuning: DeviceTuning = DeviceTuning(),
     timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     """This process's rank of the run (torchrun's, else rank 0 of 1): rank 0 returns the
@@ -540,7 +567,7 @@ def train_this_rank(
                 "extra_hooks": tuple(extra_hooks),
                 "eval_fn": eval_fn,
                 "log_every": log_every,
-                "channels_last": channels_last,
+                "tuning": tuning,
                 "timeouts": timeouts,
             },
         )

@@ -13,6 +13,7 @@ named by it; the step being computed is ``iter + 1`` in messages (1-based, as us
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from maskops.engine.errors import NonFiniteLossError
+from maskops.engine.errors import NonFiniteLossError, SkippedStepsError
 from maskops.engine.optim import l1_penalty
 from maskops.engine.schedule import apply_learning_rate
 from maskops.modeling import LOSS_NAMES
@@ -31,6 +32,18 @@ Batch = tuple[list[torch.Tensor], list[dict[str, Any]]]
 """Images (float ``[3, H, W]`` in 0..1, already resized and padded) and torchvision targets."""
 
 L1_LOSS = "L1 loss"
+BF16_NATIVE_CAPABILITY = (8, 0)
+"""The first CUDA compute capability with bf16 tensor cores (Ampere, sm_80)."""
+MAX_SKIPPED_STEPS = 50
+"""Consecutive optimizer steps the fp16 loss scaler may skip before the run fails.
+
+The scaler starts at 2^16 and halves at every skipped step, so a healthy run skips a few
+steps at its start (until the scaled gradients fit fp16) and one now and then after that.
+After 50 skips in a row the scale is 2^-34: gradients that still overflow are not a scaling
+problem (the run diverged), and a loss that is non-finite in the forward pass, which no
+scale cures, has then wasted 50 steps, not hours."""
+
+logger = logging.getLogger("maskops.train")
 
 
 def tao_loss_name(key: str) -> str:
@@ -46,6 +59,16 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
+def cuda_bf16_native(capability: tuple[int, int]) -> bool:
+    """Whether a CUDA device of compute ``capability`` (major, minor) computes bf16 natively.
+
+    ``torch.cuda.is_bf16_supported()`` is not this: it also counts emulation (bf16 runs on a
+    pre-Ampere GPU, slower than fp16) and asks about the current device, not the one trained
+    on.
+    """
+    return tuple(capability) >= BF16_NATIVE_CAPABILITY
+
+
 def trains_channels_last(device: torch.device) -> bool:
     """Whether training on ``device`` keeps weights and activations channels_last (NHWC).
 
@@ -58,14 +81,46 @@ def trains_channels_last(device: torch.device) -> bool:
 
 
 @dataclass(frozen=True)
+class DeviceTuning:
+    """How training feeds its device and lays out its tensors; None = the device's default.
+
+    On CUDA the loader pins its batches by default (``pin_memory``: a ``non_blocking`` copy
+    from pageable memory is synchronous, so the host would wait for every copy), and cuDNN
+    benchmarks its convolution algorithms (``cudnn_benchmark``: every batch has the same
+    padded ``image_size``, so the search runs once per shape; not the case of evaluation
+    images of other sizes). Both are off on a CPU, where they do nothing. ``channels_last``:
+    :func:`trains_channels_last`. Only the CPU's channels_last default is measured
+    (docs/benchmarks.md, "GPU check" says how the CUDA ones are).
+    """
+
+    channels_last: bool | None = None
+    pin_memory: bool | None = None
+    cudnn_benchmark: bool | None = None
+
+    def resolve(self, device: torch.device) -> DeviceTuning:
+        """Every switch decided for ``device``."""
+        cuda = device.type == "cuda"
+        return DeviceTuning(
+            channels_last=(
+                trains_channels_last(device) if self.channels_last is None else self.channels_last
+            ),
+            pin_memory=cuda if self.pin_memory is None else self.pin_memory and cuda,
+            cudnn_benchmark=(
+                cuda if self.cudnn_benchmark is None else self.cudnn_benchmark and cuda
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class AmpSettings:
     """Mixed precision for one device type.
 
-    On CUDA: bf16 where the GPU supports it (no loss scaling needed), else fp16 with a
-    GradScaler. On CPU: bf16 autocast only where oneDNN has native bf16 kernels (AVX-512
-    BF16 / AMX); elsewhere bf16 convolutions fall back to a reference kernel several times
-    slower than fp32 (measured: 3-10x on an AVX2-only host), so AMP is declined there and
-    ``declined`` says why.
+    On CUDA: bf16 where the training device computes it natively (compute capability >= 8.0,
+    :func:`cuda_bf16_native`; no loss scaling needed), else fp16 with a GradScaler. On CPU:
+    bf16 autocast only where oneDNN has native bf16 kernels (AVX-512 BF16 / AMX); elsewhere
+    bf16 convolutions fall back to a reference kernel several times slower than fp32
+    (measured: 3-10x on an AVX2-only host), so AMP is declined there and ``declined`` says
+    why.
     """
 
     enabled: bool
@@ -75,10 +130,20 @@ class AmpSettings:
 
     @classmethod
     def for_device(
-        cls, device: torch.device, *, enabled: bool, cpu_bf16_native: bool | None = None
+        cls,
+        device: torch.device,
+        *,
+        enabled: bool,
+        cpu_bf16_native: bool | None = None,
+        cuda_capability: tuple[int, int] | None = None,
     ) -> AmpSettings:
+        """``cpu_bf16_native`` / ``cuda_capability``: what the device offers (probed when
+        None)."""
         if device.type == "cuda":
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            if cuda_capability is None:
+                cuda_capability = torch.cuda.get_device_capability(device)
+            native = cuda_bf16_native(cuda_capability)
+            dtype = torch.bfloat16 if native else torch.float16
             return cls(enabled=enabled, device_type="cuda", dtype=dtype)
         native = cpu_has_native_bf16() if cpu_bf16_native is None else cpu_bf16_native
         if enabled and not native:
@@ -150,17 +215,23 @@ class Trainer:
     clip_grad_norm: float = 0.0
     """TAO's global_gradient_clip_ratio: the most the global L2 norm of all gradients may be
     at an update (after accumulation and DDP averaging, before momentum); 0 = no clipping."""
+    max_skipped_steps: int = MAX_SKIPPED_STEPS
+    """With a loss scaler: the run fails once this many steps in a row were skipped."""
 
     iter: int = field(init=False)
     lr: float = field(init=False, default=0.0)
     last_losses: dict[str, torch.Tensor] = field(init=False, default_factory=dict)
-    """The last step's losses (TAO names, detached, averaged over micro-batches)."""
+    """The last applied step's losses (TAO names, detached, averaged over micro-batches): a
+    step the loss scaler skips leaves them as they were."""
     last_grad_norm: torch.Tensor | None = field(init=False, default=None)
     """The last step's global gradient norm before clipping (0-dim); only when clipping."""
     latest_metrics: dict[str, float] = field(init=False, default_factory=dict)
     """Every metric published so far, latest value each (training and validation)."""
     samples_seen: int = field(init=False, default=0)
     """Images processed by this run on all ranks (a resumed run counts from 0)."""
+    skipped_steps: int = field(init=False, default=0)
+    """Steps whose update the fp16 loss scaler skipped (non-finite loss or gradients)."""
+    skipped_in_a_row: int = field(init=False, default=0)
     stop_reason: str | None = field(init=False, default=None)
     cancelled: bool = field(init=False, default=False)
     exception: BaseException | None = field(init=False, default=None)
@@ -168,6 +239,7 @@ class Trainer:
     """Set by the checkpoint hook (or by the caller on resume)."""
     _hooks: list[HookBase] = field(init=False, default_factory=list)
     _pending: list[tuple[int, dict[str, float]]] = field(init=False, default_factory=list)
+    _scale: float | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.iter = self.start_step
@@ -256,7 +328,10 @@ class Trainer:
                     # Outside autocast: a sum over every kernel wants fp32.
                     losses[L1_LOSS] = l1_penalty(self.l1_params, self.l1_weight_decay)
                 total = torch.stack(list(losses.values())).sum()
-                if not bool(torch.isfinite(total)):
+                # With a loss scaler a non-finite loss makes non-finite gradients, and the
+                # scaler skips the update and lowers its scale (torch AMP's design): the
+                # run goes on (_count_skipped). Without one nothing would skip it.
+                if self.scaler is None and not bool(torch.isfinite(total)):
                     raise NonFiniteLossError(
                         self.iter + 1, {k: float(v.detach()) for k, v in losses.items()}
                     )
@@ -272,13 +347,49 @@ class Trainer:
         if self.clip_grad_norm > 0:
             self._clip_gradients()
         if self.scaler is not None:
+            if self._scale is None:  # the first step of this run: the scale it starts at
+                self._scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
+            skipped = self._count_skipped(sums)
         else:
             self.optimizer.step()
+            skipped = False
         self.optimizer.zero_grad(set_to_none=True)
-        self.last_losses = sums
+        if skipped:
+            # Metrics stay finite (status.json and the jobs database hold JSON, which has
+            # no inf): the losses shown remain the last applied step's.
+            self.last_grad_norm = None
+        else:
+            self.last_losses = sums
         self.iter += 1
+
+    def _count_skipped(self, losses: dict[str, torch.Tensor]) -> bool:
+        """Whether the scaler skipped this step (it lowers its scale exactly then), counted.
+
+        Raises:
+            SkippedStepsError: ``max_skipped_steps`` steps in a row were skipped.
+        """
+        assert self.scaler is not None and self._scale is not None
+        previous = self._scale
+        self._scale = self.scaler.get_scale()  # one device synchronisation per step
+        if self._scale >= previous:
+            self.skipped_in_a_row = 0
+            return False
+        self.skipped_steps += 1
+        self.skipped_in_a_row += 1
+        values = {k: float(v) for k, v in losses.items()}
+        if self.skipped_in_a_row >= self.max_skipped_steps:
+            raise SkippedStepsError(self.iter + 1, self.skipped_in_a_row, values)
+        logger.warning(
+            "step %d: update skipped by the fp16 loss scaler (non-finite loss or gradients; "
+            "scale now %g), %d in a row (the run fails at %d)",
+            self.iter + 1,
+            self._scale,
+            self.skipped_in_a_row,
+            self.max_skipped_steps,
+        )
+        return True
 
     def _clip_gradients(self) -> None:
         if self.scaler is not None:

@@ -1,0 +1,823 @@
+"""The steps of bench/gpu_check.py, one group per process (``--group``).
+
+Each step returns its figures or raises; :func:`run_step` times it and writes its outcome
+to the results file before the next step starts. A step whose input another step makes
+(``DEPENDS``) is skipped when that one did not pass. Sizes: ``--tiny`` is CI's (resnet10,
+128 px, a few steps, on the CPU); otherwise resnet18 at 256 px on
+demo data for the training and serving checks, and R50-FPN at 832x1344 for throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpu_check import BENCH, GROUPS, REPO, lock_pins, record_step, update_results
+
+DEPENDS = {
+    "train_resume": "train_amp",
+    "eval_parity": "train_amp",
+    "export_onnx": "train_amp",
+    "tensorrt": "export_onnx",
+}
+REQUIRED = {
+    "torch": "torch",
+    "torchvision": "torchvision",
+    "numpy": "numpy",
+    "pydantic": "pydantic",
+    "google.protobuf": "protobuf",
+    "PIL": "pillow",
+    "pycocotools": "pycocotools",
+    "faster_coco_eval": "faster-coco-eval",
+    "tqdm": "tqdm",
+    "torch.utils.tensorboard": "tensorboard",
+    "onnx": "onnx",
+    "onnxruntime": "onnxruntime",
+    "torch_pruning": "torch-pruning",
+    "h5py": "h5py",
+    "pytest": "pytest",
+    "pytest_timeout": "pytest-timeout",
+    "xdist": "pytest-xdist",
+}
+"""Module -> distribution: what maskops' engine and its GPU tests import."""
+MIN_VERSIONS = {"torch": (2, 11), "torchvision": (0, 26)}
+
+
+class StepSkipped(Exception):
+    """The step cannot run here (no TensorRT, no time left); the message says why."""
+
+
+class StepFailed(Exception):
+    """A check did not hold; the message says which."""
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise StepFailed(message)
+
+
+@dataclass
+class Context:
+    out: Path
+    work: Path
+    device_name: str
+    tiny: bool
+    deadline: float
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device_name == "cuda"
+
+    @property
+    def device(self) -> Any:
+        import torch
+
+        return torch.device("cuda", 0) if self.cuda else torch.device("cpu")
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+# ---- 1. environment -------------------------------------------------------------------
+
+
+def missing_packages() -> list[str]:
+    """Each distribution whose module does not import, with the reason."""
+    missing = []
+    for module, dist in REQUIRED.items():
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # an ImportError, or a broken install
+            missing.append(f"{dist} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+    return missing
+
+
+def too_old() -> list[str]:
+    from importlib import metadata
+
+    old = []
+    for dist, floor in MIN_VERSIONS.items():
+        version = metadata.version(dist)
+        numbers = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+        if numbers < floor:
+            old.append(f"{dist} {version} (maskops needs >= {'.'.join(map(str, floor))})")
+    return old
+
+
+def package_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for dist in sorted(set(REQUIRED.values())):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    return versions
+
+
+def tensorrt_version() -> dict[str, Any]:
+    try:
+        import tensorrt
+    except Exception as exc:
+        return {"installed": False, "reason": f"{type(exc).__name__}: {exc}"}
+    return {"installed": True, "version": str(tensorrt.__version__)}
+
+
+def step_environment(ctx: Context) -> dict[str, Any]:
+    missing, old = missing_packages(), []
+    if not any(m.startswith(("torch (", "torchvision (")) for m in missing):
+        old = too_old()
+    if missing or old:
+        raise StepFailed(
+            "maskops cannot run here: "
+            + "; ".join([*(f"missing {m}" for m in missing), *old])
+            + " (bench/gpu_check --prepare DIR where a registry is reachable, then "
+            "bench/gpu_check --wheels DIR here)"
+        )
+    import onnxruntime
+    import torch
+
+    from maskops.device import cuda_report
+    from maskops.engine.trainer import cpu_has_native_bf16, cuda_bf16_native
+
+    report = cuda_report()
+    providers = onnxruntime.get_available_providers()
+    figures: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "cuda": report.to_json(),
+        "packages": package_versions(),
+        "lock_torch": lock_pins().get("torch"),
+        "onnxruntime": {
+            "version": onnxruntime.__version__,
+            "providers": providers,
+            "cuda_provider": "CUDAExecutionProvider" in providers,
+            "tensorrt_provider": "TensorrtExecutionProvider" in providers,
+        },
+        "tensorrt": tensorrt_version(),
+    }
+    if ctx.cuda:
+        require(report.usable, f"no usable GPU: {report.summary()}")
+        capability = torch.cuda.get_device_capability(0)
+        figures.update(
+            compute_capability=".".join(map(str, capability)),
+            bf16_native=cuda_bf16_native(capability),
+            torch_says_bf16_supported=torch.cuda.is_bf16_supported(),
+            tf32={
+                "cudnn_conv": torch.backends.cudnn.allow_tf32,
+                "matmul": torch.backends.cuda.matmul.allow_tf32,
+            },
+        )
+    else:
+        figures["cpu_bf16_native"] = cpu_has_native_bf16()
+    gpu = report.devices[0] if ctx.cuda and report.usable else None
+    update_results(
+        ctx.out,
+        lambda doc: doc.update(
+            gpu=gpu,
+            driver=report.driver,
+            torch=report.torch_version,
+            cuda_build=report.cuda_build,
+        ),
+    )
+    return figures
+
+
+# ---- 2. the repository's GPU tests ------------------------------------------------------
+
+
+def gpu_test_files() -> list[str]:
+    files = []
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        if "mark.gpu" in path.read_text():
+            files.append(str(path.relative_to(REPO)))
+    return files
+
+
+def step_pytest_gpu(ctx: Context) -> dict[str, Any]:
+    files = gpu_test_files()
+    require(bool(files), "no test is marked gpu")
+    timeout = max(10.0, ctx.remaining() - 5)
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q"]
+    command += ["--timeout", "120", *files]
+    try:
+        done = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise StepFailed(f"pytest -m gpu did not finish in {timeout:.0f} s") from exc
+    print(done.stdout[-4000:], done.stderr[-2000:], flush=True)
+    lines = done.stdout.strip().splitlines()
+    summary = lines[-1] if lines else ""
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary)}
+    figures = {"files": files, "summary": summary, "counts": counts, "exit": done.returncode}
+    require(done.returncode == 0, f"pytest -m gpu: {summary or done.stderr[-500:]}")
+    if ctx.cuda:
+        require(counts.get("passed", 0) > 0, f"no GPU test ran on the GPU: {summary}")
+    return figures
+
+
+# ---- 3. training ------------------------------------------------------------------------
+
+
+def sizes(ctx: Context) -> dict[str, Any]:
+    """Training sizes: steps of the first run, of the resumed one, image size, layers."""
+    if ctx.tiny:
+        return {"steps": 2, "resume_to": 4, "size": 128, "nlayers": 10, "batch": 2, "images": 12}
+    return {"steps": 8, "resume_to": 12, "size": 256, "nlayers": 18, "batch": 4, "images": 60}
+
+
+def demo_data(ctx: Context) -> Path:
+    """Demo shapes converted to shards under ``work/data`` (made once, reused)."""
+    from maskops.data.convert import convert_dataset
+    from maskops.data.demo import generate_demo_dataset
+
+    root = ctx.work / "data"
+    done = root / "ready"
+    if not done.exists():
+        size = sizes(ctx)["size"]
+        demo = generate_demo_dataset(
+            root / "demo",
+            num_images=sizes(ctx)["images"],
+            image_size=(size, size),
+            seed=0,
+            val_fraction=0.25,
+        )
+        shards = root / "shards"
+        convert_dataset(demo.train_images, demo.train_json, shards, workers=1)
+        convert_dataset(demo.val_images, demo.val_json, shards, workers=1)
+        done.write_text(str(demo.val_json))
+    return root
+
+
+def check_spec(ctx: Context, **overrides: Any) -> Any:
+    """A small spec on the demo shards (tests/conftest.py's tiny_spec, scaled by ``sizes``):
+    a warm-up, then a decay inside the resumed run's steps."""
+    from maskops.spec.models import ExperimentSpec
+
+    root, s = demo_data(ctx), sizes(ctx)
+    spec: dict[str, Any] = {
+        "seed": 7,
+        "use_amp": True,
+        "total_steps": s["steps"],
+        "train_batch_size": s["batch"],
+        "eval_batch_size": 4,
+        "init_learning_rate": 0.004,
+        "warmup_learning_rate": 0.0004,
+        "warmup_steps": 2,
+        "learning_rate_steps": [s["steps"] + 1],
+        "learning_rate_decay_levels": [0.1],
+        "num_steps_per_eval": s["steps"] if ctx.tiny else s["steps"] // 2,
+        "save_checkpoints_steps": s["steps"] // 2,
+        "data_config": {
+            "image_size": (s["size"], s["size"]),
+            "training_file_pattern": f"{root}/shards/train*",
+            "validation_file_pattern": f"{root}/shards/val*",
+            "val_json_file": (root / "ready").read_text(),
+            "num_classes": 4,
+            "n_workers": 0 if ctx.tiny else 2,
+            "eval_samples": 4 if ctx.tiny else 0,
+        },
+        "maskrcnn_config": {
+            "nlayers": s["nlayers"],
+            "min_level": 3,
+            "max_level": 5,
+            "anchor_scale": 2.0,
+            "rpn_batch_size_per_im": 64,
+            "batch_size_per_im": 32,
+            "fast_rcnn_mlp_head_dim": 128,
+            "train_rpn_pre_nms_topn": 200,
+            "train_rpn_post_nms_topn": 100,
+            "test_rpn_pre_nms_topn": 100,
+            "test_rpn_post_nms_topn": 50,
+            "test_detections_per_image": 20,
+            "gt_mask_size": 28,
+            "mrcnn_resolution": 16,
+        },
+    }
+    for key in ("data_config", "maskrcnn_config"):
+        spec[key].update(overrides.pop(key, {}))
+    return ExperimentSpec.model_validate({**spec, **overrides})
+
+
+def step_train_amp(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    from maskops.engine import run_training
+    from maskops.engine.checkpointing import list_checkpoints
+    from maskops.engine.trainer import AmpSettings, DeviceTuning, cuda_bf16_native
+
+    spec = check_spec(ctx)
+    amp = AmpSettings.for_device(ctx.device, enabled=True)
+    if ctx.cuda:
+        native = cuda_bf16_native(torch.cuda.get_device_capability(0))
+        require(amp.dtype == (torch.bfloat16 if native else torch.float16), f"AMP {amp}")
+    shutil.rmtree(ctx.work / "train", ignore_errors=True)  # a rerun in the same --work
+    result = run_training(spec, ctx.work / "train", log_every=1)
+    steps = spec.total_steps
+    require(result.step == steps, f"trained {result.step} of {steps} steps")
+    require("mask_AP" in result.metrics, "no COCO evaluation inside training")
+    require(math.isfinite(result.metrics["Total loss"]), "non-finite loss")
+    saved = [step for step, _ in list_checkpoints(ctx.work / "train")]
+    require(saved == [steps // 2, steps], f"checkpoints at steps {saved}")
+    return {
+        "amp": {"enabled": amp.enabled, "dtype": str(amp.dtype), "declined": amp.declined},
+        "tuning": vars(DeviceTuning().resolve(ctx.device)),
+        "steps": steps,
+        "checkpoints": saved,
+        "metrics": {k: result.metrics[k] for k in ("Total loss", "AP", "mask_AP")},
+        "samples_per_sec": result.metrics.get("samples/sec"),
+    }
+
+
+def step_train_resume(ctx: Context) -> dict[str, Any]:
+    from maskops.engine import HookBase, run_training
+    from maskops.engine.schedule import LRSchedule
+
+    class Probe(HookBase):
+        def __init__(self) -> None:
+            self.start = -1
+            self.rates: list[tuple[int, float]] = []
+
+        def before_train(self) -> None:
+            self.start = self.trainer.iter
+
+        def after_step(self) -> None:
+            self.rates.append((self.trainer.iter, self.trainer.lr))
+
+    first = check_spec(ctx)
+    spec = check_spec(ctx, total_steps=sizes(ctx)["resume_to"])
+    probe = Probe()
+    result = run_training(spec, ctx.work / "train", extra_hooks=[probe], log_every=1)
+    schedule = LRSchedule.from_spec(spec)
+    expected = [
+        (step, schedule(step - 1)) for step in range(first.total_steps + 1, 1 + spec.total_steps)
+    ]
+    require(probe.start == first.total_steps, f"resumed at step {probe.start}")
+    require(result.step == spec.total_steps, f"ended at step {result.step}")
+    require([s for s, _ in probe.rates] == [s for s, _ in expected], f"steps run {probe.rates}")
+    for (step, lr), (_, want) in zip(probe.rates, expected, strict=True):
+        require(math.isclose(lr, want, rel_tol=1e-9), f"step {step}: lr {lr}, schedule {want}")
+    return {"resumed_at": probe.start, "learning_rates": probe.rates, "ended_at": result.step}
+
+
+def step_train_fp16_scaler(ctx: Context) -> dict[str, Any]:
+    """fp16 autocast (on a GPU), a GradScaler, clipping and accumulation in maskops'
+    Trainer (run_training picks bf16 on a GPU that has it)."""
+    import torch
+
+    from maskops.data.pipeline import build_train_loader
+    from maskops.engine.optim import build_optimizer
+    from maskops.engine.train import build_training_model
+    from maskops.engine.trainer import AmpSettings, Trainer
+
+    spec = check_spec(ctx)
+    model = build_training_model(spec, num_classes=spec.data_config.num_classes).to(ctx.device)
+    seen: list[torch.dtype] = []
+    first_conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    first_conv.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    before = next(model.parameters()).detach().clone()
+    trainer = Trainer(
+        model=model,
+        optimizer=build_optimizer(model, lr=0.004, momentum=0.9, l2_weight_decay=1e-4),
+        data=iter(build_train_loader(spec, pin_memory=ctx.cuda)),
+        schedule=lambda step: 0.004,
+        max_steps=sizes(ctx)["steps"],
+        device=ctx.device,
+        amp=AmpSettings(enabled=ctx.cuda, device_type=ctx.device.type, dtype=torch.float16),
+        scaler=torch.amp.GradScaler(ctx.device.type),
+        accumulate_grad_steps=2,
+        clip_grad_norm=1.0,
+    )
+    trainer.train()
+    assert trainer.scaler is not None and trainer.last_grad_norm is not None
+    norm, scale = float(trainer.last_grad_norm), trainer.scaler.get_scale()
+    require(trainer.iter == trainer.max_steps, f"{trainer.iter} steps")
+    require(not torch.equal(before, next(model.parameters()).detach()), "weights unchanged")
+    require(all(math.isfinite(float(v)) for v in trainer.last_losses.values()), "loss")
+    require(ctx.cuda == (torch.float16 in seen), f"first convolution computed in {set(seen)}")
+    # Clipping sees unscaled gradients: scaled ones would be ``scale`` times larger.
+    require(math.isfinite(norm) and (scale < 1e3 or norm < scale / 10), f"norm {norm}")
+    return {
+        "autocast": sorted(str(d) for d in set(seen)),
+        "grad_norm_before_clip": norm,
+        "loss_scale": scale,
+        "skipped_steps": trainer.skipped_steps,
+        "losses": {k: float(v) for k, v in trainer.last_losses.items()},
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def step_train_torchrun(ctx: Context) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from maskops.engine.distributed import GroupTimeouts, RankInfo, init_process_group
+    from maskops.engine.launcher import RankPlan, train_under_torchrun
+
+    spec = check_spec(ctx, total_steps=2, num_steps_per_eval=0, save_checkpoints_steps=0)
+    shutil.rmtree(ctx.work / "torchrun", ignore_errors=True)
+    result = train_under_torchrun(spec, ctx.work / "torchrun", RankPlan(nproc_per_node=1))
+    require(result.step == 2, f"torchrun run ended at step {result.step}")
+    # One rank forms no process group in a run: maskops' own set-up on this device's
+    # backend (NCCL on a GPU) and an all-reduce check the collectives themselves.
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    info = RankInfo(rank=0, world_size=1, local_rank=0, device=ctx.device)
+    init_process_group(info, GroupTimeouts(init_s=60, collective_s=60))
+    try:
+        value = torch.full((4,), 3.0, device=ctx.device)
+        dist.all_reduce(value)
+        backend = str(dist.get_backend())
+        require(float(value.sum()) == 12.0, f"all_reduce gave {value.tolist()}")
+    finally:
+        dist.destroy_process_group()
+    return {"torchrun_steps": result.step, "process_group_backend": backend}
+
+
+# ---- 4, 5. evaluation, inference and export ---------------------------------------------
+
+
+@contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    """cuDNN's TF32 convolutions (on by default in torch) on or off for a block."""
+    import torch
+
+    previous = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
+
+
+def checkpoint_and_images(ctx: Context) -> tuple[Path, Any, list[Any]]:
+    """The trained checkpoint, its spec and the validation images (resized and padded)."""
+    from maskops.checkpoint import load_model
+    from maskops.data.pipeline import build_eval_loader
+    from maskops.engine.checkpointing import latest_checkpoint
+
+    checkpoint = latest_checkpoint(ctx.work / "train")
+    require(checkpoint is not None, "no checkpoint from train_amp")
+    assert checkpoint is not None
+    spec = check_spec(ctx)
+    label_map = load_model(checkpoint).label_map
+    loader = build_eval_loader(spec, label_map=label_map, with_masks=False)
+    images = [image for batch, _ in loader for image in batch]
+    return checkpoint, spec, images
+
+
+def predict(model: Any, device: Any, images: list[Any], dtype: Any = None) -> list[Any]:
+    from maskops.evaluation.predictor import TorchPredictor
+
+    predictor = TorchPredictor(model, device=device, autocast_dtype=dtype)
+    return [
+        out for start in range(0, len(images), 4) for out in predictor(images[start : start + 4])
+    ]
+
+
+def coco_metrics(model: Any, device: Any, spec: Any, label_map: Any) -> dict[str, float]:
+    from maskops.data.pipeline import build_eval_loader
+    from maskops.evaluation.evaluator import COCOEvaluator
+    from maskops.evaluation.predictor import TorchPredictor
+    from maskops.evaluation.runner import evaluate_model
+
+    evaluator = COCOEvaluator(spec.data_config.val_json_file, label_map)
+    loader = build_eval_loader(spec, label_map=label_map, with_masks=False)
+    metrics = evaluate_model(TorchPredictor(model, device=device), loader, evaluator)
+    return {k: round(metrics[k], 5) for k in ("AP", "AP50", "mask_AP")}
+
+
+def step_eval_parity(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    from maskops.checkpoint import load_model
+    from maskops.engine.trainer import AmpSettings
+    from maskops.export.parity import TOLERANCES, compare_detections
+
+    checkpoint, spec, images = checkpoint_and_images(ctx)
+    cpu = load_model(checkpoint)
+    here = load_model(checkpoint, map_location=ctx.device)
+    reference = predict(cpu.model, torch.device("cpu"), images)
+    with tf32(False):
+        strict = compare_detections(
+            reference, predict(here.model, ctx.device, images), data_type="fp32"
+        )
+        gpu_metrics = coco_metrics(here.model, ctx.device, spec, here.label_map)
+    cpu_metrics = coco_metrics(cpu.model, torch.device("cpu"), spec, cpu.label_map)
+    figures: dict[str, Any] = {
+        "images": len(images),
+        "fp32_tf32_off": strict.to_json(),
+        "metrics": {"cpu": cpu_metrics, ctx.device_name: gpu_metrics},
+    }
+    if ctx.cuda:  # what serving runs by default: TF32 convolutions, and AMP
+        default = compare_detections(
+            reference,
+            predict(here.model, ctx.device, images),
+            data_type="fp32",
+            tolerances=TOLERANCES["fp16"],
+        )
+        amp = AmpSettings.for_device(ctx.device, enabled=True)
+        autocast = compare_detections(
+            reference, predict(here.model, ctx.device, images, amp.dtype), data_type="fp16"
+        )
+        figures.update(
+            tf32_default_vs_fp16_bounds=default.to_json(), amp_vs_fp16_bounds=autocast.to_json()
+        )
+    require(strict.reference_detections > 0, "the checkpoint detects nothing: no parity shown")
+    require(strict.passed, strict.summary())
+    for key, value in cpu_metrics.items():
+        require(
+            abs(value - gpu_metrics[key]) <= 0.01,
+            f"{key}: cpu {value}, {ctx.device_name} {gpu_metrics[key]}",
+        )
+    return figures
+
+
+def step_export_onnx(ctx: Context) -> dict[str, Any]:
+    from maskops.checkpoint import load_model
+    from maskops.export.exporter import export_onnx
+    from maskops.export.parity import compare_detections
+    from maskops.export.predictor import OnnxPredictor
+
+    checkpoint, spec, images = checkpoint_and_images(ctx)
+    result = export_onnx(
+        checkpoint, spec, ctx.work / "export" / "model.onnx", max_batch_size=4, log=print
+    )
+    ctx.state["onnx"] = result.onnx_path
+    onnx_out = OnnxPredictor(result.onnx_path, providers=["CPUExecutionProvider"])(images)
+    here = load_model(checkpoint, map_location=ctx.device)
+    with tf32(False):
+        eager = predict(here.model, ctx.device, images)
+    parity = compare_detections(eager, onnx_out, data_type="fp32")
+    require(parity.reference_detections > 0, "no detections to compare")
+    require(parity.passed, f"onnxruntime vs {ctx.device_name}: {parity.summary()}")
+    return {
+        "export_parity_cpu": result.parity.to_json(),
+        f"onnxruntime_vs_{ctx.device_name}": parity.to_json(),
+        "export_seconds": round(result.seconds, 1),
+    }
+
+
+def step_tensorrt(ctx: Context) -> dict[str, Any]:
+    from maskops.export.exporter import export_onnx
+    from maskops.export.tensorrt import tensorrt_unavailable_reason
+
+    reason = tensorrt_unavailable_reason()
+    if reason is not None:
+        raise StepSkipped(
+            f"TensorRT not run ({reason}): no engine built, no engine-vs-onnxruntime parity"
+        )
+    checkpoint, spec, _ = checkpoint_and_images(ctx)
+    engines = {}
+    for data_type in ("fp16", "int8"):
+        out = ctx.work / "export" / f"model_{data_type}.onnx"
+        result = export_onnx(
+            checkpoint,
+            spec,
+            out,
+            data_type=data_type,
+            max_batch_size=4,
+            batches=2,
+            batch_size=4,
+            evaluate_int8=False,
+            engine_file=out.with_suffix(".plan"),
+            log=print,
+        )
+        require(
+            result.engine_file is not None and result.engine_file.stat().st_size > 0,
+            f"{data_type}: {result.engine_note}",
+        )
+        engines[data_type] = {
+            "engine_bytes": result.engine_file.stat().st_size if result.engine_file else 0,
+            "onnx_parity": result.parity.to_json(),
+        }
+    return {
+        "engines": engines,
+        "note": (
+            "engine-vs-onnxruntime parity not checked: maskops has no TensorRT runtime "
+            "(Triton serves the engine)"
+        ),
+    }
+
+
+# ---- 6. throughput ----------------------------------------------------------------------
+
+
+def bench_train_in_process(ctx: Context, arms: list[str]) -> dict[str, Any]:
+    """--tiny: bench/bench_train.py's arms, one round, in this process (its own runs start
+    a process per arm; tests/unit/test_bench_scripts.py runs those)."""
+    import bench_train
+    import torch
+    from synthetic import prepare_shards
+    from timing import alternate
+
+    args = argparse.Namespace(nlayers=10, image_size=[128, 128], batch=1, steps=1, warmup=1)
+    args.workers, args.device, args.threads = 0, "cpu", torch.get_num_threads()
+    root = ctx.work / "bench_train"
+    prepare_shards(root, train_images=bench_train.train_images(args), image_size=(128, 128))
+    measures = [lambda arm=arm: bench_train.measure_arm(arm, root, args)[0] for arm in arms]
+    spreads = dict(zip(arms, alternate(measures, rounds=1, warmup=0), strict=True))
+    return {
+        "config": {**vars(args), "rounds": 1},
+        "amp": None,
+        "arms": {arm: spreads[arm].summary("images_per_s") for arm in arms},
+        "maskops_vs_torchvision": {"fp32": bench_train.compare(spreads, "fp32")},
+        "tuning_vs_default": bench_train.tuning_ratios(spreads),
+    }
+
+
+def bench_train(ctx: Context, arms: list[str], name: str, rounds: int = 2) -> dict[str, Any]:
+    """bench/bench_train.py's arms, alternated in rounds, in its own processes (the seconds
+    one arm's process took go to ``ctx.state["arm_s"]``)."""
+    if ctx.tiny:
+        return bench_train_in_process(ctx, arms)
+    size = ["--nlayers", "50", "--image-size", "832", "1344", "--batch", "4"]
+    timing = ["--steps", "10", "--warmup", "3", "--rounds", str(rounds), "--workers", "4"]
+    out = ctx.work / f"{name}.json"
+    started = time.monotonic()
+    command = [sys.executable, str(BENCH / "bench_train.py"), "--device", ctx.device_name]
+    command += [*size, *timing, "--arms", *arms, "--out", str(out)]
+    timeout = ctx.remaining() - 3
+    if timeout < 30:
+        raise StepSkipped(f"{timeout:.0f} s of the budget left: too little for {name}")
+    try:
+        done = subprocess.run(
+            command, cwd=REPO, timeout=timeout, check=False, capture_output=True, text=True
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise StepFailed(f"bench_train.py did not finish in {timeout:.0f} s") from exc
+    print(done.stdout[-3000:], flush=True)
+    require(done.returncode == 0, f"bench_train.py failed: {done.stderr[-1500:]}")
+    doc: dict[str, Any] = json.loads(out.read_text())
+    ctx.state["arm_s"] = (time.monotonic() - started) / (len(arms) * doc["config"]["rounds"])
+    return {
+        k: doc[k] for k in ("config", "amp", "arms", "maskops_vs_torchvision", "tuning_vs_default")
+    }
+
+
+def tuning_arms(ctx: Context) -> tuple[str, list[str]]:
+    """The precision of the throughput arms, and the variants to measure (on a CPU one, to
+    keep the path alive: pinning and cuDNN are CUDA's)."""
+    from bench_train import VARIANTS
+
+    return ("amp", list(VARIANTS)) if ctx.cuda else ("fp32", ["nopin"])
+
+
+def step_throughput_train(ctx: Context) -> dict[str, Any]:
+    """maskops vs torchvision's loop; with --tiny the tuning arm runs in the same round."""
+    precision, variants = tuning_arms(ctx)
+    arms = [f"torchvision-{precision}", f"maskops-{precision}"]
+    if ctx.tiny:
+        arms += [f"maskops-{precision}-{v}" for v in variants]
+    figures = bench_train(ctx, arms, "throughput_train")
+    require(figures["maskops_vs_torchvision"][precision]["ratio"] > 0, "no ratio")
+    ctx.state["throughput_train"] = figures
+    return figures
+
+
+def step_throughput_tuning(ctx: Context) -> dict[str, Any]:
+    precision, variants = tuning_arms(ctx)
+    if ctx.tiny and "throughput_train" in ctx.state:
+        figures = ctx.state["throughput_train"]
+    else:
+        arms = [f"maskops-{precision}", *(f"maskops-{precision}-{v}" for v in variants)]
+        # Two rounds where the budget has room for them (timed by throughput_train).
+        arm_s = ctx.state.get("arm_s", 30.0)
+        if ctx.remaining() < len(arms) * arm_s + 20:
+            raise StepSkipped(f"{ctx.remaining():.0f} s left, about {arm_s:.0f} s an arm")
+        rounds = 2 if ctx.remaining() > 2 * len(arms) * arm_s + 20 else 1
+        figures = bench_train(ctx, arms, "throughput_tuning", rounds=rounds)
+    require(len(figures["tuning_vs_default"]) == len(variants), "a variant arm is missing")
+    return {"tuning_vs_default": figures["tuning_vs_default"], "arms": figures["arms"]}
+
+
+def step_throughput_inference(ctx: Context) -> dict[str, Any]:
+    import torch
+    from timing import alternate
+
+    from maskops.engine.trainer import AmpSettings
+    from maskops.evaluation.predictor import TorchPredictor
+    from maskops.modeling import build_model
+    from maskops.spec.models import MaskRCNNConfig
+
+    size, nlayers, batches, calls = (
+        ((128, 128), 10, (1, 2), 1) if ctx.tiny else ((832, 1344), 50, (1, 8), 5)
+    )
+    torch.manual_seed(0)
+    model = (
+        build_model(MaskRCNNConfig(nlayers=nlayers), num_classes=4, image_size=size)
+        .to(ctx.device)
+        .eval()
+    )
+    amp = AmpSettings.for_device(ctx.device, enabled=True)
+    precisions = {
+        "fp32": None,
+        **({str(amp.dtype).removeprefix("torch."): amp.dtype} if ctx.cuda else {}),
+    }
+    arms, measures = [], []
+    for batch in batches:
+        images = [torch.rand(3, *size) for _ in range(batch)]
+        for name, dtype in precisions.items():
+            predictor = TorchPredictor(model, device=ctx.device, autocast_dtype=dtype)
+
+            def measure(predictor: Any = predictor, images: list[Any] = images) -> float:
+                start = time.perf_counter()
+                for _ in range(calls):
+                    predictor(images)  # outputs come back to the host: a synchronisation
+                return calls * len(images) / (time.perf_counter() - start)
+
+            arms.append(f"batch_{batch}_{name}")
+            measures.append(measure)
+    spreads = alternate(measures, rounds=1 if ctx.tiny else 3, warmup=1)
+    return {
+        "model": f"resnet{nlayers}-FPN {size[0]}x{size[1]}, random weights, up to 100 detections",
+        "images_per_s": {
+            arm: s.summary("images_per_s", digits=2) for arm, s in zip(arms, spreads, strict=True)
+        },
+    }
+
+
+STEPS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "environment": step_environment,
+    "pytest_gpu": step_pytest_gpu,
+    "train_amp": step_train_amp,
+    "train_resume": step_train_resume,
+    "train_fp16_scaler": step_train_fp16_scaler,
+    "train_torchrun": step_train_torchrun,
+    "eval_parity": step_eval_parity,
+    "export_onnx": step_export_onnx,
+    "tensorrt": step_tensorrt,
+    "throughput_train": step_throughput_train,
+    "throughput_inference": step_throughput_inference,
+    "throughput_tuning": step_throughput_tuning,
+}
+
+
+def run_step(name: str, ctx: Context) -> None:
+    """Run one step and record its outcome (passed, failed with the error, or skipped)."""
+    needs = DEPENDS.get(name)
+    if needs is not None:
+        status = json.loads(ctx.out.read_text())["steps"].get(needs, {}).get("status")
+        if status != "passed":
+            record_step(
+                ctx.out,
+                name,
+                {
+                    "status": "skipped",
+                    "seconds": 0.0,
+                    "note": f"needs {needs}, which {status or 'did not run'}",
+                },
+            )
+            return
+    print(f"[gpu_check] {name} ...", flush=True)
+    started = time.monotonic()
+    result: dict[str, Any]
+    try:
+        result = {"status": "passed", "figures": STEPS[name](ctx)}
+    except StepSkipped as exc:
+        result = {"status": "skipped", "note": str(exc)}
+    except Exception as exc:
+        print(traceback.format_exc(), file=sys.stderr, flush=True)
+        result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    result["seconds"] = round(time.monotonic() - started, 1)
+    record_step(ctx.out, name, result)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--group", required=True, choices=[g.name for g in GROUPS])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--device", choices=["cuda", "cpu"], required=True)
+    parser.add_argument("--deadline-s", type=float, required=True)
+    parser.add_argument("--tiny", action="store_true")
+    args = parser.parse_args()
+    ctx = Context(args.out, args.work, args.device, args.tiny, time.monotonic() + args.deadline_s)
+    (group,) = (g for g in GROUPS if g.name == args.group)
+    for name in group.steps:
+        run_step(name, ctx)
+
+
+if __name__ == "__main__":
+    main()

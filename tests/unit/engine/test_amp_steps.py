@@ -1,0 +1,141 @@
+"""Mixed precision decisions and the fp16 loss scaler's skipped steps, on the CPU.
+
+bf16 is chosen by the training device's compute capability (a pure function, tested for
+every GPU generation without one); a GradScaler (``torch.amp.GradScaler("cpu")``, the same
+class CUDA uses) skips the steps whose loss a hook makes infinite, and the run goes on
+unless the steps are skipped many times in a row.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from maskops.data.pipeline import build_train_loader
+from maskops.engine.errors import NonFiniteLossError, SkippedStepsError
+from maskops.engine.optim import build_optimizer
+from maskops.engine.state import seed_everything
+from maskops.engine.train import build_training_model
+from maskops.engine.trainer import (
+    MAX_SKIPPED_STEPS,
+    AmpSettings,
+    DeviceTuning,
+    HookBase,
+    Trainer,
+    cuda_bf16_native,
+)
+from maskops.spec.models import ExperimentSpec
+
+
+@pytest.mark.parametrize(
+    ("capability", "native"),
+    [((6, 1), False), ((7, 0), False), ((7, 5), False), ((8, 0), True), ((8, 9), True),
+     ((9, 0), True), ((10, 0), True), ((12, 0), True)],
+)  # fmt: skip
+def test_bf16_only_where_the_training_gpu_computes_it_natively(
+    capability: tuple[int, int], native: bool
+) -> None:
+    assert cuda_bf16_native(capability) is native
+    amp = AmpSettings.for_device(torch.device("cuda", 1), enabled=True, cuda_capability=capability)
+    assert amp.dtype == (torch.bfloat16 if native else torch.float16)
+    assert amp.needs_scaler is (not native)  # fp16 trains with a GradScaler
+
+
+def test_device_tuning_defaults_and_switches() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert DeviceTuning().resolve(cpu) == DeviceTuning(True, False, False)
+    assert DeviceTuning().resolve(cuda) == DeviceTuning(False, True, True)
+    assert DeviceTuning(True, False, False).resolve(cuda) == DeviceTuning(True, False, False)
+    # Pinning and cuDNN are CUDA's: asked for on a CPU they stay off.
+    assert DeviceTuning(False, True, True).resolve(cpu) == DeviceTuning(False, False, False)
+
+
+class InfiniteLoss(HookBase):
+    """Multiplies the model's losses by inf during the given (1-based) steps, through a
+    forward hook on the model: the loss the trainer sees is really non-finite."""
+
+    def __init__(self, steps: set[int] | None) -> None:
+        self.steps = steps
+        self.active = False
+        self.weights: list[torch.Tensor] = []
+        self.finite_metrics: list[bool] = []
+
+    def before_train(self) -> None:
+        self.trainer.unwrapped.register_forward_hook(self._poison)
+
+    def _poison(self, module: torch.nn.Module, args: Any, output: Any) -> Any:
+        if not self.active:
+            return None
+        return {key: value * math.inf for key, value in output.items()}
+
+    def before_step(self) -> None:
+        self.active = self.steps is None or self.trainer.iter + 1 in self.steps
+
+    def after_step(self) -> None:
+        weight = next(p for p in self.trainer.unwrapped.parameters() if p.requires_grad)
+        self.weights.append(weight.detach().clone())
+        norm = self.trainer.last_grad_norm
+        values = [*self.trainer.last_losses.values(), *([norm] if norm is not None else [])]
+        self.finite_metrics.append(all(bool(torch.isfinite(v)) for v in values))
+
+
+def _trainer(spec: ExperimentSpec, scaler: torch.amp.GradScaler | None, **kw: Any) -> Trainer:
+    seed_everything(spec.seed)
+    model = build_training_model(spec, num_classes=spec.data_config.num_classes)
+    return Trainer(
+        model=model,
+        optimizer=build_optimizer(model, lr=0.004, momentum=0.9, l2_weight_decay=1e-4),
+        data=iter(build_train_loader(spec)),
+        schedule=lambda step: 0.004,
+        device=torch.device("cpu"),
+        amp=AmpSettings(enabled=False, device_type="cpu"),
+        scaler=scaler,
+        **kw,
+    )
+
+
+def test_the_loss_scaler_skips_non_finite_steps_and_the_run_goes_on(
+    tiny_spec: ExperimentSpec,
+) -> None:
+    # Accumulation and clipping on: unscale_ before the clip sees the inf as well.
+    trainer = _trainer(
+        tiny_spec,
+        torch.amp.GradScaler("cpu"),
+        max_steps=5,
+        accumulate_grad_steps=2,
+        clip_grad_norm=10.0,
+    )
+    poison = InfiniteLoss({2, 3})
+    trainer.register_hooks([poison])
+    trainer.train()
+    assert trainer.iter == 5 and trainer.skipped_steps == 2 and trainer.skipped_in_a_row == 0
+    after = poison.weights  # after steps 1..5
+    assert torch.equal(after[0], after[1]) and torch.equal(after[1], after[2])  # 2, 3 skipped
+    assert not torch.equal(after[2], after[3]) and not torch.equal(after[3], after[4])
+    assert all(torch.isfinite(w).all() for w in after)
+    assert poison.finite_metrics == [True] * 5  # a skipped step publishes no inf
+    assert trainer.scaler is not None and trainer.scaler.get_scale() == 2.0**16 / 4
+
+
+def test_steps_skipped_in_a_row_fail_the_run_saying_so(tiny_spec: ExperimentSpec) -> None:
+    assert MAX_SKIPPED_STEPS >= 30  # a healthy fp16 start skips a few: see its docstring
+    trainer = _trainer(tiny_spec, torch.amp.GradScaler("cpu"), max_steps=10, max_skipped_steps=3)
+    trainer.register_hooks([InfiniteLoss(None)])
+    with pytest.raises(SkippedStepsError, match=r"3 optimizer steps in a row skipped") as info:
+        trainer.train()
+    assert info.value.step == 3 and "non-finite loss or gradients" in str(info.value)
+    assert isinstance(info.value, NonFiniteLossError)
+
+
+def test_without_a_scaler_a_non_finite_loss_fails_at_once(
+    tiny_spec: ExperimentSpec, tmp_path: Path
+) -> None:
+    trainer = _trainer(tiny_spec, None, max_steps=4)
+    trainer.register_hooks([InfiniteLoss({2})])
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step 2"):
+        trainer.train()
+    assert trainer.iter == 1

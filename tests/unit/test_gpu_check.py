@@ -1,0 +1,80 @@
+"""bench/gpu_check on the CPU: every step a CPU can run passes, and nothing in its results
+claims a GPU; a step group that overruns its time is recorded failed without losing the
+steps before it; --prepare's wheel list is the lock's, without what a GPU host has."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+
+from tests.support.bench import BENCH, REPO, load_bench_module
+
+gpu_check = load_bench_module("gpu_check")
+readme_table = load_bench_module("readme_table")
+
+
+def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "gpu_check_cpu.json"
+    command = [str(BENCH / "gpu_check"), "--device", "cpu", "--tiny", "--out", str(out)]
+    command += ["--work", str(tmp_path / "work"), "--wheels", str(tmp_path / "no-wheels")]
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    doc = json.loads(out.read_text())
+    steps = doc["steps"]
+    assert list(steps) == [step for group in gpu_check.GROUPS for step in group.steps]
+    assert done.returncode == 0 and doc["passed"] and doc["complete"], done.stdout[-3000:]
+    assert steps["tensorrt"]["status"] == "skipped"  # no TensorRT on a CPU, never faked
+    assert "no engine built" in steps["tensorrt"]["note"]
+    assert all(s["status"] == "passed" for n, s in steps.items() if n != "tensorrt")
+    assert all(s["seconds"] >= 0 for s in steps.values())
+    # A CPU run names no GPU anywhere, and the README table would not take it.
+    assert doc["device"] == "cpu" and doc["gpu"] is None and doc["machine"]["gpu"] is None
+    assert steps["environment"]["figures"]["cuda"]["device_count"] == 0
+    assert not readme_table.records_gpu(doc)
+    figures = {name: step.get("figures", {}) for name, step in steps.items()}
+    assert figures["train_resume"]["resumed_at"] == 2 and figures["train_resume"]["ended_at"] == 4
+    assert figures["train_torchrun"]["process_group_backend"] == "gloo"
+    assert figures["eval_parity"]["fp32_tf32_off"]["passed"]
+    assert figures["throughput_train"]["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
+    assert set(figures["throughput_tuning"]["tuning_vs_default"]) == {"maskops-fp32-nopin"}
+
+
+def test_a_group_past_its_time_is_recorded_failed_and_earlier_steps_stay(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "results.json"
+    gpu_check.record_step(out, "environment", {"status": "passed", "seconds": 1.0})
+    group = gpu_check.Group("training", ("train_amp", "train_resume"), 1, 1)
+    args = Namespace(tiny=True, out=out, work=tmp_path, device="cpu")
+    env = gpu_check.child_environment(None, device="cpu")
+    started = time.monotonic()
+    gpu_check.run_group(group, args, env, deadline=time.monotonic() + 60)
+    assert time.monotonic() - started < 30  # killed at its cap, not left to finish
+    steps = json.loads(out.read_text())["steps"]
+    assert steps["environment"]["status"] == "passed"
+    for name in group.steps:
+        assert steps[name]["status"] == "failed"
+        assert "timed out after 1 s" in steps[name]["error"]
+
+
+def test_the_children_see_maskops_sources_and_a_cpu_run_sees_no_gpu(tmp_path: Path) -> None:
+    cpu = gpu_check.child_environment(tmp_path, device="cpu")
+    paths = cpu["PYTHONPATH"].split(os.pathsep)
+    assert paths[0] == str(tmp_path) and paths[2] == str(REPO / "services" / "worker")
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "" and "MASKOPS_REQUIRE_CUDA" not in cpu
+    assert gpu_check.child_environment(None, device="cuda")["MASKOPS_REQUIRE_CUDA"] == "1"
+
+
+def test_prepare_takes_the_locks_versions_of_what_the_gpu_host_lacks() -> None:
+    wanted = gpu_check.runtime_closure(("maskops[engine]", *gpu_check.TEST_ROOTS))
+    wanted -= {"maskops", *gpu_check.MACHINE_HAS}
+    pins = gpu_check.lock_pins()
+    assert {"pydantic", "protobuf", "pycocotools", "tensorboard", "pytest-timeout"} <= wanted
+    assert not {"torch", "torchvision", "numpy", "onnx", "onnxruntime", "sympy"} & wanted
+    assert not [name for name in wanted if name.startswith("nvidia-")]
+    assert all(name in pins for name in wanted), sorted(wanted - set(pins))
