@@ -34,9 +34,10 @@ def _rules(violations: list[Violation]) -> set[tuple[str, str]]:
     return {(v.node, v.rule) for v in violations}
 
 
-def _loop(*, cond: bool, scan_op: str) -> onnx.ModelProto:
+def _loop(*, cond: bool, scan_op: str, declared=None) -> onnx.ModelProto:
     """A Loop of N trips over ``x [4]`` whose body reads its condition; its scan output is
-    ``x`` (static ``[4]``) through Identity, or NonZero(x) (data-dependent length)."""
+    ``x`` (static ``[4]``) through Identity, or NonZero(x) (data-dependent length), with
+    the shape ``declared`` on the body's output."""
     body = helper.make_graph(
         [
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
@@ -47,7 +48,10 @@ def _loop(*, cond: bool, scan_op: str) -> onnx.ModelProto:
             helper.make_tensor_value_info("i", TensorProto.INT64, []),
             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
         ],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _float("row", None)],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            _float("row", declared),
+        ],
     )
     trips = numpy_helper.from_array(np.array(3, dtype=np.int64), "trips")
     true = numpy_helper.from_array(np.array(True), "true")
@@ -67,6 +71,9 @@ def test_a_scan_output_of_data_dependent_shape_is_flagged() -> None:
     violations = check_tensorrt_graph(_loop(cond=True, scan_op="NonZero"))
     assert _rules(violations) == {("loop", "loop-scan-static")}
     assert "'row'" in violations[0].message
+    # A static shape declared on the body's output is not taken on trust.
+    declared = check_tensorrt_graph(_loop(cond=True, scan_op="NonZero", declared=[1, 4]))
+    assert _rules(declared) == {("loop", "loop-scan-static")}
 
 
 def _qdq(zero_point: np.ndarray | None, *, dq_input_type: int = TensorProto.INT8):
@@ -188,7 +195,10 @@ def test_nested_violations_name_their_subgraph_path() -> None:
     loop = helper.make_node("Loop", ["trips", "true"], ["rows"], "loop", body=body)
     flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
     model = _model([loop], [_float("x", [4]), flag], [_float("rows", None)], inits)
-    (violation,) = check_tensorrt_graph(model)
+    violations = check_tensorrt_graph(model)
+    # The slice's run-time axes also leave the Loop's row without a static shape.
+    assert _rules(violations) == {("slice", "axes-constant"), ("loop", "loop-scan-static")}
+    (violation,) = [v for v in violations if v.node == "slice"]
     assert (violation.node, violation.op_type, violation.rule) == (
         "slice",
         "Slice",

@@ -309,6 +309,25 @@ def _walk(graph: onnx.GraphProto, scope: _Scope) -> Iterator[Violation]:
             yield from _walk(sub, scope.child(sub, path))
 
 
+def _clear_scan_shapes(graph: onnx.GraphProto) -> None:
+    for node in graph.node:
+        if node.op_type == "Loop":
+            body: onnx.GraphProto = _attr(node, "body", None)
+            for value in list(body.output)[1 + len(node.input) - 2 :]:
+                value.type.tensor_type.ClearField("shape")
+        for _, sub in _subgraphs(node):
+            _clear_scan_shapes(sub)
+
+
+def _undeclared_scan_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose Loop scan outputs declare no shape: the static-shape rule
+    is checked on what shape inference derives from the body's nodes, not on a declaration."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    _clear_scan_shapes(copy.graph)
+    return copy
+
+
 def check_tensorrt_graph(model: onnx.ModelProto) -> list[Violation]:
     """Every rule of ``tensorrt_onnx_support.json`` that a node of ``model`` breaks.
 
@@ -323,7 +342,7 @@ def check_tensorrt_graph(model: onnx.ModelProto) -> list[Violation]:
         found.append(
             Violation("", "model", "", "op-supported", f"opset {opset} is outside {low}..{high}")
         )
-    inferred = shape_inference.infer_shapes(model, data_prop=True)
+    inferred = shape_inference.infer_shapes(_undeclared_scan_shapes(model), data_prop=True)
     scope = _Scope({}, {}, {}, "")
     scope.add(inferred.graph)
     found.extend(_walk(inferred.graph, scope))
