@@ -119,6 +119,7 @@ def test_bad_input_is_reported_before_any_gpu_work(
         (["-m", str(foreign)], "no input 'images' or 'Input' [N, 3, H, W]"),
         (["-m", str(plain), "--data_type", "int8"], "needs the QDQ ONNX"),
         (["-m", str(plain), "-e", str(spec)], "image_size [128, 128] differs from the ONNX"),
+        (["-m", str(plain), "--gpu_index", "-1"], "--gpu_index must be at least 0"),
     ]
     for flags, message in cases:
         assert main(["gen_trt_engine", *flags, "-r", str(tmp_path / "r")]) == 2, flags

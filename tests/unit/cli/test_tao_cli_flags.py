@@ -79,6 +79,7 @@ def _prune_output(args: argparse.Namespace) -> object:
 EXPORT = "export -m m.pth -e {spec}"
 INFER = "inference -i {tmp}/in -e {spec} -m {tmp}/m.pth -o {tmp}/out"
 NOTE = "maskops: note: "
+EXPORT_DEFAULTS = {"strict_types": False, "target": "onnxruntime", "gpu_index": 0}
 NO_ENGINE = tensorrt_unavailable_reason() and "changes nothing: no TensorRT engine is built here"
 """Where TensorRT is missing, the builder flags explain that they change nothing."""
 
@@ -184,32 +185,32 @@ ROWS: list[tuple[str, str, Check, object, object, str | None]] = [
         EXPORT,
         "--force_ptq",
         export.builder_options,
-        {"strict_types": False},
-        {"strict_types": False},
+        EXPORT_DEFAULTS,
+        EXPORT_DEFAULTS,
         "--force_ptq is implied",
     ),
     (
         EXPORT,
         "--cal_json_file s.json",
         export.builder_options,
-        {"strict_types": False},
-        {"strict_types": False},
+        EXPORT_DEFAULTS,
+        EXPORT_DEFAULTS,
         "--cal_json_file is ignored",
     ),
     (
         EXPORT,
         "--cal_data_file c.tensorfile",
         export.builder_options,
-        {"strict_types": False},
-        {"strict_types": False},
+        EXPORT_DEFAULTS,
+        EXPORT_DEFAULTS,
         "--cal_data_file is ignored",
     ),
     (
         EXPORT,
         "--onnx_route tf2onnx",
         export.builder_options,
-        {"strict_types": False},
-        {"strict_types": False},
+        EXPORT_DEFAULTS,
+        EXPORT_DEFAULTS,
         "--onnx_route is ignored",
     ),
     (
@@ -243,6 +244,22 @@ ROWS: list[tuple[str, str, Check, object, object, str | None]] = [
         None,
         2,
         "--opt_batch_size changes nothing without --engine_file",
+    ),
+    (
+        EXPORT,
+        "--target tensorrt",
+        lambda a: export.builder_options(a)["target"] == "tensorrt",
+        False,
+        True,
+        None,
+    ),
+    (
+        EXPORT,
+        "--gpu_index 1",
+        _option("gpu_index"),
+        0,
+        1,
+        "--gpu_index changes nothing without --engine_file",
     ),
 ]
 

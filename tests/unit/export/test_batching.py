@@ -12,7 +12,7 @@ import torch
 from maskops.data.labels import LabelMap
 from maskops.export import OUTPUT_NAMES, GraphMetadata, OnnxPredictor
 from maskops.export.batching import batch_over_images, image_graph
-from maskops.export.graph import graph_batch_size, trace_to_onnx
+from maskops.export.graph import graph_batch_size, output_row_shapes, trace_to_onnx
 from maskops.export.precision import convert_to_fp16, quantize_int8
 from maskops.export.tensorrt import (
     BatchProfile,
@@ -28,6 +28,7 @@ from maskops.spec.models import ExperimentSpec, MaskRCNNConfig
 
 SIZE = (64, 64)
 DETECTIONS = 8
+ROWS = output_row_shapes(DETECTIONS, MaskRCNNConfig().mrcnn_resolution)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def _images(count: int) -> np.ndarray:
 
 
 def test_each_image_of_a_batch_gets_what_it_gets_alone(one_image_graph):
-    batched = batch_over_images(one_image_graph)
+    batched = batch_over_images(one_image_graph, row_shapes=ROWS)
     onnx.checker.check_model(batched, full_check=True)
     assert graph_batch_size(batched) is None
     assert image_graph(one_image_graph) is one_image_graph.graph
@@ -86,7 +87,7 @@ def test_reduced_precision_graphs_batch_the_same_way(one_image_graph, tmp_path, 
     else:
         calibration = [torch.from_numpy(image) for image in images]
         converted, _ = quantize_int8(one_image_graph, calibration, work_dir=tmp_path)
-    batched = batch_over_images(converted)
+    batched = batch_over_images(converted, row_shapes=ROWS)
     ops = {n.op_type for n in image_graph(batched).node}
     assert ("QuantizeLinear" if data_type == "int8" else "Cast") in ops
     alone, together = _session(converted), _session(batched)
@@ -98,7 +99,7 @@ def test_reduced_precision_graphs_batch_the_same_way(one_image_graph, tmp_path, 
 
 
 def test_static_batch_and_the_predictor_fills_it(one_image_graph):
-    batched = batch_over_images(one_image_graph, static_batch_size=2)
+    batched = batch_over_images(one_image_graph, row_shapes=ROWS, static_batch_size=2)
     assert graph_batch_size(batched) == 2
     with pytest.raises(Exception, match="images"):  # onnxruntime refuses another batch
         _session(batched).run(list(OUTPUT_NAMES), {"images": _images(3)})
@@ -142,7 +143,9 @@ def test_run_batched_fills_and_drops_rows():
 def test_engine_inputs_read_the_batch(one_image_graph, tmp_path):
     for batch, want in ((None, None), (3, 3)):
         path = tmp_path / f"{want}.onnx"
-        onnx.save(batch_over_images(one_image_graph, static_batch_size=batch), str(path))
+        onnx.save(
+            batch_over_images(one_image_graph, row_shapes=ROWS, static_batch_size=batch), str(path)
+        )
         inputs = onnx_engine_inputs(path)
         assert (inputs.image_size, inputs.batch, inputs.is_qdq) == (SIZE, want, False)
 
@@ -183,8 +186,11 @@ def test_batch_profile_refuses(graph_batch, flags, message):
 
 @pytest.mark.skipif(tensorrt_unavailable_reason() is not None, reason="needs TensorRT and a GPU")
 def test_engine_with_a_batch_profile(one_image_graph, tmp_path):  # pragma: no cover - GPU only
+    from maskops.export.folding import fold_shape_arithmetic
+
     path = tmp_path / "model.onnx"
-    onnx.save(batch_over_images(one_image_graph), str(path))
+    # Folded as the exporter does: unfolded, the NMS branches' Slice axes are not constants.
+    onnx.save(batch_over_images(fold_shape_arithmetic(one_image_graph), row_shapes=ROWS), str(path))
     engine = build_engine(
         path,
         tmp_path / "model.plan",
@@ -193,3 +199,55 @@ def test_engine_with_a_batch_profile(one_image_graph, tmp_path):  # pragma: no c
         profile=BatchProfile(1, 2, 4),
     )
     assert engine.stat().st_size > 0
+
+
+def test_portable_int8_breaks_tensorrt_rules_and_gen_trt_engine_refuses_it(
+    one_image_graph, tmp_path, capsys
+):
+    """The onnxruntime int8 (uint8 activations, zero points off 0, int32 biases) breaks
+    TensorRT's Q/DQ rule; the symmetric form of the same graph passes every rule."""
+    from maskops.cli.main import main
+    from maskops.export.folding import fold_shape_arithmetic
+    from maskops.export.tensorrt_rules import check_tensorrt_graph
+
+    folded = fold_shape_arithmetic(one_image_graph)
+    calibration = [torch.from_numpy(image) for image in _images(2)]
+    portable, _ = quantize_int8(folded, calibration, work_dir=tmp_path)
+    symmetric, table = quantize_int8(folded, calibration, work_dir=tmp_path, symmetric=True)
+    assert {entry["zero_point"] for entry in table.values()} == {0}
+    batched = batch_over_images(portable, row_shapes=ROWS)
+    violations = check_tensorrt_graph(batched)
+    assert violations and {v.rule for v in violations} == {"qdq-int8-symmetric"}
+    assert all(v.path == "batch/over_images.body" for v in violations)
+    assert check_tensorrt_graph(batch_over_images(symmetric, row_shapes=ROWS)) == []
+    # The unfolded graph's If branches slice with run-time axes; folding makes them constant.
+    unfolded = check_tensorrt_graph(batch_over_images(one_image_graph, row_shapes=ROWS))
+    assert {v.rule for v in unfolded} == {"axes-constant"}
+
+    path = tmp_path / "portable.int8.onnx"
+    onnx.save(batched, str(path))
+    argv = ["gen_trt_engine", "-m", str(path), "--data_type", "int8", "--max_batch_size", "2"]
+    assert main([*argv, "-r", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "rule qdq-int8-symmetric" in err and "--target tensorrt" in err
+    assert err.count("\n") == 1
+
+
+def test_folding_keeps_the_outputs_and_makes_rpn_topk_k_constant(one_image_graph):
+    from maskops.export.folding import fold_shape_arithmetic
+
+    folded = fold_shape_arithmetic(one_image_graph)
+    assert len(folded.graph.node) < len(one_image_graph.graph.node)
+    producers = {out: node for node in folded.graph.node for out in node.output}
+    rpn_k = [
+        producers[node.input[1]].op_type
+        for node in folded.graph.node
+        if node.op_type == "TopK" and node.name.startswith("/model/rpn/")
+    ]
+    assert rpn_k and set(rpn_k) == {"Constant"}
+    images = _images(2)
+    before, after = _session(one_image_graph), _session(folded)
+    for i in range(2):
+        image = {"images": images[i : i + 1]}
+        for want, got in zip(before.run(None, image), after.run(None, image), strict=True):
+            np.testing.assert_array_equal(got, want)

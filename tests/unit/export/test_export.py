@@ -23,6 +23,7 @@ from maskops.export.exporter import read_image_dir, training_calibration_images
 from maskops.export.graph import graph_batch_size
 from maskops.export.precision import CALIBRATION_CACHE_FORMAT
 from maskops.export.tensorrt import BatchProfile, build_engine, tensorrt_available
+from maskops.export.tensorrt_rules import check_tensorrt_graph
 from maskops.spec.models import ExperimentSpec
 
 
@@ -62,6 +63,19 @@ def test_fp32_export_matches_pytorch_and_names_its_tensors(fp32_export, tiny_che
     assert report["output_layout"] == "maskops"
 
 
+def test_an_export_with_an_engine_is_checked_for_tensorrt(fp32_export):
+    """--engine_file makes the graph TensorRT-bound: it passes TensorRT's import rules
+    (constant Loop condition, static rows, RPN TopK K folded to constants)."""
+    assert fp32_export.target == "tensorrt"
+    assert fp32_export.tensorrt_plugins == ["ROIAlign_TRT"]
+    model = onnx.load(str(fp32_export.onnx_path))
+    assert check_tensorrt_graph(model) == []
+    outputs = {o["name"]: o["shape"] for o in fp32_export.io["outputs"]}
+    assert outputs["masks"] == ["batch", 20, 16, 16] and outputs["boxes"] == ["batch", 20, 4]
+    report = json.loads(fp32_export.report_path.read_text())
+    assert report["target"] == "tensorrt" and report["tensorrt_plugins"] == ["ROIAlign_TRT"]
+
+
 def test_onnx_predictor_has_the_eager_call_shape(fp32_export, tiny_checkpoint):
     loaded = load_model(tiny_checkpoint)
     predictor = OnnxPredictor(fp32_export.onnx_path)
@@ -93,9 +107,15 @@ def test_evaluate_accepts_the_onnx_file(fp32_export, tiny_spec, tiny_checkpoint)
 
 def test_fp16_export(tmp_path, tiny_checkpoint, tiny_spec, fp32_export):
     result = export_onnx(
-        tiny_checkpoint, tiny_spec, tmp_path / "m16.onnx", data_type="fp16", log=lambda _: None
+        tiny_checkpoint,
+        tiny_spec,
+        tmp_path / "m16.onnx",
+        data_type="fp16",
+        target="tensorrt",
+        log=lambda _: None,
     )
     assert result.parity.passed, result.parity.summary()
+    assert check_tensorrt_graph(onnx.load(str(result.onnx_path))) == []
     assert result.parity.max_score > 0  # really half precision: not bit-identical to fp32
     graph = image_graph(onnx.load(str(result.onnx_path)))
     conv_weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}
@@ -133,6 +153,52 @@ def test_int8_export_reports_a_bounded_mask_ap_drop(tmp_path, trained_model):
     drop = result.mask_ap_drop
     assert drop is not None
     assert drop <= 0.03, result.metrics
+
+
+@pytest.fixture(scope="module")
+def tensorrt_int8_export(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint, tiny_spec):
+    out = tmp_path_factory.mktemp("trt_int8") / "m8.onnx"
+    return export_onnx(
+        tiny_checkpoint,
+        tiny_spec,
+        out,
+        data_type="int8",
+        target="tensorrt",
+        batches=1,
+        batch_size=2,
+        evaluate_int8=False,
+        log=lambda _: None,
+    )
+
+
+def test_tensorrt_int8_is_symmetric_int8_and_passes_parity_and_the_rules(tensorrt_int8_export):
+    result = tensorrt_int8_export
+    assert result.parity.passed, result.parity.summary()
+    model = onnx.load(str(result.onnx_path))
+    assert check_tensorrt_graph(model) == []
+    graph = image_graph(model)
+    weights = {init.name: init for init in graph.initializer}
+    quantizers = [n for n in graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert quantizers
+    zero_points = [weights[n.input[2]] for n in quantizers]
+    assert {z.data_type for z in zero_points} == {onnx.TensorProto.INT8}
+    assert all(not onnx.numpy_helper.to_array(z).any() for z in zero_points)
+    table = json.loads(result.cal_cache_file.read_text())
+    assert table["activation_type"] == "int8 symmetric" and table["num_images"] == 2
+    assert {v["zero_point"] for v in table["tensors"].values()} == {0}
+
+
+@pytest.mark.gpu
+def test_tensorrt_int8_engine(tmp_path, tensorrt_int8_export):  # pragma: no cover - GPU only
+    pytest.importorskip("tensorrt")
+    engine = build_engine(
+        tensorrt_int8_export.onnx_path,
+        tmp_path / "m8.plan",
+        data_type="int8",
+        image_size=(128, 128),
+        profile=BatchProfile(1, 2, 4),
+    )
+    assert engine.stat().st_size > 0
 
 
 def test_parity_check_fails_a_graph_that_disagrees():
@@ -206,6 +272,10 @@ def test_bad_arguments_are_one_line_errors(tmp_path, tiny_checkpoint, tiny_spec)
         )
     with pytest.raises(ExportError, match="--static_batch_size must be at least 1"):
         export_onnx(tiny_checkpoint, tiny_spec, tmp_path / "x.onnx", static_batch_size=0)
+    with pytest.raises(ExportError, match="--target 'tensorflow'"):
+        export_onnx(tiny_checkpoint, tiny_spec, tmp_path / "x.onnx", target="tensorflow")
+    with pytest.raises(ExportError, match="--gpu_index must be at least 0"):
+        export_onnx(tiny_checkpoint, tiny_spec, tmp_path / "x.onnx", gpu_index=-1)
     assert not list(tmp_path.glob("*.onnx"))
     with pytest.raises(ExportError, match="cal_image_dir"):
         export_onnx(

@@ -22,7 +22,7 @@ from maskops.data.transforms import resize_and_pad
 from maskops.export import OUTPUT_NAMES, ExportError, export_onnx, read_metadata
 from maskops.export.batching import batch_over_images
 from maskops.export.deepstream import PARSE_FUNCTION, PARSER_LIBRARY
-from maskops.export.graph import GraphMetadata, trace_to_onnx
+from maskops.export.graph import GraphMetadata, output_row_shapes, trace_to_onnx
 from maskops.export.tao_layout import (
     FILL_LOGIT,
     TAO_OFFSETS,
@@ -149,7 +149,8 @@ def maskops_graph() -> onnx.ModelProto:
     config = MaskRCNNConfig(nlayers=10, min_level=3, max_level=5, test_detections_per_image=10)
     model = build_model(config, num_classes=CLASSES, image_size=SIZE).eval()
     model.roi_heads.score_thresh = 0.0
-    return batch_over_images(trace_to_onnx(model, image_size=SIZE, max_detections=DETECTIONS))
+    single = trace_to_onnx(model, image_size=SIZE, max_detections=DETECTIONS)
+    return batch_over_images(single, row_shapes=output_row_shapes(DETECTIONS, RESOLUTION))
 
 
 @pytest.fixture(scope="module")

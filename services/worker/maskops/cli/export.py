@@ -32,6 +32,7 @@ ENGINE_FLAGS = {
     "strict_type_constraints": "-s",
     "min_batch_size": "--min_batch_size",
     "opt_batch_size": "--opt_batch_size",
+    "gpu_index": "--gpu_index",
 }
 """TensorRT builder flags: they act only when an engine is built here."""
 
@@ -53,7 +54,9 @@ def register(subparsers: Any) -> None:
             "export that disagrees fails. A TensorRT engine (--engine_file) is built only "
             "where TensorRT and a GPU exist, with its record ENGINE.json; without one, "
             "`maskops publish --device gpu` serves the ONNX on Triton's onnxruntime backend, "
-            "whose TensorRT accelerator builds the engine as the model loads."
+            "whose TensorRT accelerator builds the engine as the model loads. With --target "
+            "tensorrt or --engine_file the graph is checked against TensorRT's ONNX import "
+            "rules before anything is written, and int8 uses symmetric int8 activations."
         ),
     )
     parser.add_argument("-m", "--model", required=True, type=Path, help=MODEL_HELP)
@@ -145,7 +148,21 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--force_ptq", action="store_true", help=argparse.SUPPRESS)
     for flag in ("cal_json_file", "cal_data_file", "onnx_route"):
         parser.add_argument(f"--{flag}", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--gpu_index", type=int, default=0, help="accepted for TAO; unused")
+    parser.add_argument(
+        "--target",
+        choices=("onnxruntime", "tensorrt"),
+        default="onnxruntime",
+        help="what the ONNX is for: onnxruntime (portable; int8 with uint8 activations) or "
+        "tensorrt (checked against TensorRT's ONNX import rules; int8 symmetric, zero points "
+        "0); --engine_file implies tensorrt",
+    )
+    parser.add_argument(
+        "--gpu_index",
+        type=int,
+        default=0,
+        help="CUDA device that builds the TensorRT engine (with --engine_file); the parity "
+        "check runs on the CPU",
+    )
     parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
     add_key_argument(parser)
     parser.set_defaults(handler=run)
@@ -173,6 +190,8 @@ def builder_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.max_workspace_size is not None:
         options["workspace_bytes"] = args.max_workspace_size
     options["strict_types"] = args.strict_type_constraints
+    options["target"] = args.target
+    options["gpu_index"] = args.gpu_index
     # The batch flags are checked (min <= opt <= max) and reported even with no engine.
     for name in ("static_batch_size", "min_batch_size", "opt_batch_size"):
         if getattr(args, name) is not None:

@@ -2,9 +2,11 @@
 ``mask_rcnn gen_trt_engine`` with its flags, on the ONNX ``maskops export`` writes.
 
 The engine is built where the ``tensorrt`` package and a CUDA GPU exist; elsewhere the
-command fails with one line saying why (exit 1) after checking the ONNX. int8 engines use
-the QDQ graph of ``maskops export --data_type int8`` (explicit quantisation: the scales were
-calibrated at export), so tao-deploy's calibration flags are accepted with a notice.
+command fails with one line saying why (exit 1) after checking the ONNX, TensorRT's import
+rules included (:mod:`maskops.export.tensorrt_rules`). int8 engines use the symmetric QDQ
+graph of ``maskops export --data_type int8 --target tensorrt`` (explicit quantisation: the
+scales were calibrated at export), so tao-deploy's calibration flags are accepted with a
+notice.
 
 Next to the engine it writes ``ENGINE.json``, the record of the TensorRT version, GPU, ONNX
 and profile that built it (:mod:`maskops.serving.engines`): ``maskops publish --net_backend
@@ -36,9 +38,11 @@ def register(subparsers: Any) -> None:
         help="build a TensorRT engine from an exported ONNX (tao-deploy's gen_trt_engine)",
         description=(
             "Build a TensorRT engine from the ONNX `maskops export` wrote (fp32, fp16, or "
-            "int8 from the int8 QDQ export), and its record ENGINE.json (TensorRT version, "
-            "GPU, ONNX, profile) that `maskops publish --net_backend tensorrt` checks. Needs "
-            "the tensorrt package and a CUDA GPU; elsewhere it exits 1 with the reason."
+            "int8 from the int8 QDQ export of --target tensorrt), and its record ENGINE.json "
+            "(TensorRT version, GPU, ONNX, profile) that `maskops publish --net_backend "
+            "tensorrt` checks. The ONNX is first checked against TensorRT's ONNX import rules "
+            "(exit 2 naming node and rule). Needs the tensorrt package and a CUDA GPU; "
+            "elsewhere it exits 1 with the reason."
         ),
     )
     parser.add_argument("-m", "--model_path", required=True, type=Path, help="the .onnx file")
@@ -87,7 +91,9 @@ def register(subparsers: Any) -> None:
     for flag in ("cal_image_dir", "cal_data_file", "cal_cache_file"):
         parser.add_argument(f"--{flag}", default=None, help="accepted; calibrate at export")
     parser.add_argument("-v", "--verbose", action="store_true", help="TensorRT's verbose log")
-    parser.add_argument("--gpu_index", type=int, default=0, help="accepted for TAO; unused")
+    parser.add_argument(
+        "--gpu_index", type=int, default=0, help="CUDA device that builds the engine (default 0)"
+    )
     add_key_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -157,7 +163,24 @@ def _check_inputs(args: argparse.Namespace) -> tuple[tuple[int, int], BatchProfi
             )
     if args.max_workspace_size <= 0:
         raise CLIError("--max_workspace_size must be positive (GB)")
+    if args.gpu_index < 0:
+        raise CLIError(f"--gpu_index must be at least 0, got {args.gpu_index}")
+    _check_tensorrt_rules(model)
     return image_size, profile
+
+
+def _check_tensorrt_rules(model: Path) -> None:
+    """Fail with the broken TensorRT import rules of the ONNX, before any GPU work."""
+    import onnx
+
+    from maskops.export.tensorrt_rules import check_tensorrt_graph, describe
+
+    violations = check_tensorrt_graph(onnx.load(str(model)))
+    if violations:
+        raise CLIError(
+            f"-m {model}: TensorRT cannot import it: {describe(violations)}; export it with "
+            "`maskops export --target tensorrt`"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             workspace_bytes=int(args.max_workspace_size * GB),
             strict_types=args.strict_type_constraints,
             verbose=args.verbose,
+            gpu_index=args.gpu_index,
         )
     except EngineBuildError as exc:
         raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None

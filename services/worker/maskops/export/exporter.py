@@ -5,6 +5,11 @@ validation images and its detections are compared with the PyTorch model's
 (:mod:`maskops.export.parity`); an export that disagrees raises :class:`ExportError` and
 leaves no file behind. int8 additionally reports the validation mask AP of the int8 graph
 against the fp32 PyTorch model.
+
+A graph bound for TensorRT (``target="tensorrt"``, an engine requested, or TAO's layout,
+which DeepStream builds an engine from) is also checked against TensorRT's ONNX import rules
+(:mod:`maskops.export.tensorrt_rules`) before anything is written; its int8 form is the
+symmetric one TensorRT imports (:func:`maskops.export.precision.quantize_int8`).
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ from maskops.evaluation.coco import IouType
 from maskops.evaluation.predictor import TorchPredictor
 from maskops.export.batching import batch_over_images
 from maskops.export.deepstream import write_deepstream_files
+from maskops.export.folding import fold_shape_arithmetic
 from maskops.export.graph import (
     MAX_OPSET,
     MIN_OPSET,
     OPSET,
     GraphMetadata,
     describe_io,
+    output_row_shapes,
     set_metadata,
     trace_to_onnx,
 )
@@ -48,10 +55,14 @@ from maskops.export.tensorrt import (
     build_engine,
     tensorrt_unavailable_reason,
 )
+from maskops.export.tensorrt_rules import check_tensorrt_graph, describe, required_plugins
 from maskops.spec.models import ExperimentSpec
 
 DataType = Literal["fp32", "fp16", "int8"]
 DATA_TYPES: tuple[str, ...] = ("fp32", "fp16", "int8")
+TARGETS: tuple[str, ...] = ("onnxruntime", "tensorrt")
+"""What the graph is for: onnxruntime (portable; uint8 int8) or TensorRT (checked against
+its import rules; symmetric int8). Requesting an engine implies "tensorrt"."""
 INT8_MIN_OPSET = 13
 
 
@@ -75,6 +86,9 @@ class ExportResult:
     """int8 only: {"fp32": COCO metrics of the PyTorch model, "int8": of the int8 graph}."""
     engine_file: Path | None = None
     engine_note: str = ""
+    target: str = "onnxruntime"
+    tensorrt_plugins: list[str] = field(default_factory=list)
+    """TensorRT plugins the graph's import needs (tensorrt target only)."""
     deepstream_files: list[Path] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -109,6 +123,8 @@ class ExportResult:
             "mask_ap_drop": self.mask_ap_drop,
             "engine_file": str(self.engine_file) if self.engine_file else None,
             "engine_note": self.engine_note,
+            "target": self.target,
+            "tensorrt_plugins": self.tensorrt_plugins,
             "deepstream_files": [str(p) for p in self.deepstream_files],
             "seconds": round(self.seconds, 2),
         }
@@ -237,6 +253,68 @@ def _check_opset(opset: int, data_type: str) -> None:
         )
 
 
+@dataclass
+class _Calibration:
+    """The int8 calibration's table and where its images came from."""
+
+    table: dict[str, dict[str, float]]
+    count: int
+    source: str
+    symmetric: bool
+
+    def write(self, path: Path) -> None:
+        write_calibration_cache(
+            path, self.table, num_images=self.count, source=self.source, symmetric=self.symmetric
+        )
+
+
+def _quantize(
+    graph: onnx.ModelProto,
+    spec: ExperimentSpec,
+    label_map: LabelMap,
+    metadata: GraphMetadata,
+    *,
+    cal_image_dir: Path | None,
+    count: tuple[int, int],
+    work_dir: Path,
+    symmetric: bool,
+    log: Callable[[str], None],
+) -> tuple[onnx.ModelProto, _Calibration]:
+    """The int8 QDQ graph, calibrated on ``batches x batch_size`` images (``count``) of
+    ``cal_image_dir`` or of the training shards; symmetric for TensorRT."""
+    batches, batch_size = count
+    if cal_image_dir is not None:
+        images = read_image_dir(cal_image_dir, metadata.image_size, batches * batch_size)
+        source = str(cal_image_dir)
+    else:
+        images = training_calibration_images(
+            spec, label_map, batches=batches, batch_size=batch_size
+        )
+        source = spec.data_config.training_file_pattern
+    form = "symmetric int8 activations (TensorRT)" if symmetric else "uint8 activations"
+    log(f"Calibrating int8 on {len(images)} images from {source}, {form}")
+    graph, table = quantize_int8(graph, images, work_dir=work_dir, symmetric=symmetric)
+    return graph, _Calibration(table, len(images), source, symmetric)
+
+
+def _check_for_tensorrt(graph: onnx.ModelProto, out: Path, log: Callable[[str], None]) -> list[str]:
+    """The TensorRT plugins ``graph`` needs, after checking it against TensorRT's ONNX
+    import rules.
+
+    Raises:
+        ExportError: a node breaks a rule (each named with its subgraph path and the rule).
+    """
+    violations = check_tensorrt_graph(graph)
+    if violations:
+        raise ExportError(f"{out.name}: TensorRT cannot import this graph: {describe(violations)}")
+    plugins = required_plugins(graph)
+    log(
+        "TensorRT import rules: passed"
+        + (f"; plugins from TensorRT's registry: {', '.join(plugins)}" if plugins else "")
+    )
+    return plugins
+
+
 def export_onnx(
     model_path: Path,
     spec: ExperimentSpec | None,
@@ -262,6 +340,8 @@ def export_onnx(
     workspace_bytes: int | None = None,
     strict_types: bool = False,
     output_layout: str | None = None,
+    target: str = "onnxruntime",
+    gpu_index: int = 0,
 ) -> ExportResult:
     """Export a maskops checkpoint to a validated ONNX file.
 
@@ -294,15 +374,25 @@ def export_onnx(
             ``--max_workspace_size``, ``-s``); used only when an engine is built.
         output_layout: "maskops" or "tao" (maskops.export.tao_layout); default "tao" when
             ``engine_file`` or ``gen_ds_config`` is given, else "maskops".
+        target: "onnxruntime" (portable) or "tensorrt": the graph is checked against
+            TensorRT's import rules and int8 is symmetric (zero points 0). An
+            ``engine_file`` implies "tensorrt".
+        gpu_index: the CUDA device that builds the engine (the parity check runs on the
+            CPU).
 
     Raises:
-        ExportError: bad arguments, no images, or a graph that does not match PyTorch.
+        ExportError: bad arguments, no images, a graph that does not match PyTorch, or
+            (bound for TensorRT) a graph that breaks a TensorRT import rule.
     """
     from maskops.checkpoint import load_model
 
     started = time.perf_counter()
     if data_type not in DATA_TYPES:
         raise ExportError(f"--data_type {data_type!r}: expected one of {', '.join(DATA_TYPES)}")
+    if target not in TARGETS:
+        raise ExportError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+    if gpu_index < 0:
+        raise ExportError(f"--gpu_index must be at least 0, got {gpu_index}")
     max_batch_size, profile = _batch_sizes(
         max_batch_size, static_batch_size, min_batch_size, opt_batch_size
     )
@@ -315,6 +405,8 @@ def export_onnx(
         )
     except ValueError as exc:
         raise ExportError(str(exc)) from None
+    # The TAO layout is for DeepStream, which builds a TensorRT engine from the ONNX.
+    tensorrt_bound = target == "tensorrt" or engine_file is not None or layout == "tao"
     model_path = Path(model_path)
     if not model_path.is_file():
         raise ExportError(f"-m {model_path}: model file not found")
@@ -356,24 +448,28 @@ def export_onnx(
         example=images[0][None],
         opset=opset,
     )
-    calibration_count = 0
+    # Input-determined shape arithmetic becomes constants (TopK's K among them).
+    graph = fold_shape_arithmetic(graph)
+    calibration: _Calibration | None = None
     if data_type == "fp16":
         graph = convert_to_fp16(graph)
     elif data_type == "int8":
-        if cal_image_dir is not None:
-            calibration = read_image_dir(cal_image_dir, metadata.image_size, batches * batch_size)
-            source = str(cal_image_dir)
-        else:
-            calibration = training_calibration_images(
-                spec, label_map, batches=batches, batch_size=batch_size
-            )
-            source = spec.data_config.training_file_pattern
-        calibration_count = len(calibration)
-        log(f"Calibrating int8 on {calibration_count} images from {source}")
-        graph, table = quantize_int8(graph, calibration, work_dir=out.parent)
-        cal_cache_file = cal_cache_file or out.with_suffix(".cal.json")
-        write_calibration_cache(cal_cache_file, table, num_images=calibration_count, source=source)
-    graph = batch_over_images(graph, static_batch_size=static_batch_size)
+        graph, calibration = _quantize(
+            graph,
+            spec,
+            label_map,
+            metadata,
+            cal_image_dir=cal_image_dir,
+            count=(batches, batch_size),
+            work_dir=out.parent,
+            symmetric=tensorrt_bound,
+            log=log,
+        )
+    graph = batch_over_images(
+        graph,
+        row_shapes=output_row_shapes(max_detections, mask_resolution),
+        static_batch_size=static_batch_size,
+    )
     log(
         f"Batch: {static_batch_size} images per run (static)"
         if static_batch_size is not None
@@ -386,6 +482,7 @@ def export_onnx(
         if problems := tao_layout_problems(graph, num_classes=model.num_classes, **sizes):
             raise ExportError(f"{out.name}: not the TAO layout: {'; '.join(problems)}")
     set_metadata(graph, metadata)
+    plugins = _check_for_tensorrt(graph, out, log) if tensorrt_bound else []
 
     serialized = graph.SerializeToString()
     predictor = OnnxPredictor(serialized, metadata=metadata, providers=["CPUExecutionProvider"])
@@ -410,6 +507,9 @@ def export_onnx(
             )
 
     _atomic_save(graph, out)
+    if calibration is not None:
+        cal_cache_file = cal_cache_file or out.with_suffix(".cal.json")
+        calibration.write(cal_cache_file)
     result = ExportResult(
         onnx_path=out,
         data_type=data_type,
@@ -418,9 +518,11 @@ def export_onnx(
         parity=parity,
         io=describe_io(graph),
         report_path=out.with_suffix(".export.json"),
-        cal_cache_file=cal_cache_file if data_type == "int8" else None,
-        calibration_images=calibration_count,
+        cal_cache_file=cal_cache_file if calibration is not None else None,
+        calibration_images=calibration.count if calibration is not None else 0,
         metrics=metrics,
+        target="tensorrt" if tensorrt_bound else "onnxruntime",
+        tensorrt_plugins=plugins,
     )
     engine_target = engine_file or out.with_suffix(".engine")
     reason = tensorrt_unavailable_reason()
@@ -436,6 +538,7 @@ def export_onnx(
             data_type=data_type,
             image_size=metadata.image_size,
             profile=profile,
+            gpu_index=gpu_index,
             **builder,
         )
         result.engine_note = f"TensorRT engine built: {result.engine_file}"

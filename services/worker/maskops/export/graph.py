@@ -66,6 +66,20 @@ MAX_OPSET = 20
 METADATA_FORMAT = "maskops-onnx/1"
 
 
+def output_row_shapes(max_detections: int, mask_resolution: int) -> dict[str, tuple[int, ...]]:
+    """Each output's shape for one image (row ``i`` of the batched output, without N):
+    ``boxes [D, 4]``, ``scores [D]``, ``labels [D]``, ``masks [D, M, M]``,
+    ``num_detections [1]``."""
+    d, m = max_detections, mask_resolution
+    return {
+        "boxes": (d, 4),
+        "scores": (d,),
+        "labels": (d,),
+        "masks": (d, m, m),
+        "num_detections": (1,),
+    }
+
+
 class DetectionGraph(nn.Module):
     """Wraps a maskops Mask R-CNN (eval mode) into the fixed-output graph contract above."""
 

@@ -9,9 +9,15 @@ model when the box arithmetic is blocked (duplicate Cast nodes, mistyped Conv in
 measured). The graph's inputs and outputs stay float32.
 
 int8 is onnxruntime's static post-training quantisation in QDQ form (QuantizeLinear /
-DequantizeLinear pairs around Conv and Gemm: per-channel symmetric int8 weights, uint8
-activations calibrated by min/max over the calibration images). onnxruntime runs QDQ here;
-TensorRT reads the same Q/DQ scales directly, so no separate calibration step is needed.
+DequantizeLinear pairs around Conv and Gemm, per-channel symmetric int8 weights, activations
+calibrated by min/max over the calibration images), in one of two forms:
+
+- portable (onnxruntime's CPU serving): uint8 activations with an asymmetric range
+  (zero point where the data needs it) and int32-quantised biases;
+- ``symmetric=True``, bound for TensorRT: int8 activations over a range symmetric about 0,
+  every zero point 0 and float biases. TensorRT's Q/DQ import takes INT8 with zero point 0
+  only (``tensorrt_onnx_support.json``: QuantizeLinear, DequantizeLinear), and reads the
+  scales from the graph, so no separate calibration step is needed.
 """
 
 from __future__ import annotations
@@ -94,6 +100,17 @@ def convert_to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+_PORTABLE_OPTIONS: dict[str, object] = {"CalibTensorRangeSymmetric": False}
+_SYMMETRIC_OPTIONS: dict[str, object] = {
+    "CalibTensorRangeSymmetric": True,
+    "ActivationSymmetric": True,
+    "WeightSymmetric": True,
+    # onnxruntime quantises biases to int32 behind a DequantizeLinear; TensorRT's
+    # DequantizeLinear takes INT8 (FP8, INT4) only.
+    "QuantizeBias": False,
+}
+
+
 class _ImageReader:
     """onnxruntime CalibrationDataReader over ``[3, H, W]`` float images, one per call."""
 
@@ -115,6 +132,7 @@ def quantize_int8(
     calibration_images: Sequence[torch.Tensor],
     *,
     work_dir: Path | None = None,
+    symmetric: bool = False,
 ) -> tuple[onnx.ModelProto, dict[str, dict[str, float]]]:
     """Statically quantise an fp32 graph to int8 QDQ, calibrated on ``calibration_images``.
 
@@ -122,6 +140,9 @@ def quantize_int8(
         fp32_model: the fp32 export (graph contract of :mod:`maskops.export.graph`).
         calibration_images: ``[3, H, W]`` float images in 0..1, already resized and padded
             exactly as at inference.
+        work_dir: where onnxruntime's temporary files go (default: the system's).
+        symmetric: the TensorRT form (int8 activations, zero points 0, float biases)
+            instead of the portable one (uint8 activations, asymmetric); see the module.
 
     Returns:
         (the QDQ model, the calibration table: tensor name -> {"scale", "zero_point"} of
@@ -146,10 +167,10 @@ def quantize_int8(
             quant_format=QuantFormat.QDQ,
             op_types_to_quantize=list(QUANTIZED_OP_TYPES),
             per_channel=True,
-            activation_type=QuantType.QUInt8,
+            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"CalibTensorRangeSymmetric": False},
+            extra_options=_SYMMETRIC_OPTIONS if symmetric else _PORTABLE_OPTIONS,
         )
         quantized = onnx.load(str(dst))
     return quantized, calibration_table(quantized)
@@ -172,14 +193,19 @@ def calibration_table(model: onnx.ModelProto) -> dict[str, dict[str, float]]:
 
 
 def write_calibration_cache(
-    path: Path, table: dict[str, dict[str, float]], *, num_images: int, source: str
+    path: Path,
+    table: dict[str, dict[str, float]],
+    *,
+    num_images: int,
+    source: str,
+    symmetric: bool = False,
 ) -> None:
     """Write the calibration scales as JSON (scale/zero point per activation tensor)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": CALIBRATION_CACHE_FORMAT,
         "method": "minmax",
-        "activation_type": "uint8",
+        "activation_type": "int8 symmetric" if symmetric else "uint8",
         "weight_type": "int8 per-channel",
         "num_images": num_images,
         "source": source,

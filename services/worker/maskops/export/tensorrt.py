@@ -142,6 +142,20 @@ def onnx_engine_inputs(onnx_path: Path) -> EngineInputs:
     )
 
 
+def select_gpu(gpu_index: int) -> None:
+    """Make CUDA device ``gpu_index`` current (cudaSetDevice, through torch) for this process:
+    TensorRT builds on the current device.
+
+    Raises:
+        EngineBuildError: no CUDA device of that index.
+    """
+    count = torch.cuda.device_count()
+    if not 0 <= gpu_index < count:
+        have = f"indices 0..{count - 1}" if count else "none"
+        raise EngineBuildError(f"--gpu_index {gpu_index}: no such CUDA device ({have})")
+    torch.cuda.set_device(gpu_index)
+
+
 def build_engine(
     onnx_path: Path,
     engine_path: Path,
@@ -152,6 +166,7 @@ def build_engine(
     workspace_bytes: int = 4 << 30,
     strict_types: bool = False,
     verbose: bool = False,
+    gpu_index: int = 0,
 ) -> Path:
     """Parse ``onnx_path`` and serialise a TensorRT engine to ``engine_path``.
 
@@ -160,10 +175,18 @@ def build_engine(
     optimisation profile (:func:`batch_profile`).
     ``strict_types`` (TAO's ``--strict_type_constraints``) makes TensorRT obey the layer
     precisions instead of picking faster ones; ``verbose`` logs at TensorRT's VERBOSE level.
+    ``gpu_index`` is the CUDA device that builds (and so will run) the engine. TensorRT's
+    plugins are registered before parsing: the parser imports ONNX RoiAlign as the
+    ROIAlign_TRT plugin from the registry.
+
+    Raises:
+        EngineBuildError: no such GPU, TensorRT rejected the network, or the build failed.
     """
     import tensorrt as trt
 
+    select_gpu(gpu_index)
     logger = trt.Logger(trt.Logger.VERBOSE if verbose else trt.Logger.WARNING)
+    trt.init_libnvinfer_plugins(logger, "")
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
