@@ -62,6 +62,15 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     """Where the API listens; auth is required whenever this is not a loopback address."""
     auth: Literal["auto", "required", "disabled"] = "auto"
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names (a JSON list) requests may carry in ``Host`` besides the bound address;
+    on loopback also ``localhost``, ``127.0.0.1`` and ``::1``. Others get 400 (DNS
+    rebinding). Bound beyond loopback with this empty, any name is served (tokens are
+    required there)."""
+    cors_origins: list[str] = Field(default_factory=list)
+    """Origins (``https://app.example:443``, a JSON list) whose pages may call the API from
+    a browser; every other origin's request is refused with 403 (cross-site request
+    forgery). ``maskops_api.origin_guard``."""
     access_log: bool = False
     """uvicorn's line per request. Off by default: ``/metrics`` has latency per route, and
     under pollers the log line cost more than serving a status poll from memory."""

@@ -154,7 +154,7 @@ def test_api_conforms_and_never_5xx(settings: Settings) -> None:
         schemathesis.openapi.media_type(media_type, _archives())
     for media_type in IMAGE_MEDIA_TYPES:
         schemathesis.openapi.media_type(media_type, _images(exposed))
-    with TestClient(app, headers=auth) as client:
+    with TestClient(base_url="http://localhost", app=app, headers=auth) as client:
         # Resources to find: a dataset with its convert job, an experiment.
         dataset = client.post("/datasets", json=DATASET_BODY).json()
         client.post(
