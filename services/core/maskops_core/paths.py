@@ -9,6 +9,8 @@ taking any local path.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
@@ -41,3 +43,52 @@ def check_client_path(value: str, *, allowed_dirs: Sequence[Path] = ()) -> None:
         allowed = " or inside " + ", ".join(str(d) for d in allowed_dirs) if allowed_dirs else ""
         raise ValueError(f"must be a path relative to the data root{allowed}")
     relative_data_path(value)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything under it; a missing path is no error.
+
+    Unlike ``shutil.rmtree`` (recursive in Python 3.11: ``RecursionError`` past about 1,000
+    levels, and paths past ``PATH_MAX`` fail), this walks down and up one directory at a
+    time, each opened relative to the one before: at most two descriptors open, no path
+    longer than one name, any depth. Links are removed, never followed.
+    """
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+            return
+        fd = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    names: list[str] = []  # the directories entered below ``path``, outermost first
+    try:
+        while True:
+            child = _first_subdir_after_unlinking_files(fd)
+            if child is not None:
+                inner = os.open(child, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd, names = inner, [*names, child]
+                continue
+            if not names:
+                break
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def _first_subdir_after_unlinking_files(fd: int) -> str | None:
+    """Unlink every non-directory in the directory ``fd``; the name of a subdirectory left,
+    if any."""
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                return entry.name
+            os.unlink(entry.name, dir_fd=fd)
+    return None
