@@ -59,6 +59,12 @@ class Settings(BaseSettings):
     max_infer_image_pixels: int = Field(default=50_000_000, ge=1)
     """Width x height of one ``/infer`` image, read from its header (refused with 413)."""
 
+    trackers: list[Literal["mlflow", "wandb", "clearml"]] = Field(default_factory=lambda: ["mlflow"])
+    """The experiment trackers a spec sent over REST may turn on (a JSON list). Where they
+    write is the operator's: the workers' environment (``MLFLOW_TRACKING_URI``, W&B's and
+    ClearML's own configuration); MLflow without one writes under the job's folder. W&B
+    and ClearML send data off the host, so they are off unless listed here."""
+
     host: str = "127.0.0.1"
     """Where the API listens; auth is required whenever this is not a loopback address."""
     auth: Literal["auto", "required", "disabled"] = "auto"
