@@ -35,9 +35,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 class ApiError(Exception):
     status_code = 400
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.headers = headers or {}
 
 
 class NotFound(ApiError):
@@ -75,7 +76,9 @@ def _validation_message(exc: RequestValidationError) -> str:
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        headers = dict(exc.headers)
+        if isinstance(exc, Unauthorized):
+            headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(SpecError)

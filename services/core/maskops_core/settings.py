@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     max_infer_images: int = 16
     max_infer_image_pixels: int = Field(default=50_000_000, ge=1)
     """Width x height of one ``/infer`` image, read from its header (refused with 413)."""
+    max_infer_image_side: int = Field(default=20_000, ge=1)
+    """The longest side of one ``/infer`` image (413 beyond)."""
+    max_infer_image_aspect: float = Field(default=20.0, ge=1.0)
+    """Long side / short side of one ``/infer`` image (422 beyond): a 1 x 50,000,000 PNG is
+    within the pixel limit, and its resize weights once took Triton 65 s and 1.8 GB."""
 
     trackers: list[Literal["mlflow", "wandb", "clearml"]] = Field(default_factory=lambda: ["mlflow"])
     """The experiment trackers a spec sent over REST may turn on (a JSON list). Where they
