@@ -260,6 +260,17 @@ def admin_token(settings: Settings, path: Path, *, renew: bool = False) -> tuple
     return secret, True
 
 
+def announce_admin_token(
+    settings: Settings, token_file: Path, *, renew: bool, say: Callable[[str], None]
+) -> str:
+    """:func:`admin_token`, saying where it is stored, never the secret itself (a
+    terminal's output ends up in scrollback, CI logs and screen shares)."""
+    token, created = admin_token(settings, token_file, renew=renew)
+    made = f"created (admin, expires in {ADMIN_TOKEN_DAYS} days), " if created else ""
+    say(f"token:    {made}stored in {token_file} (mode 0600; --new-token replaces it)")
+    return token
+
+
 def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     import uvicorn
 
@@ -307,10 +318,7 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     if settings.auth_required:
         # Listening beyond loopback: the demo (and the user) need a token.
         token_file = config.state_dir.resolve() / ADMIN_TOKEN_FILE
-        token, created = admin_token(settings, token_file, renew=config.new_token)
-        if created:
-            say(f"token:    {token}  (admin, expires in {ADMIN_TOKEN_DAYS} days)")
-        say(f"token:    stored in {token_file} (--new-token replaces it)")
+        token = announce_admin_token(settings, token_file, renew=config.new_token, say=say)
     app = create_app(settings, dispatcher=dispatcher, run_reconciler=True)
     app.state.supervisor = supervision
     server = uvicorn.Server(
