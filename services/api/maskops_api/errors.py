@@ -14,6 +14,8 @@ from starlette.routing import Match
 
 from maskops.spec.errors import SpecError
 from maskops_api.schemas import ErrorOut
+from maskops_core.paths import DISK_FULL_ERRNOS, free_bytes
+from maskops_core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,22 @@ class Forbidden(ApiError):
 
 class TooLarge(ApiError):
     status_code = 413
+
+
+class InsufficientStorage(ApiError):
+    status_code = 507
+
+
+def disk_full(exc: OSError, settings: Settings) -> InsufficientStorage | None:
+    """The 507 for a write refused for lack of space, naming the disk; None for other
+    errors."""
+    if exc.errno not in DISK_FULL_ERRNOS:
+        return None
+    free = free_bytes(settings.data_root)
+    return InsufficientStorage(
+        f"no space left on the data root's disk (MASKOPS_DATA_ROOT, {free // 1024**2} MiB "
+        "free); nothing of this request was kept"
+    )
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -117,6 +135,15 @@ def install_handlers(app: FastAPI) -> None:
             {"detail": "a resource this request refers to changed meanwhile; try again"},
             status_code=409,
         )
+
+    @app.exception_handler(OSError)
+    async def _os_error(request: Request, exc: OSError) -> JSONResponse:
+        full = disk_full(exc, request.app.state.settings)
+        if full is None:  # as Starlette answers any other unhandled exception
+            log.error("unhandled error", exc_info=exc)
+            return JSONResponse({"detail": "Internal Server Error"}, status_code=500)
+        log.error("disk full: %s", full.detail)
+        return JSONResponse({"detail": full.detail}, status_code=507)
 
     @app.exception_handler(OperationalError)
     async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:

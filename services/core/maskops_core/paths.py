@@ -9,7 +9,9 @@ taking any local path.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -43,6 +45,32 @@ def check_client_path(value: str, *, allowed_dirs: Sequence[Path] = ()) -> None:
         allowed = " or inside " + ", ".join(str(d) for d in allowed_dirs) if allowed_dirs else ""
         raise ValueError(f"must be a path relative to the data root{allowed}")
     relative_data_path(value)
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""``OSError.errno`` of a write refused for lack of space (the disk, or a quota)."""
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes (for unprivileged writers) on the file system holding ``path``, or its
+    nearest existing parent."""
+    for folder in (path, *path.absolute().parents):
+        try:
+            return shutil.disk_usage(folder).free
+        except FileNotFoundError:
+            continue
+    return shutil.disk_usage("/").free
+
+
+def disk_problem(data_root: Path, min_free: int) -> str:
+    """"ok", or what ``/readyz`` and a 507 say about the data root's disk."""
+    free = free_bytes(data_root)
+    if free >= min_free:
+        return "ok"
+    return (
+        f"the data root's disk (MASKOPS_DATA_ROOT) has {free // 1024**2} MiB free, "
+        f"below MASKOPS_MIN_FREE_DISK_BYTES ({min_free // 1024**2} MiB)"
+    )
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW

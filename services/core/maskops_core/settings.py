@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     max_archive_ratio: int = Field(default=200, ge=1)
     """An upload may expand to at most this many times its own size (every archive format;
     counted while extracting)."""
+    min_free_disk_bytes: int = Field(default=256 * 1024**2, ge=0)
+    """Below this much free space on the data root's disk ``/readyz`` reports ``disk``
+    (503): uploads and jobs would fail with "no space left" (answered 507)."""
     max_json_body_bytes: int = Field(default=1024**2, ge=1024)
     """The largest request body of every other route (JSON bodies; refused as it arrives)."""
     task_soft_time_limit_s: int = 7 * 24 * 3600

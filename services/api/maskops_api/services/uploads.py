@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from maskops_core.paths import remove_tree
+from maskops_core.paths import DISK_FULL_ERRNOS, remove_tree
 
 MAX_MEMBERS = 200_000
 MAX_RATIO = 200
@@ -145,8 +145,10 @@ def extract_archive(
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError) as exc:
         with contextlib.suppress(OSError):
             remove_tree(dest)
-        if isinstance(exc, UnsafeArchive):
-            raise
+        if isinstance(exc, UnsafeArchive) or (
+            isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+        ):
+            raise  # a full disk is the server's problem, not a corrupt archive (507)
         # lzma/zlib errors are ValueError/OSError subclasses; an OSError's text may name a
         # server path, its strerror does not.
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
