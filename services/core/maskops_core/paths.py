@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 from collections.abc import Sequence
@@ -45,6 +46,17 @@ def check_client_path(value: str, *, allowed_dirs: Sequence[Path] = ()) -> None:
         allowed = " or inside " + ", ".join(str(d) for d in allowed_dirs) if allowed_dirs else ""
         raise ValueError(f"must be a path relative to the data root{allowed}")
     relative_data_path(value)
+
+
+def relative_to_root(text: str, root: Path) -> str:
+    """``text`` with every absolute path under ``root`` written relative to it
+    (``/srv/maskops/data/jobs/3/x.pth`` -> ``jobs/3/x.pth``; the root itself -> ``.``):
+    job errors and logs, which API clients read, never show where the server keeps its
+    data (the paths clients send are relative to the data root too)."""
+    for prefix in sorted({str(root.absolute()), str(root.resolve())}, key=len, reverse=True):
+        pattern = re.escape(prefix.rstrip("/")) + r"(?:/|(?![\w.-]))"
+        text = re.sub(pattern, lambda m: "" if m.group(0).endswith("/") else ".", text)
+    return text
 
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
