@@ -17,9 +17,9 @@ API is the browser; two attacks go through it:
 Rules, in order:
 
 1. ``Host`` (without its port) must be a served name: 400.
-2. A request whose ``Origin`` is neither the server's own (the scheme and ``Host``) nor one
-   of ``MASKOPS_CORS_ORIGINS`` is refused: 403. Clients that are no browser send no
-   ``Origin`` and are not concerned.
+2. A request whose ``Origin`` is neither the server's own (its host and port are
+   ``Host``) nor one of ``MASKOPS_CORS_ORIGINS`` is refused: 403. Clients that are no
+   browser send no ``Origin`` and are not concerned.
 3. A request without ``Origin`` that a browser marks ``Sec-Fetch-Site: cross-site`` or
    ``same-site`` (another port) is refused unless it is a top-level navigation
    (``Sec-Fetch-Mode: navigate`` with ``GET``/``HEAD``: following a link to ``/ui``):
@@ -95,13 +95,14 @@ class OriginGuard:
         """``(status, detail)`` when the request must be refused, else ``None``."""
         host = headers.get("host", "")
         if self.hosts is not None and host_name(host) not in self.hosts:
-            return 400, (
-                f"Host {host!r} is not a name this server serves (MASKOPS_ALLOWED_HOSTS)"
-            )
+            return 400, (f"Host {host!r} is not a name this server serves (MASKOPS_ALLOWED_HOSTS)")
         origin = headers.get("origin")
         if origin is not None:
-            own = f"{scope.get('scheme', 'http')}://{host}".lower()
-            if origin.lower() in (own, *self.cors_origins):
+            # The page's host and port are this server's (its scheme may differ behind a
+            # proxy that ends TLS: one host and port serve one origin either way).
+            if origin.lower().partition("://")[2] == host.lower() or (
+                origin.rstrip("/").lower() in self.cors_origins
+            ):
                 return None
             return 403, (
                 f"cross-origin request from {origin!r} refused "

@@ -75,7 +75,7 @@ def free_bytes(path: Path) -> int:
 
 
 def disk_problem(data_root: Path, min_free: int) -> str:
-    """"ok", or what ``/readyz`` and a 507 say about the data root's disk."""
+    """ "ok", or what ``/readyz`` and a 507 say about the data root's disk."""
     free = free_bytes(data_root)
     if free >= min_free:
         return "ok"
@@ -97,8 +97,8 @@ def remove_tree(path: Path) -> None:
     longer than one name, any depth. Links are removed, never followed.
     """
     try:
-        if not stat.S_ISDIR(os.lstat(path).st_mode):
-            os.unlink(path)
+        if not stat.S_ISDIR(path.lstat().st_mode):
+            path.unlink()
             return
         fd = os.open(path, _DIR_FLAGS)
     except FileNotFoundError:
@@ -120,7 +120,7 @@ def remove_tree(path: Path) -> None:
             os.rmdir(names.pop(), dir_fd=fd)
     finally:
         os.close(fd)
-    os.rmdir(path)
+    path.rmdir()
 
 
 def _first_subdir_after_unlinking_files(fd: int) -> str | None:

@@ -10,6 +10,12 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+Tracker = Literal["mlflow", "wandb", "clearml"]
+
+
+def _default_trackers() -> list[Tracker]:
+    return ["mlflow"]
+
 
 class Settings(BaseSettings):
     """Read from the environment (prefix ``MASKOPS_``) and an optional ``.env`` file."""
@@ -64,7 +70,7 @@ class Settings(BaseSettings):
     """Long side / short side of one ``/infer`` image (422 beyond): a 1 x 50,000,000 PNG is
     within the pixel limit, and its resize weights once took Triton 65 s and 1.8 GB."""
 
-    trackers: list[Literal["mlflow", "wandb", "clearml"]] = Field(default_factory=lambda: ["mlflow"])
+    trackers: list[Tracker] = Field(default_factory=_default_trackers)
     """The experiment trackers a spec sent over REST may turn on (a JSON list). Where they
     write is the operator's: the workers' environment (``MLFLOW_TRACKING_URI``, W&B's and
     ClearML's own configuration); MLflow without one writes under the job's folder. W&B

@@ -155,7 +155,9 @@ def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> Experim
     return confine_trackers(spec, ctx.work_dir, allowed=ctx.settings.trackers)
 
 
-def confine_trackers(spec: ExperimentSpec, job_dir: Path, *, allowed: Sequence[str]) -> ExperimentSpec:
+def confine_trackers(
+    spec: ExperimentSpec, job_dir: Path, *, allowed: Sequence[str]
+) -> ExperimentSpec:
     """The spec with its trackers' destinations the operator's: a tracker not in
     ``allowed`` (``MASKOPS_TRACKERS``) fails the job; ``mlflow_config.tracking_uri`` is
     dropped (this worker's ``MLFLOW_TRACKING_URI``, else ``RESULTS_DIR/mlruns``) and W&B
@@ -163,7 +165,9 @@ def confine_trackers(spec: ExperimentSpec, job_dir: Path, *, allowed: Sequence[s
     specs stored before it did, too."""
     for block in spec.enabled_trackers:
         if block.removesuffix("_config") not in allowed:
-            raise JobInputError(f"{block}: this server does not allow that tracker (MASKOPS_TRACKERS)")
+            raise JobInputError(
+                f"{block}: this server does not allow that tracker (MASKOPS_TRACKERS)"
+            )
     update: dict[str, Any] = {}
     if spec.mlflow_config is not None:
         update["mlflow_config"] = spec.mlflow_config.model_copy(update={"tracking_uri": ""})

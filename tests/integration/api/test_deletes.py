@@ -181,7 +181,9 @@ def test_deleted_job_is_not_served_from_any_processs_cache(
     client: TestClient, settings: Settings
 ) -> None:
     job_id = add_job(client)
-    with TestClient(base_url="http://localhost", app=create_app(settings)) as other:  # a second API process's cache
+    with TestClient(
+        base_url="http://localhost", app=create_app(settings)
+    ) as other:  # a second API process's cache
         assert cache_of(other).wait_live(10)
         for api in (client, other):
             api.get(f"/jobs/{job_id}")

@@ -59,9 +59,7 @@ def test_an_expired_stored_token_is_replaced(
         assert find_token(session, old) is None and find_token(session, new) is not None
 
 
-def test_serve_says_where_the_token_is_never_the_token(
-    settings: Settings, tmp_path: Path
-) -> None:
+def test_serve_says_where_the_token_is_never_the_token(settings: Settings, tmp_path: Path) -> None:
     from maskops_api.embedded import announce_admin_token
 
     path = tmp_path / "admin-token"

@@ -174,7 +174,9 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     for argument in CHROME_ARGS:
         if argument.startswith("--host-resolver-rules"):
             # rebind.test resolves to 127.0.0.1, as a rebound attacker's name does.
-            argument = "--host-resolver-rules=MAP rebind.test 127.0.0.1, " + argument.split("=", 1)[1]
+            argument = (
+                "--host-resolver-rules=MAP rebind.test 127.0.0.1, " + argument.split("=", 1)[1]
+            )
         options.add_argument(argument)
     options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
     service = Service(executable_path=chromedriver, log_output=str(tmp_path / "driver.log"))
@@ -190,9 +192,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def attacker(api: str, tmp_path: Path) -> Iterator[str]:
     """A page on another loopback port (another origin) that attacks ``api``."""
-    page = ATTACK_PAGE.format(
-        api=api, archive=base64.b64encode(zip_bytes(ARCHIVE_LAYOUT)).decode()
-    )
+    page = ATTACK_PAGE.format(api=api, archive=base64.b64encode(zip_bytes(ARCHIVE_LAYOUT)).decode())
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "index.html").write_text(page)
 

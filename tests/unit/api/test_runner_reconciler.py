@@ -215,9 +215,7 @@ def test_an_input_missing_from_the_data_root_fails_naming_it(settings: Settings,
     assert str(settings.data_root) not in error  # no absolute server path
 
 
-def test_errors_and_logs_name_paths_relative_to_the_data_root(
-    settings: Settings, factory
-) -> None:
+def test_errors_and_logs_name_paths_relative_to_the_data_root(settings: Settings, factory) -> None:
     job_id = _job(factory)
     inside = settings.data_root.resolve() / "jobs" / str(job_id) / "results" / "model.pth"
 

@@ -41,4 +41,8 @@ def test_token_list_shows_expired_tokens_as_expired(
         session.commit()
     list(run_token_command("revoke", database_url=url, token_id=3))
     rows = [line.split("\t") for line in run_token_command("list", database_url=url)]
-    assert [(r[1], r[3]) for r in rows] == [("live", "active"), ("old", "expired"), ("gone", "revoked")]
+    assert [(r[1], r[3]) for r in rows] == [
+        ("live", "active"),
+        ("old", "expired"),
+        ("gone", "revoked"),
+    ]

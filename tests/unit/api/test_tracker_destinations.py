@@ -13,11 +13,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from maskops.engine.trackers import mlflow_tracking_uri
-from maskops_api.main import create_app
 from maskops.spec.models import ExperimentSpec
+from maskops_api.main import create_app
+from maskops_core.settings import Settings
 from maskops_worker.actions import confine_trackers
 from maskops_worker.contract import JobInputError
-from maskops_core.settings import Settings
 from tests.unit.api.conftest import SMALL_SPEC, RecordingDispatcher
 
 

@@ -24,7 +24,9 @@ def small_client(settings: Settings) -> Iterator[TestClient]:
     limited = settings.model_copy(
         update={"max_upload_bytes": 200_000, "max_extracted_bytes": 500_000}
     )
-    with TestClient(base_url="http://localhost", app=create_app(limited, dispatcher=RecordingDispatcher())) as client:
+    with TestClient(
+        base_url="http://localhost", app=create_app(limited, dispatcher=RecordingDispatcher())
+    ) as client:
         yield client
 
 
@@ -87,7 +89,9 @@ def roomy_client(settings: Settings) -> Iterator[TestClient]:
     limited = settings.model_copy(
         update={"max_upload_bytes": 200_000, "max_extracted_bytes": 64 * 1024**2}
     )
-    with TestClient(base_url="http://localhost", app=create_app(limited, dispatcher=RecordingDispatcher())) as client:
+    with TestClient(
+        base_url="http://localhost", app=create_app(limited, dispatcher=RecordingDispatcher())
+    ) as client:
         yield client
 
 

@@ -97,7 +97,10 @@ def test_preprocess_is_bit_identical(ops, orig_hw, image_size):
         np.testing.assert_array_equal(got_image, want_image)
     else:  # at least 8x the resized size: box-reduced first
         grey_levels = np.abs(got_image - want_image) * 255
-        assert grey_levels.max() <= 6 and grey_levels.mean() <= 0.5, (grey_levels.max(), grey_levels.mean())
+        assert grey_levels.max() <= 6 and grey_levels.mean() <= 0.5, (
+            grey_levels.max(),
+            grey_levels.mean(),
+        )
 
 
 def _exif_rotated_jpeg(rng: np.random.Generator) -> bytes:

@@ -119,9 +119,10 @@ def load_rgb(
                 if fit is not None:
                     _draft(image, full_hw, fit)
                 image.load()
+                turned: Image.Image = image
                 if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
-                    image = ImageOps.exif_transpose(image)  # a copy: only when it turns
-                upright = _to_rgb(image)
+                    turned = ImageOps.exif_transpose(image)  # a copy: only when it turns
+                upright = _to_rgb(turned)
                 if fit is not None:
                     upright = _reduce(upright, full_hw, fit)
                 return np.asarray(upright, dtype=np.uint8), full_hw
