@@ -34,7 +34,7 @@ def two_apis(clean_db: Settings) -> Iterator[list[TestClient]]:
     exposed = clean_db.model_copy(update={"auth": "required"})
     with (
         TestClient(base_url="http://localhost", app=create_app(exposed)) as first,
-        TestClient(create_app(exposed)) as second,
+        TestClient(base_url="http://localhost", app=create_app(exposed)) as second,
     ):
         for client in (first, second):
             cache: JobCache = client.app.state.job_cache  # type: ignore[attr-defined]
