@@ -94,10 +94,14 @@ def remove_tree(path: Path) -> None:
     Unlike ``shutil.rmtree`` (recursive in Python 3.11: ``RecursionError`` past about 1,000
     levels, and paths past ``PATH_MAX`` fail), this walks down and up one directory at a
     time, each opened relative to the one before: at most two descriptors open, no path
-    longer than one name, any depth. Links are removed, never followed.
+    longer than one name, any depth. Links inside are removed, never followed; ``path``
+    itself being a link raises ``OSError``, as with ``shutil.rmtree``.
     """
     try:
-        if not stat.S_ISDIR(path.lstat().st_mode):
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):  # as shutil.rmtree: a link in place of the folder is odd
+            raise OSError(errno.ELOOP, "a symbolic link, not a folder", str(path))
+        if not stat.S_ISDIR(mode):
             path.unlink()
             return
         fd = os.open(path, _DIR_FLAGS)
