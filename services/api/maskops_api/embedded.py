@@ -86,9 +86,11 @@ def embedded_settings(config: EmbeddedConfig) -> Settings:
 def settings_environment(settings: Settings) -> dict[str, str]:
     """The environment that gives a child process (the worker) the same settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MASKOPS_")}
-    for name, value in settings.model_dump().items():
+    for name, value in settings.model_dump(mode="json").items():
         if value is not None:
-            env[f"MASKOPS_{name.upper()}"] = str(value)
+            # Lists as JSON, which is how pydantic-settings reads them back.
+            text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+            env[f"MASKOPS_{name.upper()}"] = text
     return env
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
+from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -46,3 +49,25 @@ def test_token_list_shows_expired_tokens_as_expired(
         ("old", "expired"),
         ("gone", "revoked"),
     ]
+
+
+def test_serve_gives_its_worker_every_setting(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lists too (trackers, allowed hosts, pretrained folders), as JSON."""
+    from maskops_api.embedded import settings_environment
+
+    given = settings.model_copy(
+        update={
+            "trackers": ["mlflow", "wandb"],
+            "allowed_hosts": ["api.example"],
+            "pretrained_dirs": [tmp_path],
+        }
+    )
+    for key in [k for k in os.environ if k.startswith("MASKOPS_")]:
+        monkeypatch.delenv(key)
+    for key, value in settings_environment(given).items():
+        if key.startswith("MASKOPS_"):
+            monkeypatch.setenv(key, value)
+    read = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert read.model_dump() == given.model_dump()
