@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from maskops_api.services.tokens import create_token
+from maskops_api.services.tokens import create_token, token_state
 from maskops_core.db.models import ApiToken, TokenScope, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
@@ -46,7 +46,7 @@ def run_token_command(
                 yield f"# token {row.id} {row.name!r}: scope {row.scope}, expires {expiry}"
             elif action == "list":
                 for row in session.scalars(select(ApiToken).order_by(ApiToken.id)):
-                    state = "revoked" if row.revoked_at else "active"
+                    state = token_state(row)
                     yield f"{row.id}\t{row.name}\t{row.scope}\t{state}\t{row.expires_at or '-'}"
             elif action == "revoke":
                 token = session.get(ApiToken, token_id)

@@ -123,9 +123,11 @@ def adopt_legacy_queues(settings: Settings) -> int:
 def settings_environment(settings: Settings) -> dict[str, str]:
     """The environment that gives a child process (the worker) the same settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MASKOPS_")}
-    for name, value in settings.model_dump().items():
+    for name, value in settings.model_dump(mode="json").items():
         if value is not None:
-            env[f"MASKOPS_{name.upper()}"] = str(value)
+            # Lists as JSON, which is how pydantic-settings reads them back.
+            text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+            env[f"MASKOPS_{name.upper()}"] = text
     return env
 
 
@@ -297,6 +299,17 @@ def admin_token(settings: Settings, path: Path, *, renew: bool = False) -> tuple
     return secret, True
 
 
+def announce_admin_token(
+    settings: Settings, token_file: Path, *, renew: bool, say: Callable[[str], None]
+) -> str:
+    """:func:`admin_token`, saying where it is stored, never the secret itself (a
+    terminal's output ends up in scrollback, CI logs and screen shares)."""
+    token, created = admin_token(settings, token_file, renew=renew)
+    made = f"created (admin, expires in {ADMIN_TOKEN_DAYS} days), " if created else ""
+    say(f"token:    {made}stored in {token_file} (mode 0600; --new-token replaces it)")
+    return token
+
+
 def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     import uvicorn
 
@@ -346,10 +359,7 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     if settings.auth_required:
         # Listening beyond loopback: the demo (and the user) need a token.
         token_file = config.state_dir.resolve() / ADMIN_TOKEN_FILE
-        token, created = admin_token(settings, token_file, renew=config.new_token)
-        if created:
-            say(f"token:    {token}  (admin, expires in {ADMIN_TOKEN_DAYS} days)")
-        say(f"token:    stored in {token_file} (--new-token replaces it)")
+        token = announce_admin_token(settings, token_file, renew=config.new_token, say=say)
     app = create_app(settings, dispatcher=dispatcher, run_reconciler=True)
     app.state.supervisor = supervision
     server = uvicorn.Server(

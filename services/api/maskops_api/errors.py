@@ -15,6 +15,8 @@ from starlette.routing import Match
 
 from maskops.spec.errors import SpecError
 from maskops_api.schemas import ErrorOut
+from maskops_core.paths import DISK_FULL_ERRNOS, free_bytes
+from maskops_core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +45,10 @@ RETRY_AFTER_S = "1"
 class ApiError(Exception):
     status_code = 400
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.headers = headers or {}
 
 
 class NotFound(ApiError):
@@ -78,6 +81,22 @@ class TooMany(ApiError):
     status_code = 429
 
 
+class InsufficientStorage(ApiError):
+    status_code = 507
+
+
+def disk_full(exc: OSError, settings: Settings) -> InsufficientStorage | None:
+    """The 507 for a write refused for lack of space, naming the disk; None for other
+    errors."""
+    if exc.errno not in DISK_FULL_ERRNOS:
+        return None
+    free = free_bytes(settings.data_root)
+    return InsufficientStorage(
+        f"no space left on the data root's disk (MASKOPS_DATA_ROOT, {free // 1024**2} MiB "
+        "free); nothing of this request was kept"
+    )
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for error in exc.errors()[:5]:
@@ -89,11 +108,11 @@ def _validation_message(exc: RequestValidationError) -> str:
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        headers = None
+        headers = dict(exc.headers)
         if isinstance(exc, Unauthorized):
-            headers = {"WWW-Authenticate": "Bearer"}
+            headers["WWW-Authenticate"] = "Bearer"
         elif isinstance(exc, TooMany):
-            headers = {"Retry-After": RETRY_AFTER_S}
+            headers["Retry-After"] = RETRY_AFTER_S
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(SpecError)
@@ -143,6 +162,15 @@ def install_handlers(app: FastAPI) -> None:
             status_code=503,
             headers={"Retry-After": RETRY_AFTER_S},
         )
+
+    @app.exception_handler(OSError)
+    async def _os_error(request: Request, exc: OSError) -> JSONResponse:
+        full = disk_full(exc, request.app.state.settings)
+        if full is None:  # as Starlette answers any other unhandled exception
+            log.error("unhandled error", exc_info=exc)
+            return JSONResponse({"detail": "Internal Server Error"}, status_code=500)
+        log.error("disk full: %s", full.detail)
+        return JSONResponse({"detail": full.detail}, status_code=507)
 
     @app.exception_handler(OperationalError)
     async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:

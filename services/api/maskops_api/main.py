@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from maskops_api.body_limit import BodyLimit
 from maskops_api.dashboard import install_dashboard
@@ -15,6 +16,7 @@ from maskops_api.errors import install_handlers
 from maskops_api.in_flight import KeysInFlight
 from maskops_api.job_cache import JobCache
 from maskops_api.observability import install_metrics
+from maskops_api.origin_guard import OriginGuard
 from maskops_api.reconciler import ReconcilerThread
 from maskops_api.routers import datasets, experiments, health, infer, jobs, models
 from maskops_api.status_shortcut import JobStatusShortcut
@@ -87,6 +89,15 @@ def create_app(
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(JobStatusShortcut, cache=job_cache, settings=settings, tokens=token_cache)
     install_metrics(app, factory, settings, job_cache, token_cache)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+        )
+    # Last added, so outermost: nothing (not the status shortcut) answers a refused request.
+    app.add_middleware(OriginGuard, settings=settings)
     for module in (health, datasets, experiments, jobs, models, infer):
         app.include_router(module.router)
     return app

@@ -22,6 +22,7 @@ __all__ = [
     "SpecError",
     "check_limits",
     "check_paths",
+    "check_trackers",
     "spec_from_json",
     "spec_from_text",
     "spec_to_text",
@@ -80,6 +81,37 @@ def check_paths(spec: ExperimentSpec, *, source: str, allowed_dirs: Sequence[Pat
             check_client_path(value, allowed_dirs=allowed if field == "checkpoint" else ())
         except ValueError as exc:
             raise SpecError(f"{value!r} {exc}", source=source, field=field) from None
+
+
+TRACKER_DESTINATIONS = ("mlflow_config.tracking_uri", "wandb_config.wandb_dir")
+"""Spec fields that name where a tracker writes: over REST they are the operator's
+(``MLFLOW_TRACKING_URI``, ``WANDB_BASE_URL``... on the workers; local stores under the
+job's folder), never a client's (a URL the worker would call, a directory anywhere)."""
+
+
+def check_trackers(spec: ExperimentSpec, *, source: str, allowed: Sequence[str]) -> None:
+    """Raise :class:`SpecError` naming a tracker the operator does not allow
+    (``MASKOPS_TRACKERS``) or a field that names a tracker's destination."""
+    for block in spec.enabled_trackers:
+        tracker = block.removesuffix("_config")
+        if tracker not in allowed:
+            offered = ", ".join(allowed) or "none"
+            raise SpecError(
+                f"this server does not allow the {tracker} tracker (allowed: {offered}; "
+                "MASKOPS_TRACKERS)",
+                source=source,
+                field=block,
+            )
+    for field in TRACKER_DESTINATIONS:
+        block, name = field.split(".")
+        config = getattr(spec, block)
+        if config is not None and getattr(config, name):
+            raise SpecError(
+                "tracker destinations are set by the operator on the workers, not by a "
+                "spec sent over REST; remove the field",
+                source=source,
+                field=field,
+            )
 
 
 def spec_from_json(data: dict[str, Any]) -> ExperimentSpec:

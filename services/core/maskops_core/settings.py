@@ -10,6 +10,12 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+Tracker = Literal["mlflow", "wandb", "clearml"]
+
+
+def _default_trackers() -> list[Tracker]:
+    return ["mlflow"]
+
 
 class Settings(BaseSettings):
     """Read from the environment (prefix ``MASKOPS_``) and an optional ``.env`` file."""
@@ -70,10 +76,30 @@ class Settings(BaseSettings):
     max_infer_images: int = 16
     max_infer_image_pixels: int = Field(default=50_000_000, ge=1)
     """Width x height of one ``/infer`` image, read from its header (refused with 413)."""
+    max_infer_image_side: int = Field(default=20_000, ge=1)
+    """The longest side of one ``/infer`` image (413 beyond)."""
+    max_infer_image_aspect: float = Field(default=20.0, ge=1.0)
+    """Long side / short side of one ``/infer`` image (422 beyond): a 1 x 50,000,000 PNG is
+    within the pixel limit, and its resize weights once took Triton 65 s and 1.8 GB."""
+
+    trackers: list[Tracker] = Field(default_factory=_default_trackers)
+    """The experiment trackers a spec sent over REST may turn on (a JSON list). Where they
+    write is the operator's: the workers' environment (``MLFLOW_TRACKING_URI``, W&B's and
+    ClearML's own configuration); MLflow without one writes under the job's folder. W&B
+    and ClearML send data off the host, so they are off unless listed here."""
 
     host: str = "127.0.0.1"
     """Where the API listens; auth is required whenever this is not a loopback address."""
     auth: Literal["auto", "required", "disabled"] = "auto"
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names (a JSON list) requests may carry in ``Host`` besides the bound address;
+    on loopback also ``localhost``, ``127.0.0.1`` and ``::1``. Others get 400 (DNS
+    rebinding). Bound beyond loopback with this empty, any name is served (tokens are
+    required there)."""
+    cors_origins: list[str] = Field(default_factory=list)
+    """Origins (``https://app.example:443``, a JSON list) whose pages may call the API from
+    a browser; every other origin's request is refused with 403 (cross-site request
+    forgery). ``maskops_api.origin_guard``."""
     access_log: bool = False
     max_log_followers: int = Field(default=64, ge=1)
     """Concurrent ``GET /jobs/{id}/logs?follow=true`` streams; one more is answered 429. A
@@ -99,6 +125,9 @@ class Settings(BaseSettings):
     max_archive_ratio: int = Field(default=200, ge=1)
     """An upload may expand to at most this many times its own size (every archive format;
     counted while extracting)."""
+    min_free_disk_bytes: int = Field(default=256 * 1024**2, ge=0)
+    """Below this much free space on the data root's disk ``/readyz`` reports ``disk``
+    (503): uploads and jobs would fail with "no space left" (answered 507)."""
     max_json_body_bytes: int = Field(default=1024**2, ge=1024)
     """The largest request body of every other route (JSON bodies; refused as it arrives)."""
     task_soft_time_limit_s: int = 7 * 24 * 3600

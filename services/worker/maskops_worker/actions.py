@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -152,7 +152,31 @@ def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> Experim
         data.val_json_file = str(root / job.dataset_splits["val"]["annotation_file"])
     if need and not getattr(data, need):
         raise JobInputError(f"the experiment has no {need} and its dataset provides none")
-    return spec
+    return confine_trackers(spec, ctx.work_dir, allowed=ctx.settings.trackers)
+
+
+def confine_trackers(
+    spec: ExperimentSpec, job_dir: Path, *, allowed: Sequence[str]
+) -> ExperimentSpec:
+    """The spec with its trackers' destinations the operator's: a tracker not in
+    ``allowed`` (``MASKOPS_TRACKERS``) fails the job; ``mlflow_config.tracking_uri`` is
+    dropped (this worker's ``MLFLOW_TRACKING_URI``, else ``RESULTS_DIR/mlruns``) and W&B
+    writes under ``<job>/wandb``. The API refuses both fields at the door; this holds for
+    specs stored before it did, too."""
+    for block in spec.enabled_trackers:
+        if block.removesuffix("_config") not in allowed:
+            raise JobInputError(
+                f"{block}: this server does not allow that tracker (MASKOPS_TRACKERS)"
+            )
+    update: dict[str, Any] = {}
+    if spec.mlflow_config is not None:
+        update["mlflow_config"] = spec.mlflow_config.model_copy(update={"tracking_uri": ""})
+    if spec.wandb_config is not None:
+        wandb_dir = job_dir / "wandb"
+        if spec.wandb_config.active:
+            wandb_dir.mkdir(parents=True, exist_ok=True)  # W&B falls back to /tmp without it
+        update["wandb_config"] = spec.wandb_config.model_copy(update={"wandb_dir": str(wandb_dir)})
+    return spec.model_copy(update=update)
 
 
 def train(ctx: JobContext) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from maskops_core import jobs as state
 from maskops_core.db.models import JobStatus
 from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.paths import relative_to_root
 from maskops_core.settings import Settings, get_settings
 from maskops_worker.contract import (
     Action,
@@ -113,10 +114,10 @@ def run_job(
     except JobCancelled as cancelled:
         status, result = JobStatus.cancelled, cancelled.result
     except JobRequeued as requeued:
-        status, error = JobStatus.queued, str(requeued)
+        status, error = JobStatus.queued, relative_to_root(str(requeued), settings.data_root)
     except Exception as exc:
-        error = _one_line(exc)
-        _append_log(ctx.log_file, traceback.format_exc())
+        error = relative_to_root(_one_line(exc), settings.data_root)
+        _append_log(ctx.log_file, relative_to_root(traceback.format_exc(), settings.data_root))
     finally:
         beat.done.set()
         beat.join()

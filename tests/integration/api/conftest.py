@@ -119,7 +119,7 @@ def clean_db(api_settings: Settings) -> Settings:
 
 @pytest.fixture
 def client(clean_db: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(clean_db)) as test_client:
+    with TestClient(base_url="http://localhost", app=create_app(clean_db)) as test_client:
         yield test_client
 
 

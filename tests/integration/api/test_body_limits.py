@@ -85,7 +85,7 @@ def test_declared_length_over_the_limit_is_413_at_once(server: tuple[int, int]) 
     with socket.create_connection(("127.0.0.1", port)) as sock:
         started = time.monotonic()
         sock.sendall(
-            b"POST /experiments HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"POST /experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1099511627776\r\n\r\n" + b'{"name": "x"'
         )
         answer = _response(sock, timeout=5)
@@ -100,7 +100,8 @@ def _send_chunked(port: int, path: str, head: bytes, total: int) -> tuple[bytes,
     sent = 0
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n".encode() + head
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n".encode()
+            + head
         )
         chunk = b"\0" * MiB
         framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"

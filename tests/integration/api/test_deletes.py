@@ -44,7 +44,7 @@ def settings(clean_db: Settings, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as test_client:
+    with TestClient(base_url="http://localhost", app=create_app(settings)) as test_client:
         assert cache_of(test_client).wait_live(10), "the notification listener did not connect"
         yield test_client
 
@@ -181,7 +181,9 @@ def test_deleted_job_is_not_served_from_any_processs_cache(
     client: TestClient, settings: Settings
 ) -> None:
     job_id = add_job(client)
-    with TestClient(create_app(settings)) as other:  # a second API process's cache
+    with TestClient(
+        base_url="http://localhost", app=create_app(settings)
+    ) as other:  # a second API process's cache
         assert cache_of(other).wait_live(10)
         for api in (client, other):
             api.get(f"/jobs/{job_id}")
@@ -214,7 +216,7 @@ def test_a_folder_that_cannot_be_removed_is_logged_not_a_500(
 
 def test_deleting_needs_write_access(settings: Settings) -> None:
     exposed = settings.model_copy(update={"auth": "required"})
-    with TestClient(create_app(exposed)) as api:
+    with TestClient(base_url="http://localhost", app=create_app(exposed)) as api:
         job_id = add_job(api)
         with db(api) as session:
             _, read = create_token(session, name="reader", scope=TokenScope.read)

@@ -33,6 +33,16 @@ def _huge_png(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk + struct.pack(">I", zlib.crc32(chunk[4:]))
 
 
+def _icc_jpeg() -> bytes:
+    """A valid JPEG whose frame header follows 100 KiB of ICC profile (two APP2 segments,
+    as cameras and editors write large profiles)."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 24), (10, 200, 10)).save(buffer, "JPEG", icc_profile=b"\0" * 100_000)
+    data = buffer.getvalue()
+    assert data.index(b"\xff\xc0") > 64 * 1024
+    return data
+
+
 def _infer(client: TestClient, data: bytes, model: str = "shapes") -> tuple[int, str]:
     response = client.post("/infer", params={"model": model}, files=[("images", ("x.img", data))])
     return response.status_code, response.json()["detail"]
@@ -58,6 +68,10 @@ def published(client: TestClient) -> str:
         (b"hello, not an image at all", 415, "not a JPEG or PNG"),
         (b"\xff\xd8\xff\xe0\x00\x10JFIF" + b"\x00" * 40, 422, "corrupt JPEG"),
         (_huge_png(100_000, 100_000), 413, "100000 x 100000 pixels is above the limit"),
+        (_huge_png(50_000_000, 1), 422, "an aspect ratio above the limit of 20:1"),
+        (_huge_png(1, 40_000), 422, "an aspect ratio above the limit of 20:1"),
+        (_huge_png(30_000, 1_600), 413, "a side above the limit of 20000 pixels"),
+        (_icc_jpeg(), 503, "no Triton is configured"),  # past the door: only Triton missing
     ],
 )
 def test_images_are_checked_at_the_door(

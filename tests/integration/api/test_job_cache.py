@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def api(clean_db: Settings) -> Iterator[tuple[TestClient, JobCache]]:
-    with TestClient(create_app(clean_db)) as client:
+    with TestClient(base_url="http://localhost", app=create_app(clean_db)) as client:
         cache: JobCache = client.app.state.job_cache  # type: ignore[attr-defined]
         assert cache.wait_live(10), "the notification listener did not connect"
         yield client, cache
@@ -141,7 +141,7 @@ def test_cached_polls_are_answered_before_the_app_as_the_route_answers(
 
 def test_with_auth_required_cached_polls_still_need_a_token(clean_db: Settings) -> None:
     settings = clean_db.model_copy(update={"auth": "required"})
-    with TestClient(create_app(settings)) as client:
+    with TestClient(base_url="http://localhost", app=create_app(settings)) as client:
         cache: JobCache = client.app.state.job_cache  # type: ignore[attr-defined]
         assert cache.wait_live(10)
         job_id = add_job(client)

@@ -60,3 +60,34 @@ def test_only_published_models_are_loaded_and_reloaded(clean_db: Settings, tmp_p
             assert triton.is_ready(server.http_url, "live")
     finally:
         engine.dispose()
+
+
+def test_infer_on_a_published_model_triton_has_not_loaded_is_503(
+    clean_db: Settings, tmp_path: Path
+) -> None:
+    """Right after a Triton restart the published models are not loaded for a few seconds:
+    a temporary condition (503 with Retry-After), not a missing model (404)."""
+    import io
+
+    from fastapi.testclient import TestClient
+    from PIL import Image
+
+    from maskops_api.main import create_app
+    from maskops_triton.launcher import TritonServer
+
+    repository = tmp_path / "repository"
+    toy_model(repository, "live")
+    engine = make_engine(clean_db)
+    _publish_rows(make_session_factory(engine), live=True)
+    engine.dispose()
+    image = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(image, "PNG")
+    with TritonServer(repository, models=(), log_file=tmp_path / "triton.log") as server:
+        served = clean_db.model_copy(update={"triton_url": server.http_url})
+        with TestClient(base_url="http://localhost", app=create_app(served)) as api:
+            response = api.post(
+                "/infer", params={"model": "live"}, files=[("images", ("x.png", image.getvalue()))]
+            )
+    assert response.status_code == 503, response.text
+    assert "published but not loaded in Triton yet" in response.json()["detail"]
+    assert response.headers["Retry-After"] == "5"

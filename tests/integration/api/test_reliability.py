@@ -72,7 +72,7 @@ def test_killed_worker_job_resumes_from_checkpoint_elsewhere(
 def test_lost_queue_and_api_restart_lose_nothing(
     clean_db: Settings, workers: Callable[[str], Worker], demo_root: str
 ) -> None:
-    with TestClient(create_app(clean_db)) as client:
+    with TestClient(base_url="http://localhost", app=create_app(clean_db)) as client:
         response = client.post(
             "/datasets",
             json={
@@ -99,7 +99,7 @@ def test_lost_queue_and_api_restart_lose_nothing(
 
     worker = workers("w1")
     # A new API process: the job and the idempotency record are in the database.
-    with TestClient(create_app(clean_db)) as client:
+    with TestClient(base_url="http://localhost", app=create_app(clean_db)) as client:
         job = wait_for(client, job_id, {"succeeded", "failed"}, worker=worker)
         assert job["status"] == "succeeded" and job["attempts"] == 1
         retry = client.post(

@@ -32,7 +32,10 @@ pytestmark = pytest.mark.integration
 def two_apis(clean_db: Settings) -> Iterator[list[TestClient]]:
     """Two API instances (as two processes would be) on one database, auth required."""
     exposed = clean_db.model_copy(update={"auth": "required"})
-    with TestClient(create_app(exposed)) as first, TestClient(create_app(exposed)) as second:
+    with (
+        TestClient(base_url="http://localhost", app=create_app(exposed)) as first,
+        TestClient(base_url="http://localhost", app=create_app(exposed)) as second,
+    ):
         for client in (first, second):
             cache: JobCache = client.app.state.job_cache  # type: ignore[attr-defined]
             assert cache.wait_live(10), "the notification listener did not connect"

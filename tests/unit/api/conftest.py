@@ -79,7 +79,9 @@ def dispatcher() -> RecordingDispatcher:
 
 @pytest.fixture
 def client(settings: Settings, dispatcher: RecordingDispatcher) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, dispatcher=dispatcher)) as test_client:
+    with TestClient(
+        base_url="http://localhost", app=create_app(settings, dispatcher=dispatcher)
+    ) as test_client:
         yield test_client
 
 

@@ -57,3 +57,19 @@ def test_an_expired_stored_token_is_replaced(
     assert created and new != old and len(_tokens(factory)) == 2
     with factory() as session:
         assert find_token(session, old) is None and find_token(session, new) is not None
+
+
+def test_serve_says_where_the_token_is_never_the_token(settings: Settings, tmp_path: Path) -> None:
+    from maskops_api.embedded import announce_admin_token
+
+    path = tmp_path / "admin-token"
+    said: list[str] = []
+    first = announce_admin_token(settings, path, renew=False, say=said.append)
+    again = announce_admin_token(settings, path, renew=False, say=said.append)
+    assert first == again == path.read_text().strip()
+    assert not [line for line in said if first in line], said
+    assert said[0] == (
+        f"token:    created (admin, expires in {ADMIN_TOKEN_DAYS} days), stored in {path} "
+        "(mode 0600; --new-token replaces it)"
+    )
+    assert said[1] == f"token:    stored in {path} (mode 0600; --new-token replaces it)"

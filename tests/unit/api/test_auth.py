@@ -34,7 +34,9 @@ def _token(settings: Settings, scope: str, *extra: str) -> str:
 def public_client(settings: Settings) -> Iterator[TestClient]:
     exposed = settings.model_copy(update={"host": "0.0.0.0"})
     assert exposed.auth_required
-    with TestClient(create_app(exposed, dispatcher=RecordingDispatcher())) as client:
+    with TestClient(
+        base_url="http://localhost", app=create_app(exposed, dispatcher=RecordingDispatcher())
+    ) as client:
         yield client
 
 

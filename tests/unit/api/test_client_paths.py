@@ -29,7 +29,9 @@ def pretrained(tmp_path: Path) -> Path:
 @pytest.fixture
 def api(settings: Settings, pretrained: Path) -> Iterator[TestClient]:
     configured = settings.model_copy(update={"pretrained_dirs": [pretrained]})
-    with TestClient(create_app(configured, dispatcher=RecordingDispatcher())) as client:
+    with TestClient(
+        base_url="http://localhost", app=create_app(configured, dispatcher=RecordingDispatcher())
+    ) as client:
         yield client
 
 

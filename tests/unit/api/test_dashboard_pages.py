@@ -27,7 +27,7 @@ ASSET = re.compile(r"""(?:src|href)="([^"]+)\"""")
 def auth_client(settings: Settings) -> Iterator[TestClient]:
     secured = settings.model_copy(update={"auth": "required"})
     app = create_app(secured, dispatcher=RecordingDispatcher())
-    with TestClient(app) as test_client:
+    with TestClient(base_url="http://localhost", app=app) as test_client:
         yield test_client
 
 

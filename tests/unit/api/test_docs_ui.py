@@ -26,7 +26,7 @@ def auth_client(settings: Settings) -> Iterator[TestClient]:
     secured = settings.model_copy(update={"auth": "required"})
     assert secured.auth_required
     app = create_app(secured, dispatcher=RecordingDispatcher())
-    with TestClient(app) as test_client:
+    with TestClient(base_url="http://localhost", app=app) as test_client:
         yield test_client
 
 
@@ -88,6 +88,6 @@ def test_an_app_built_without_docs_gets_no_pages() -> None:
 
     app = FastAPI(docs_url=None, redoc_url=None)
     install_docs_ui(app)
-    with TestClient(app) as test_client:
+    with TestClient(base_url="http://localhost", app=app) as test_client:
         assert test_client.get("/docs").status_code == 404
         assert test_client.get("/redoc").status_code == 404

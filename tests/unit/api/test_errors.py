@@ -18,7 +18,7 @@ def test_a_write_whose_reference_vanished_is_a_409(settings: Settings) -> None:
         raise IntegrityError("INSERT INTO jobs ...", {}, Exception("foreign key violation"))
 
     app.add_api_route("/_test/vanished", vanished, methods=["POST"])
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(base_url="http://localhost", app=app, raise_server_exceptions=False) as client:
         answer = client.post("/_test/vanished")
     assert answer.status_code == 409
     assert answer.json() == {

@@ -66,7 +66,9 @@ def test_readyz_reports_what_is_down(settings: Settings) -> None:
     broken = settings.model_copy(
         update={"broker_url": "redis://127.0.0.1:1/0", "triton_url": "127.0.0.1:1"}
     )
-    with TestClient(create_app(broken, dispatcher=RecordingDispatcher())) as client:
+    with TestClient(
+        base_url="http://localhost", app=create_app(broken, dispatcher=RecordingDispatcher())
+    ) as client:
         ready = client.get("/readyz")
     assert ready.status_code == 503
     checks = ready.json()["checks"]

@@ -213,3 +213,21 @@ def test_an_input_missing_from_the_data_root_fails_naming_it(settings: Settings,
     assert "'jobs/99/results/model.step-4.pth' is not in the data root" in error
     assert "MASKOPS_DATA_ROOT" in error and "Traceback" not in error
     assert str(settings.data_root) not in error  # no absolute server path
+
+
+def test_errors_and_logs_name_paths_relative_to_the_data_root(settings: Settings, factory) -> None:
+    job_id = _job(factory)
+    inside = settings.data_root.resolve() / "jobs" / str(job_id) / "results" / "model.pth"
+
+    def action(ctx: JobContext) -> dict[str, Any]:
+        raise FileNotFoundError(2, "No such file or directory", str(inside))
+
+    assert run_job(job_id, settings=settings, actions={"train": action}) == "failed"
+    error = _get(factory, job_id).error or ""
+    assert error == (
+        f"FileNotFoundError: [Errno 2] No such file or directory: 'jobs/{job_id}/results/model.pth'"
+    )
+    log = (settings.jobs_dir / str(job_id) / "job.log").read_text()
+    assert "Traceback" in log and f"'jobs/{job_id}/results/model.pth'" in log
+    for root in {str(settings.data_root.absolute()), str(settings.data_root.resolve())}:
+        assert root not in log and root not in error

@@ -24,7 +24,9 @@ def small_client(settings: Settings) -> Iterator[TestClient]:
     limited = settings.model_copy(
         update={"max_upload_bytes": 200_000, "max_extracted_bytes": 500_000}
     )
-    with TestClient(create_app(limited, dispatcher=RecordingDispatcher())) as client:
+    with TestClient(
+        base_url="http://localhost", app=create_app(limited, dispatcher=RecordingDispatcher())
+    ) as client:
         yield client
 
 
@@ -87,7 +89,9 @@ def roomy_client(settings: Settings) -> Iterator[TestClient]:
     limited = settings.model_copy(
         update={"max_upload_bytes": 200_000, "max_extracted_bytes": 64 * 1024**2}
     )
-    with TestClient(create_app(limited, dispatcher=RecordingDispatcher())) as client:
+    with TestClient(
+        base_url="http://localhost", app=create_app(limited, dispatcher=RecordingDispatcher())
+    ) as client:
         yield client
 
 
@@ -165,7 +169,7 @@ def test_the_archive_is_written_once_under_the_data_root_as_it_arrives(
 
     async def upload() -> httpx.Response:
         transport = httpx.ASGITransport(app=small_client.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             headers = {"Content-Type": request.headers["Content-Type"]}
             return await client.post("/datasets/upload", content=chunks(), headers=headers)
 
@@ -179,3 +183,73 @@ def test_the_archive_is_written_once_under_the_data_root_as_it_arrives(
 def test_missing_train_files_in_archive_is_404(small_client: TestClient) -> None:
     code, body = _upload(small_client, zip_bytes({"other/x.jpg": b"x"}))
     assert code == 404 and "train.image_dir" in body["detail"]
+
+
+def _deep_tar(levels: int, *, dirs_only: bool) -> bytes:
+    """A tar of ``levels`` nested folders (each its own member, as ``tar c`` writes a tree),
+    with a file at the bottom unless ``dirs_only``."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in ARCHIVE_LAYOUT.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for depth in range(1, levels + 1):
+            folder = tarfile.TarInfo("/".join(["d"] * depth))
+            folder.type = tarfile.DIRTYPE
+            archive.addfile(folder)
+        if not dirs_only:
+            leaf = tarfile.TarInfo("/".join(["d"] * levels) + "/f.txt")
+            leaf.size = 1
+            archive.addfile(leaf, io.BytesIO(b"!"))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        zip_bytes({**ARCHIVE_LAYOUT, "a/" * 1100 + "f.txt": b"!"}),
+        _deep_tar(1500, dirs_only=True),
+        _deep_tar(1100, dirs_only=False),
+        zip_bytes({**ARCHIVE_LAYOUT, "n" * 1100 + "/f.txt": b"!"}),
+    ],
+    ids=["zip-1100-deep", "tar-1500-levels", "tar-1100-deep-file", "long-name"],
+)
+def test_deep_or_long_member_paths_are_422_at_the_door(
+    small_client: TestClient, settings: Settings, data: bytes
+) -> None:
+    code, body = _upload(small_client, data)
+    assert code == 422, body
+    assert "deeper than 32 folders or longer than 1024 bytes" in body["detail"], body
+    assert list((settings.data_root / "uploads").iterdir()) == []
+
+
+def test_a_dataset_with_a_deep_tree_is_deleted_with_its_files(
+    small_client: TestClient, settings: Settings, factory
+) -> None:
+    """A tree 1,500 folders deep under a dataset's upload (as archives extracted before
+    the depth limit left them) goes with the dataset: no recursion, no path too long."""
+    from sqlalchemy import update
+
+    from maskops_core.db.models import Job
+
+    code, body = _upload(small_client, zip_bytes(ARCHIVE_LAYOUT))
+    assert code == 201, body
+    with factory() as session:
+        session.execute(update(Job).values(status="failed"))
+        session.commit()
+    upload = settings.data_root / "uploads" / Path(body["splits"]["train"]["image_dir"]).parts[1]
+    fd = os.open(upload, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1500):  # each level opened from the one above: no path is ever long
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    response = small_client.delete(f"/datasets/{body['id']}")
+    assert response.status_code == 204, response.text
+    assert not upload.exists()
+    assert list((settings.data_root / "uploads").iterdir()) == []

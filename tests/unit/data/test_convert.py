@@ -351,3 +351,55 @@ def test_an_unexpected_failure_skips_only_that_image(demo_dataset, tmp_path, mon
     assert (result.num_images, result.num_skipped_images) == (23, 1)
     warnings = json.loads(result.warnings_path.read_text())
     assert warnings == {"2": {"box": [], "mask": [], "error": ["000002.jpg: IndexError: boom"]}}
+
+
+def test_file_names_leaving_the_image_dir_are_refused_unopened(tmp_path: Path, monkeypatch) -> None:
+    """Absolute names, ``..`` and links out of the image directory are ``unsafe_path``
+    faults naming the record, the same whether the target exists or not (no existence
+    oracle), and nothing of the target reaches the shards; only regular files up to the
+    size limit are read (a FIFO would block a plain ``open``)."""
+    import os
+
+    import maskops.data.validate as validate
+
+    images = tmp_path / "images"
+    images.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    Image.fromarray(np.full((24, 32, 3), 200, dtype=np.uint8)).save(outside / "secret.png")
+    Image.fromarray(np.full((24, 32, 3), 10, dtype=np.uint8)).save(images / "good.png")
+    (images / "link.png").symlink_to(outside / "secret.png")
+    os.mkfifo(images / "pipe.png")
+    (images / "big.png").write_bytes((images / "good.png").read_bytes() + b"\0" * 4096)
+    names = {
+        1: "good.png",
+        2: str(outside / "secret.png"),
+        3: "../outside/secret.png",
+        4: "/etc/hostname",
+        5: "/proc/self/environ",
+        6: "/root/.ssh/id_rsa",
+        7: "link.png",
+        8: "sub/../../outside/secret.png",
+        9: "pipe.png",
+        10: "big.png",
+        11: "..\\outside\\secret.png",
+    }
+    coco = {
+        "images": [{"id": i, "file_name": n} for i, n in names.items()],
+        "annotations": [],
+        "categories": [{"id": 1, "name": "thing"}],
+    }
+    (tmp_path / "coco.json").write_text(json.dumps(coco))
+    monkeypatch.setattr(validate, "MAX_IMAGE_FILE_BYTES", 2048)
+    out = tmp_path / "out"
+    convert_dataset(images, tmp_path / "coco.json", out, workers=1)
+    warnings = json.loads((out / "coco_warnings.json").read_text())
+    for image_id in (2, 3, 4, 5, 6, 7, 8, 11):
+        assert warnings[str(image_id)] == {"box": [], "mask": [], "unsafe_path": [names[image_id]]}
+    assert warnings["9"]["unreadable"] == ["pipe.png: not a regular file"]
+    assert warnings["10"]["unreadable"] == ["big.png: larger than the limit of 2048 bytes"]
+    assert "1" not in warnings
+    stored = _records(out, "coco")
+    assert set(stored) == {1}
+    secret = (outside / "secret.png").read_bytes()
+    assert all(secret not in path.read_bytes() for path in out.iterdir())

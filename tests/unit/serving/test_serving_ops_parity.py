@@ -6,8 +6,9 @@ what ``maskops.serving.processing`` (``read_image`` + ``resize_and_pad``;
 
 - preprocessing: bit-identical network inputs (the uint8 antialiased resize is torch's
   integer kernel re-done in numpy), for upscales, downscales and every image mode.
-  JPEGs at least 4x larger than the model's input are decoded reduced: within 6 grey
-  levels (0.5 on average) of the full decode.
+  JPEGs at least 4x larger than the model's input are decoded reduced, and any image at
+  least 8x larger is box-averaged by whole factors: within 6 grey levels (0.5 on
+  average) of the full-size resize.
 - boxes and scores: identical (the same float32 operations).
 - masks: the numpy bilinear paste differs from torch's compiled kernel by at most 2**-23
   (one float32 ulp at 0.5) on ~0.8% of the interpolated values (where the compiled kernel
@@ -92,7 +93,14 @@ def test_preprocess_is_bit_identical(ops, orig_hw, image_size):
     got_image, got_scale, got_hw = ops.preprocess(data, image_size)
     assert got_hw == want_hw and got_scale == want_scale
     assert got_image.dtype == np.float32 and got_image.shape == want_image.shape
-    np.testing.assert_array_equal(got_image, want_image)
+    if ops.load_rgb(data, fit=image_size)[0].shape[:2] == orig_hw:
+        np.testing.assert_array_equal(got_image, want_image)
+    else:  # at least 8x the resized size: box-reduced first
+        grey_levels = np.abs(got_image - want_image) * 255
+        assert grey_levels.max() <= 6 and grey_levels.mean() <= 0.5, (
+            grey_levels.max(),
+            grey_levels.mean(),
+        )
 
 
 def _exif_rotated_jpeg(rng: np.random.Generator) -> bytes:
@@ -171,6 +179,26 @@ def _decode_growth_mb(image: Path, how: str) -> float:
         capture_output=True, text=True, check=True, cwd=Path(__file__).parents[3],
     )  # fmt: skip
     return float(done.stdout.split()[-1])
+
+
+@pytest.mark.parametrize(
+    ("hw", "fit", "reduced_hw"),
+    [
+        ((1, 5_000_000), (512, 512), (1, 2049)),  # weights of 80 MB and 10 s without
+        ((9000, 2000), (512, 512), (2250, 500)),
+        ((2000, 3000), (128, 128), (400, 600)),
+    ],
+)
+def test_large_images_are_reduced_before_resizing(ops, hw, fit, reduced_hw) -> None:
+    """PNGs (no draft mode) too: what reaches the antialiased resize is less than twice
+    ``REDUCE_MARGIN`` times the resized size, whatever the input's sides, so the resize
+    costs in proportion to the output."""
+    data = _encode(np.full((*hw, 3), 90, dtype=np.uint8))
+    image, full_hw = ops.load_rgb(data, fit=fit)
+    assert full_hw == hw and image.shape[:2] == reduced_hw
+    tensor, scale, _ = ops.preprocess(data, fit)
+    want, want_scale, _ = preprocess_image(data, fit) if hw[0] > 1 else (tensor, scale, hw)
+    assert scale == want_scale and np.abs(tensor - want).max() * 255 <= 1
 
 
 def test_large_jpeg_decode_memory_is_bounded(tmp_path: Path) -> None:

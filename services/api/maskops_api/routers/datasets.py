@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -28,6 +28,7 @@ from maskops_api.schemas import DatasetCreate, DatasetOut, Page
 from maskops_api.services import datasets as service
 from maskops_api.services import deletion
 from maskops_core.db.models import Dataset
+from maskops_core.paths import remove_tree
 
 router = APIRouter(
     prefix="/datasets",
@@ -92,7 +93,8 @@ async def upload_dataset(
             service.register_dataset, session, settings, body, idempotency_key=None
         )
     except Exception:
-        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(folder)
         raise
     if job is not None:
         dispatch_job(factory, dispatcher, job)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from maskops_api.deps import FactoryDep, SettingsDep
 from maskops_api.replicas import Readiness, readiness
 from maskops_api.schemas import Health
+from maskops_core.paths import disk_problem
 from maskops_core.settings import Settings
 from maskops_core.workers import check_workers
 
@@ -62,6 +63,9 @@ def readyz(request: Request, settings: SettingsDep, factory: FactoryDep) -> JSON
     except Exception as exc:
         checks["worker"] = f"unknown (the database did not answer: {type(exc).__name__})"
     checks["broker"] = check_broker(settings)
+    disk = disk_problem(settings.data_root, settings.min_free_disk_bytes)
+    if disk != "ok":  # reported only when short, so the usual answer stays as it was
+        checks["disk"] = disk
     triton = None if supervisor is None else supervisor.triton
     replicas: Readiness | None = None
     if triton is not None and triton.problem:

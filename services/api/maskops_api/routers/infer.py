@@ -35,8 +35,8 @@ class UnsupportedMedia(ApiError):
 
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png")
 """What each image part may be (told by its bytes, not by its part's Content-Type)."""
-HEADER_BYTES = 64 * 1024
-"""Enough of a JPEG to reach its frame header past EXIF and ICC segments."""
+RETRY_AFTER_S = 5
+"""What a 503 for a published model Triton has not loaded yet tells clients to wait."""
 _OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
 
 
@@ -69,8 +69,9 @@ async def infer(
         list[UploadFile],
         File(
             description="JPEG or PNG images: at most MASKOPS_MAX_INFER_IMAGES per request, "
-            "each at most MASKOPS_MAX_INFER_IMAGE_BYTES and MASKOPS_MAX_INFER_IMAGE_PIXELS "
-            "(413 beyond)",
+            "each at most MASKOPS_MAX_INFER_IMAGE_BYTES, MASKOPS_MAX_INFER_IMAGE_PIXELS and "
+            "MASKOPS_MAX_INFER_IMAGE_SIDE (413 beyond) and MASKOPS_MAX_INFER_IMAGE_ASPECT "
+            "(422 beyond)",
             min_length=1,
         ),
     ],
@@ -109,7 +110,13 @@ async def infer(
     except InvalidImage as exc:
         raise Invalid(_readable(exc)) from None
     except ModelNotFound as exc:
-        raise NotFound(_readable(exc)) from None
+        # Published (checked above) yet not loaded: Triton is starting or reloading its
+        # repository (about 3 s after a restart). Temporary, so 503, not 404.
+        raise Unavailable(
+            f"model {model!r} is published but not loaded in Triton yet; retry shortly "
+            f"({_readable(exc)})",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from None
     except TritonUnavailable as exc:
         # Under ``maskops serve`` the supervisor knows why ("Triton is starting", "Triton
         # exited with code -9, restarting in 2 s").
@@ -122,10 +129,12 @@ async def infer(
 
 
 def _check_image(index: int, data: bytes, settings: Settings) -> None:
-    """JPEG or PNG (415), and no more pixels than the limit (413), from the header only:
-    decoding a huge image is what the limit guards against."""
+    """JPEG or PNG (415), no more pixels nor a longer side than the limits (413), no
+    narrower than the aspect limit (422), from the header only: decoding a huge image is
+    what the limits guard against. The whole image is given: a JPEG's frame header may
+    follow any amount of metadata (ICC profiles of several 64 KiB segments)."""
     try:
-        header = read_header(data[:HEADER_BYTES])
+        header = read_header(data)
     except UnsupportedFormat as exc:
         raise UnsupportedMedia(f"image {index}: {exc}") from None
     except ImageError as exc:
@@ -134,6 +143,17 @@ def _check_image(index: int, data: bytes, settings: Settings) -> None:
         raise TooLarge(
             f"image {index}: {header.width} x {header.height} pixels is above the limit "
             f"of {settings.max_infer_image_pixels} pixels"
+        )
+    long_side, short_side = max(header.width, header.height), min(header.width, header.height)
+    if long_side > settings.max_infer_image_aspect * short_side:
+        raise Invalid(
+            f"image {index}: {header.width} x {header.height} pixels: an aspect ratio above "
+            f"the limit of {settings.max_infer_image_aspect:g}:1"
+        )
+    if long_side > settings.max_infer_image_side:
+        raise TooLarge(
+            f"image {index}: {header.width} x {header.height} pixels: a side above the limit "
+            f"of {settings.max_infer_image_side} pixels"
         )
 
 

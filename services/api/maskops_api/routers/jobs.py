@@ -262,6 +262,8 @@ def download_artifact(
     job_id: JobId, path: str, session: SessionDep, settings: SettingsDep
 ) -> FileResponse:
     service.get_job(session, job_id)
+    if "\x00" in path:  # no file name holds one (the OS refuses to look it up)
+        raise NotFound(f"job {job_id} has no artifact {path!r}")
     root = (settings.jobs_dir / str(job_id)).resolve()
     target = (root / path).resolve()
     if not target.is_relative_to(root) or not target.is_file():

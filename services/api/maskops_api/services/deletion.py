@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from maskops_core.db.models import (
     JobMetric,
     PublishedModel,
 )
+from maskops_core.paths import remove_tree
 from maskops_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -248,7 +248,7 @@ def _mentioned_elsewhere(session: Session, dataset_id: int, upload: str) -> bool
 def _remove(root: Path, folders: Iterable[Path]) -> None:
     for folder in folders:
         try:
-            shutil.rmtree(folder)
+            remove_tree(folder)
         except FileNotFoundError:
             continue
         except OSError as exc:

@@ -9,7 +9,13 @@ from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import NotFound
 from maskops_api.schemas import ExperimentCreate, ExperimentOut, ExperimentUpdate
 from maskops_api.services import idempotency
-from maskops_api.specs import check_limits, check_paths, spec_from_json, spec_from_text
+from maskops_api.specs import (
+    check_limits,
+    check_paths,
+    check_trackers,
+    spec_from_json,
+    spec_from_text,
+)
 from maskops_core.db.models import Dataset, Experiment, ExperimentVersion, utcnow
 from maskops_core.settings import Settings
 
@@ -25,6 +31,7 @@ def _parse(
         parsed, source = spec_from_json(dict(spec)), "spec"
     check_limits(parsed, source=source)
     check_paths(parsed, source=source, allowed_dirs=settings.pretrained_dirs)
+    check_trackers(parsed, source=source, allowed=settings.trackers)
     return parsed
 
 

@@ -37,12 +37,18 @@ def find_token(session: Session, secret: str, *, now: datetime | None = None) ->
     row = session.scalars(
         select(ApiToken).where(ApiToken.token_hash == hash_token(secret))
     ).one_or_none()
-    if row is None or row.revoked_at is not None:
-        return None
-    now = now or utcnow()
-    if row.expires_at is not None and row.expires_at <= now:
+    if row is None or token_state(row, now=now) != "active":
         return None
     return row
+
+
+def token_state(row: ApiToken, *, now: datetime | None = None) -> str:
+    """``revoked``, ``expired`` or ``active``: only an active token is accepted."""
+    if row.revoked_at is not None:
+        return "revoked"
+    if row.expires_at is not None and row.expires_at <= (now or utcnow()):
+        return "expired"
+    return "active"
 
 
 def revoke_secret(session: Session, secret: str) -> bool:

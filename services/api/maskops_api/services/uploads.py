@@ -1,7 +1,9 @@
 """Safe extraction of an uploaded dataset archive (zip or tar, optionally compressed).
 
 Rejected: members with absolute paths or ``..``, links of any kind, devices, more than
-``MAX_MEMBERS`` members, and archive bombs of every format. The bytes written are counted
+``MAX_MEMBERS`` members, paths deeper than ``MAX_DEPTH`` folders or longer than
+``MAX_PATH_BYTES`` (a 1,100-level tree overflowed Python's recursion in every tool that
+walks it), and archive bombs of every format. The bytes written are counted
 as they are written (never trusted from headers) against one budget: ``max_bytes`` in
 total, and at most ``max_ratio`` times the archive's own size (a few KB of bzip2 can
 expand to gigabytes of zeros), with ``RATIO_FLOOR`` as the least any archive may expand
@@ -12,7 +14,7 @@ rejection, so nothing of a refused archive stays on disk.
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 import stat
 import tarfile
 import zipfile
@@ -20,8 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from maskops_core.paths import DISK_FULL_ERRNOS, remove_tree
+
 MAX_MEMBERS = 200_000
 MAX_RATIO = 200
+MAX_DEPTH = 32
+"""Folders a member may be nested in (COCO layouts need three or four)."""
+MAX_PATH_BYTES = 1024
+"""A member's path, UTF-8 (Linux allows 4096 for the whole path under the data root)."""
 RATIO_FLOOR = 1024 * 1024
 """Small archives may always expand to this much (a tiny zip of one COCO JSON compresses
 better than ``MAX_RATIO`` without being a bomb)."""
@@ -65,6 +73,11 @@ def _safe_name(name: str) -> PurePosixPath:
         or (path.parts and ":" in path.parts[0])
     ):
         raise UnsafeArchive(f"member {name!r}: path leaves the archive")
+    if len(path.parts) > MAX_DEPTH or len(name.encode()) > MAX_PATH_BYTES:
+        raise UnsafeArchive(
+            f"member {name[:80]!r}...: path deeper than {MAX_DEPTH} folders or longer than "
+            f"{MAX_PATH_BYTES} bytes"
+        )
     return path
 
 
@@ -130,14 +143,18 @@ def extract_archive(
         else:
             raise UnsafeArchive("the upload is not a zip or tar archive")
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError) as exc:
-        shutil.rmtree(dest, ignore_errors=True)
-        if isinstance(exc, UnsafeArchive):
-            raise
+        with contextlib.suppress(OSError):
+            remove_tree(dest)
+        if isinstance(exc, UnsafeArchive) or (
+            isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+        ):
+            raise  # a full disk is the server's problem, not a corrupt archive (507)
         # lzma/zlib errors are ValueError/OSError subclasses; an OSError's text may name a
         # server path, its strerror does not.
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UnsafeArchive(f"corrupt archive: {reason}") from None
     except BaseException:
         # Whatever stopped the extraction, nothing of a refused archive stays on disk.
-        shutil.rmtree(dest, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(dest)
         raise

@@ -19,8 +19,12 @@ Annotation kinds (values: annotation ids):
     missing_image       ``image_id`` has no entry in ``images``: dropped (reported under
                         that image id)
 Image kinds (values: short details):
+    unsafe_path         ``file_name`` absolute, with ``..``, or leading out of the image
+                        directory through a link: image skipped, never opened (what is
+                        outside is neither read nor reported on)
     missing_file        not on disk: image skipped
-    unreadable          not decodable, or truncated: image skipped
+    unreadable          not a regular file, larger than ``MAX_IMAGE_FILE_BYTES``, not
+                        decodable, or truncated: image skipped
     exif_rotated        EXIF orientation applied, image stored upright
     color_mode          grayscale/CMYK/alpha/palette image converted to RGB (alpha is
                         composited over black)
@@ -35,9 +39,11 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -58,6 +64,7 @@ ANNOTATION_KINDS = (
 )
 IMAGE_KINDS = (
     "error",
+    "unsafe_path",
     "missing_file",
     "unreadable",
     "exif_rotated",
@@ -70,6 +77,8 @@ WARNING_KINDS = ANNOTATION_KINDS + IMAGE_KINDS
 _BOX_TOLERANCE = 0.01
 """Pixels a box may exceed the image by before it counts as out of bounds (float noise)."""
 _MASK_TOLERANCE = 1.0
+MAX_IMAGE_FILE_BYTES = 256 * 1024**2
+"""The largest image file read (a 100 MP 16-bit PNG is about this size)."""
 _EXIF_ORIENTATION = 0x0112
 _JPEG_QUALITY = 95
 
@@ -110,15 +119,10 @@ def process_image(
         The outcome; ``record`` is None when the image itself is unusable.
     """
     outcome = ImageOutcome(image.id)
-    path = image_dir / image.file_name
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        outcome.note("missing_file", image.file_name)
-        outcome.dropped_annotations = len(annotations)
-        return outcome
-    except OSError as exc:
-        outcome.note("unreadable", f"{image.file_name}: {exc.strerror or exc}")
+        data = read_image_file(image_dir, image.file_name)
+    except SkippedImage as exc:
+        outcome.note(exc.kind, exc.detail)
         outcome.dropped_annotations = len(annotations)
         return outcome
     try:
@@ -155,6 +159,58 @@ def process_image(
         "annotations": records,
     }
     return outcome
+
+
+class SkippedImage(Exception):
+    """An image file not read: its finding's kind and detail."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind, self.detail = kind, detail
+
+
+def read_image_file(image_dir: Path, file_name: str) -> bytes:
+    """The bytes of ``image_dir / file_name``, a regular file inside ``image_dir`` of at
+    most :data:`MAX_IMAGE_FILE_BYTES`; raises :class:`SkippedImage` (``unsafe_path``,
+    ``missing_file``, ``unreadable``).
+
+    A name that leaves the directory is refused before anything is opened or even looked
+    up, so the finding is the same whether the target exists or not (annotation files
+    come from clients: ``/etc/hostname`` or ``../../x`` must neither be read nor probed).
+    """
+    name = PurePosixPath(file_name.replace("\\", "/"))
+    if (
+        "\x00" in file_name
+        or name.is_absolute()
+        or ".." in name.parts
+        or (name.parts and ":" in name.parts[0])
+    ):
+        raise SkippedImage("unsafe_path", file_name)
+    path = image_dir / file_name
+    try:
+        inside = path.resolve().is_relative_to(image_dir.resolve())
+    except (OSError, RuntimeError) as exc:  # a link loop
+        raise SkippedImage("unreadable", f"{file_name}: {exc}") from None
+    if not inside:
+        raise SkippedImage("unsafe_path", file_name)
+    try:
+        # Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise SkippedImage("missing_file", file_name) from None
+    except OSError as exc:
+        raise SkippedImage("unreadable", f"{file_name}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as source:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SkippedImage("unreadable", f"{file_name}: not a regular file")
+        # Read up to the limit only: the size may grow while reading.
+        data = b"" if info.st_size > MAX_IMAGE_FILE_BYTES else source.read(MAX_IMAGE_FILE_BYTES + 1)
+    if info.st_size > MAX_IMAGE_FILE_BYTES or len(data) > MAX_IMAGE_FILE_BYTES:
+        raise SkippedImage(
+            "unreadable", f"{file_name}: larger than the limit of {MAX_IMAGE_FILE_BYTES} bytes"
+        )
+    return data
 
 
 def _is_jpeg(data: bytes) -> bool:

@@ -56,16 +56,8 @@ RunEndFn = Callable[[], RunEnd]
 
 
 def enabled_trackers(spec: ExperimentSpec) -> list[str]:
-    """The spec blocks whose tracker is on: ``wandb_config`` when enabled and not in
-    DISABLED mode; ``clearml_config`` and ``mlflow_config`` whenever the block is written."""
-    names = []
-    if spec.wandb_config is not None and spec.wandb_config.active:
-        names.append("wandb_config")
-    if spec.clearml_config is not None:
-        names.append("clearml_config")
-    if spec.mlflow_config is not None:
-        names.append("mlflow_config")
-    return names
+    """The spec blocks whose tracker is on (:attr:`ExperimentSpec.enabled_trackers`)."""
+    return spec.enabled_trackers
 
 
 def check_trackers(spec: ExperimentSpec) -> None:

@@ -588,6 +588,20 @@ class ExperimentSpec(_SpecModel):
         return self
 
     @property
+    def enabled_trackers(self) -> list[str]:
+        """The spec blocks whose tracker is on: ``wandb_config`` when enabled and not in
+        DISABLED mode; ``clearml_config`` and ``mlflow_config`` whenever the block is
+        written."""
+        names = []
+        if self.wandb_config is not None and self.wandb_config.active:
+            names.append("wandb_config")
+        if self.clearml_config is not None:
+            names.append("clearml_config")
+        if self.mlflow_config is not None:
+            names.append("mlflow_config")
+        return names
+
+    @property
     def resolved_total_steps(self) -> int:
         """Steps to train: ``num_epochs * num_examples_per_epoch // train_batch_size`` when
         num_epochs is set (as TAO does, it wins over total_steps), else ``total_steps``."""

@@ -14,10 +14,12 @@ tests/unit/serving/test_serving_ops_parity.py):
   bilinear kernel (``F.interpolate(..., antialias=True)`` on uint8, itself Pillow's
   algorithm with int16 fixed-point weights) re-done in integer numpy, so it is bit-exact,
   where ``PIL.Image.resize`` (22-bit weights) differs by one grey level on ~3% of pixels.
-  One exception: a JPEG much larger than the model's input is decoded reduced (see
-  :data:`DRAFT_MARGIN`), within a few grey levels of the engine's full decode and in a
-  fraction of its time and memory (a 17 MP photo for a 128 px model: 0.1 s and +3 MB
-  instead of 3.7 s and +230 MB).
+  One exception: an image much larger than the model's input is reduced before resizing
+  (JPEGs decoded reduced, :data:`DRAFT_MARGIN`; then any image box-averaged by whole
+  factors, :data:`REDUCE_MARGIN`), within a few grey levels of the engine's full-size
+  resize and in a fraction of its time and memory (a 17 MP photo for a 128 px model:
+  0.1 s and +3 MB instead of 3.7 s and +230 MB); preprocessing then costs in proportion
+  to the output, not to the input's sides.
 - :func:`detections_to_coco` = ``maskops.evaluation.postprocess.detections_to_coco`` plus
   the ``category_name`` the API adds. The mask paste reproduces torch's float32 bilinear
   ``F.interpolate`` including where the compiled kernel fuses multiply-adds; the few values
@@ -73,6 +75,13 @@ many times the size it is resized to: the antialiased resize then still averages
 2 x 2 decoded pixels per output pixel, which keeps the result within a few grey levels of
 resizing the full decode (tests/unit/serving/test_serving_ops_parity.py)."""
 
+REDUCE_MARGIN = 4
+"""Decoded images are box-averaged by whole factors only down to this many times the size
+they are resized to (:func:`_reduce`): the antialiased resize then still sees at least
+4 x 4 pixels per output pixel (within 5 grey levels, 0.25 on average, of resizing the full
+image on noise; 2 x 2 gave 7)."""
+
+_EXIF_ORIENTATION = 0x0112
 _TRANSPOSED_ORIENTATIONS = frozenset({5, 6, 7, 8})
 """EXIF orientations that swap width and height."""
 
@@ -88,7 +97,8 @@ def load_rgb(
     Args:
         fit: the (H, W) the image will be resized to fit. A JPEG at least twice
             ``DRAFT_MARGIN`` times larger is decoded reduced (Pillow's ``draft``): a 50 MP
-            photo for a 512 px model never exists in memory at full size.
+            photo for a 512 px model never exists in memory at full size; any image still
+            ``REDUCE_MARGIN`` times larger is then box-reduced (:func:`_reduce`).
 
     Returns:
         (the RGB array, possibly reduced; the upright image's full (height, width)).
@@ -109,8 +119,13 @@ def load_rgb(
                 if fit is not None:
                     _draft(image, full_hw, fit)
                 image.load()
-                upright = ImageOps.exif_transpose(image)
-                return np.asarray(_to_rgb(upright), dtype=np.uint8), full_hw
+                turned: Image.Image = image
+                if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
+                    turned = ImageOps.exif_transpose(image)  # a copy: only when it turns
+                upright = _to_rgb(turned)
+                if fit is not None:
+                    upright = _reduce(upright, full_hw, fit)
+                return np.asarray(upright, dtype=np.uint8), full_hw
     except ImageDecodeError:
         raise
     except (
@@ -125,7 +140,7 @@ def load_rgb(
 
 def _upright_hw(image: Image.Image) -> tuple[int, int]:
     width, height = image.size
-    if image.getexif().get(0x0112) in _TRANSPOSED_ORIENTATIONS:
+    if image.getexif().get(_EXIF_ORIENTATION) in _TRANSPOSED_ORIENTATIONS:
         width, height = height, width
     return height, width
 
@@ -138,6 +153,20 @@ def _draft(image: Image.Image, full_hw: tuple[int, int], fit: tuple[int, int]) -
     if image.size != (full_hw[1], full_hw[0]):  # stored sideways: EXIF rotates it
         wanted = (wanted[1], wanted[0])
     image.draft(None, wanted)
+
+
+def _reduce(image: Image.Image, full_hw: tuple[int, int], fit: tuple[int, int]) -> Image.Image:
+    """Box-average by whole factors, per axis, down to no less than ``REDUCE_MARGIN`` times
+    the resized size: what ``draft`` does for JPEGs, for every image (PNG, and JPEGs past
+    libjpeg's 1/8). The antialiased resize after it then costs in proportion to the output
+    (a 7000 x 7000 PNG for a 512 px model: 17 s without, well under a second with; a
+    1 x 50,000,000 PNG: its weights alone took 1.8 GB)."""
+    new_h, new_w = resized_hw(*full_hw, fit)
+    factor_x = max(1, image.width // (REDUCE_MARGIN * new_w))
+    factor_y = max(1, image.height // (REDUCE_MARGIN * new_h))
+    if factor_x == factor_y == 1:
+        return image
+    return image.reduce((factor_x, factor_y))
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
