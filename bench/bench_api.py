@@ -100,12 +100,14 @@ class KeepAliveConnection:
     async def open(cls, host: str, port: int, token: str | None = None) -> KeepAliveConnection:
         """A connection whose every request carries ``token`` as its bearer token, if any."""
         reader, writer = await asyncio.open_connection(host, port)
-        headers = f"Authorization: Bearer {token}\r\n" if token else ""
+        # The API serves only its own names (a browser's DNS-rebinding guard).
+        headers = f"Host: {host}:{port}\r\n"
+        headers += f"Authorization: Bearer {token}\r\n" if token else ""
         return cls(reader, writer, headers)
 
     async def get(self, path: str) -> int:
         """GET ``path``; the response status (the body is read and dropped)."""
-        request = f"GET {path} HTTP/1.1\r\nHost: bench\r\n{self.headers}\r\n"
+        request = f"GET {path} HTTP/1.1\r\n{self.headers}\r\n"
         self.writer.write(request.encode())
         head = await self.reader.readuntil(b"\r\n\r\n")
         lowered = head.lower()

@@ -179,12 +179,15 @@ def runtime_closure(roots: tuple[str, ...], *, stop: tuple[str, ...] = MACHINE_H
 
     environment = {"python_version": TARGET_PYTHON, "python_full_version": f"{TARGET_PYTHON}.0"}
     seen: set[str] = set()
+    visited: set[tuple[str, frozenset[str]]] = set()  # an extra may name another of its own
     todo = [Requirement(root) for root in roots]
     while todo:
         requirement = todo.pop()
         name = normalize(requirement.name)
-        if name in seen or name.startswith("nvidia-"):
+        key = (name, frozenset(requirement.extras))
+        if key in visited or name.startswith("nvidia-"):
             continue
+        visited.add(key)
         seen.add(name)
         if name in stop:
             continue

@@ -80,7 +80,7 @@ def test_two_stacks_on_one_redis_run_only_their_own_jobs(redis_url: str, tmp_pat
         with (
             _worker(second, tmp_path / "b.log"),
             _worker(first, tmp_path / "a.log"),
-            TestClient(create_app(first)) as client,
+            TestClient(create_app(first), base_url="http://localhost") as client,
         ):
             for index in range(DATASETS):
                 created = client.post("/datasets", json={**BODY, "name": f"d{index}"})

@@ -232,7 +232,9 @@ def test_a_pool_timeout_is_a_503_with_retry_after(settings: Settings) -> None:
     tight = settings.model_copy(
         update={"database_pool_size": 1, "database_max_overflow": 0, "database_pool_timeout_s": 0.2}
     )
-    with TestClient(create_app(tight, dispatcher=RecordingDispatcher())) as client:
+    with TestClient(
+        create_app(tight, dispatcher=RecordingDispatcher()), base_url="http://localhost"
+    ) as client:
         engine = client.app.state.session_factory.kw["bind"]  # type: ignore[attr-defined]
         with engine.connect():  # the pool's only connection, held
             response = client.get("/experiments")
