@@ -249,48 +249,25 @@ def _train_rank(
     tuning: DeviceTuning = DeviceTuning(),
     timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
+    """One rank's run: its log file attached, ``tuning`` resolved for its device, and
+    cuDNN's benchmark flag (the process's) set for the run and restored after it."""
     file_handler: logging.Handler | None = None
     if info.is_main and log_file is not None:
         file_handler = logging.FileHandler(log_file)
         file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(file_handler)
         logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
-    try:
-        return _train_rank_inner(
-            info,
-            spec,
-            results_dir,
-            extra_hooks,
-            eval_fn,
-            log_every,
-            tuning.resolve(info.device),
-            timeouts,
-        )
-    finally:
-        if file_handler is not None:
-            logger.removeHandler(file_handler)
-            file_handler.close()
-
-
-def _train_rank_inner(
-    info: RankInfo,
-    spec: ExperimentSpec,
-    results_dir: Path,
-    extra_hooks: Sequence[HookBase],
-    eval_fn: EvalFn | None,
-    log_every: int,
-    tuning: DeviceTuning,
-    timeouts: GroupTimeouts,
-) -> TrainResult | None:
-    """One rank's run with ``tuning`` resolved; cuDNN's benchmark flag is the process's,
-    set for the run and restored after it."""
-    previous = torch.backends.cudnn.benchmark
+    tuning = tuning.resolve(info.device)
+    previous_benchmark = torch.backends.cudnn.benchmark
     if info.device.type == "cuda":
         torch.backends.cudnn.benchmark = bool(tuning.cudnn_benchmark)
     try:
         return _train(info, spec, results_dir, extra_hooks, eval_fn, log_every, tuning, timeouts)
     finally:
-        torch.backends.cudnn.benchmark = previous
+        torch.backends.cudnn.benchmark = previous_benchmark
+        if file_handler is not None:
+            logger.removeHandler(file_handler)
+            file_handler.close()
 
 
 def _train(
