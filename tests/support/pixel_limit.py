@@ -9,19 +9,22 @@ from pathlib import Path
 from PIL import Image
 
 from maskops.serving import publish
+from maskops.serving.protocol import ImageLimits
 from maskops_core.settings import Settings
 from tests.support.fake_export import fake_onnx_export
 
 LIMIT: int = Settings.model_fields["max_infer_image_pixels"].default
 """The API's default limit (MASKOPS_MAX_INFER_IMAGE_PIXELS)."""
+LIMITS = ImageLimits(**Settings().infer_image_limits)
+"""The API's default limits (MASKOPS_MAX_INFER_IMAGE_*), as the worker publishes them."""
 NAME = "m"
 
 
 def publish_limited(tmp_path: Path) -> Path:
-    """A repository holding ``NAME`` version 1, published with ``LIMIT``."""
+    """A repository holding ``NAME`` version 1, published with ``LIMITS``."""
     export = fake_onnx_export(tmp_path / "m.onnx", 1, data_type="fp32", max_batch_size=1)
     repository = tmp_path / "repository"
-    publish(export, repository, NAME, max_image_pixels=LIMIT)
+    publish(export, repository, NAME, image_limits=LIMITS)
     return repository
 
 

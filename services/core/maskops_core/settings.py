@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,6 +15,14 @@ Tracker = Literal["mlflow", "wandb", "clearml"]
 
 def _default_trackers() -> list[Tracker]:
     return ["mlflow"]
+
+
+class InferImageLimits(TypedDict):
+    """Keyword arguments of ``maskops.serving.protocol.ImageLimits`` (see there)."""
+
+    max_image_pixels: int
+    max_image_side: int
+    max_image_aspect: float
 
 
 class Settings(BaseSettings):
@@ -169,6 +177,17 @@ class Settings(BaseSettings):
             if not host or not port.isdigit():
                 raise ValueError(f"{entry!r} is not host:port")
         return ",".join(entries)
+
+    @property
+    def infer_image_limits(self) -> InferImageLimits:
+        """The ``/infer`` image limits as keyword arguments of
+        ``maskops.serving.protocol.ImageLimits``: the API checks them, and publish writes
+        them for the preprocess model, which clients may call directly."""
+        return InferImageLimits(
+            max_image_pixels=self.max_infer_image_pixels,
+            max_image_side=self.max_infer_image_side,
+            max_image_aspect=self.max_infer_image_aspect,
+        )
 
     @property
     def triton_endpoints(self) -> list[str]:

@@ -466,6 +466,7 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     serves again on every replica, and the job fails saying why, replica by replica.
     """
     from maskops.serving import PublishError
+    from maskops.serving.protocol import ImageLimits
     from maskops.serving.rollout import RolloutFailed, publish_and_roll_out
 
     job, settings = ctx.job, ctx.settings
@@ -485,8 +486,8 @@ def publish(ctx: JobContext) -> dict[str, Any]:
             replicas,
             log=lambda line: _append(ctx, line),
             **_network_options(ctx),
-            # The API's limit, so that Triton called directly refuses what /infer does.
-            max_image_pixels=settings.max_infer_image_pixels,
+            # The API's limits, so that Triton called directly refuses what /infer does.
+            image_limits=ImageLimits(**settings.infer_image_limits),
         )
     except PublishError as exc:
         raise JobInputError(f"publish {name!r}: {exc}") from None

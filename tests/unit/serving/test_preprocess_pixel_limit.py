@@ -1,7 +1,7 @@
-"""The preprocess model's own pixel limit: publish writes the API's limit
-into its settings.json, and the model refuses a larger image from its header, before any
-decoding, with a per-request error the client reads as an invalid image. The model runs
-here under a stand-in for Triton's python stub module."""
+"""The preprocess model's own image limits: publish writes the API's limits (pixels, side,
+aspect) into its settings.json, and the model refuses a larger image from its header,
+before any decoding, with a per-request error the client reads as an invalid image. The
+model runs here under a stand-in for Triton's python stub module."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import pytest
 
 from maskops.serving import EnsembleNames
 from maskops.serving.client import InvalidImage, _translate
-from tests.support.pixel_limit import LIMIT, NAME, png, publish_limited
+from maskops.serving.protocol import ImageLimits
+from tests.support.pixel_limit import LIMIT, LIMITS, NAME, png, publish_limited
 
 
 class _Error(Exception):
@@ -79,6 +80,7 @@ def test_publish_writes_the_limit_for_the_preprocess_model(repository: Path) -> 
     names = EnsembleNames(NAME)
     written = json.loads((repository / names.preprocess / "1" / "settings.json").read_text())
     assert written["max_image_pixels"] == LIMIT
+    assert {key: written[key] for key in LIMITS.as_settings()} == LIMITS.as_settings()
     assert "max_image_pixels" not in json.loads(
         (repository / names.net / "1" / "settings.json").read_text()
     )
@@ -108,6 +110,42 @@ def test_images_within_the_limit_are_prepared(preprocess: Any) -> None:
 
 
 def test_a_version_published_without_a_limit_decodes_as_before(preprocess: Any) -> None:
-    preprocess.max_pixels = None  # what initialize reads from an older settings.json
+    preprocess.limits = type(preprocess.limits)()  # an older settings.json: no limits
     [response] = preprocess.execute([_request(b"not an image")])
     assert "unreadable image" in str(response.error)
+
+
+def test_a_thin_png_is_refused_by_its_aspect_before_any_resize(preprocess: Any) -> None:
+    """1 x 50,000,000 (69 bytes, within the pixel limit): its resize weights once took
+    Triton 65 s and 1.8 GB."""
+    thin = png(50_000_000, 1, mode="1")
+    started = time.monotonic()
+    [response] = preprocess.execute([_request(thin)])
+    assert time.monotonic() - started < 1.0
+    assert str(response.error) == (
+        "image 0: 50000000 x 1 pixels: an aspect ratio above this model's limit of "
+        f"{LIMITS.max_image_aspect:g}:1"
+    )
+
+
+def test_a_side_beyond_the_limit_is_refused(preprocess: Any) -> None:
+    assert LIMITS.max_image_side is not None
+    side = LIMITS.max_image_side + 1
+    [response] = preprocess.execute([_request(png(side, side // 19, mode="1"))])
+    assert f"a side above this model's limit of {LIMITS.max_image_side} pixels" in str(
+        response.error
+    )
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [ImageLimits(), ImageLimits(100, 50, 3.0), ImageLimits(max_image_aspect=1.5)],
+    ids=["none", "all", "aspect"],
+)
+def test_the_model_judges_shapes_as_the_api_does(preprocess: Any, limits: ImageLimits) -> None:
+    """The model's copy of ``protocol.ImageLimits`` (it cannot import maskops) reads the
+    same settings keys and refuses the same shapes for the same reasons."""
+    model_limits = type(preprocess.limits).from_settings(limits.as_settings())
+    for width in (1, 2, 5, 9, 10, 11, 30, 49, 50, 51, 200):
+        for height in (1, 3, 10, 40, 51):
+            assert model_limits.refusal(width, height) == limits.refusal(width, height)

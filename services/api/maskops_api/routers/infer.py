@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops.serving.protocol import ImageLimits
 from maskops_api.deps import FactoryDep, ReadAccess, SettingsDep
 from maskops_api.errors import ERROR_RESPONSES, ApiError, Invalid, NotFound, TooLarge
 from maskops_api.images import ImageError, UnsupportedFormat, read_header
@@ -139,22 +140,10 @@ def _check_image(index: int, data: bytes, settings: Settings) -> None:
         raise UnsupportedMedia(f"image {index}: {exc}") from None
     except ImageError as exc:
         raise Invalid(f"image {index}: {exc}") from None
-    if header.pixels > settings.max_infer_image_pixels:
-        raise TooLarge(
-            f"image {index}: {header.width} x {header.height} pixels is above the limit "
-            f"of {settings.max_infer_image_pixels} pixels"
-        )
-    long_side, short_side = max(header.width, header.height), min(header.width, header.height)
-    if long_side > settings.max_infer_image_aspect * short_side:
-        raise Invalid(
-            f"image {index}: {header.width} x {header.height} pixels: an aspect ratio above "
-            f"the limit of {settings.max_infer_image_aspect:g}:1"
-        )
-    if long_side > settings.max_infer_image_side:
-        raise TooLarge(
-            f"image {index}: {header.width} x {header.height} pixels: a side above the limit "
-            f"of {settings.max_infer_image_side} pixels"
-        )
+    refusal = ImageLimits(**settings.infer_image_limits).refusal(header.width, header.height)
+    if refusal is not None:
+        limit, why = refusal
+        raise (Invalid if limit == "aspect" else TooLarge)(f"image {index}: {why}")
 
 
 def _is_published(factory: sessionmaker[Session], name: str, version: str) -> bool:

@@ -64,12 +64,15 @@ def register(subparsers: Any) -> None:
         "engine cache of --device gpu (default: --repository)",
     )
     parser.add_argument("--max_batch_size", type=int, default=None)
-    parser.add_argument(
-        "--max_image_pixels",
-        type=int,
-        default=None,
-        help="the preprocess model refuses larger images before decoding them (as "
-        "MASKOPS_MAX_INFER_IMAGE_PIXELS does for /infer; default: Pillow's own limit)",
+    limits = parser.add_argument_group(
+        "image limits",
+        "the preprocess model refuses larger images from their header, before decoding "
+        "them, as MASKOPS_MAX_INFER_IMAGE_* do for /infer (default: Pillow's own limit)",
+    )
+    limits.add_argument("--max_image_pixels", type=int, default=None)
+    limits.add_argument("--max_image_side", type=int, default=None, help="longest side")
+    limits.add_argument(
+        "--max_image_aspect", type=float, default=None, help="long side / short side"
     )
     parser.add_argument(
         "--triton_url",
@@ -84,6 +87,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from maskops.serving import PublishError
     from maskops.serving.placement import Placement, parse_gpus
+    from maskops.serving.protocol import ImageLimits
     from maskops.serving.rollout import RolloutFailed, publish_and_roll_out
 
     try:
@@ -102,7 +106,11 @@ def run(args: argparse.Namespace) -> int:
             triton_repository=args.triton_repository,
             triton_tensorrt_version=args.triton_tensorrt_version,
             max_batch_size=args.max_batch_size,
-            max_image_pixels=args.max_image_pixels,
+            image_limits=ImageLimits(
+                max_image_pixels=args.max_image_pixels,
+                max_image_side=args.max_image_side,
+                max_image_aspect=args.max_image_aspect,
+            ),
         )
     except (PublishError, RolloutFailed) as exc:
         raise CLIError(str(exc)) from None

@@ -7,11 +7,14 @@ most), so they hold the ensemble's contract:
 - the tensor names of the ensemble and of its parts;
 - the Triton model names of a published model (:class:`EnsembleNames`) and the rule a
   user's model name follows (:func:`check_model_name`);
-- the ``detections_json`` answer (:func:`encode_detections`, :func:`decode_detections`).
+- the ``detections_json`` answer (:func:`encode_detections`, :func:`decode_detections`);
+- the largest image a served model decodes (:class:`ImageLimits`), which ``/infer``
+  checks and the preprocess model checks again for clients that call Triton directly.
 
 The served python models cannot import maskops (the Triton image has only numpy, Pillow,
 pycocotools and onnxruntime): their own copy of the tensor names lives in
-``triton_models/maskops_serving_ops.py`` and a unit test checks the two agree.
+``triton_models/maskops_serving_ops.py``, that of :class:`ImageLimits` in
+``triton_models/preprocess/model.py``, and unit tests check the copies agree.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 # The ensemble's interface (what clients send and receive).
 IMAGE_BYTES = "image_bytes"
@@ -123,3 +126,37 @@ def decode_detections(data: bytes | str) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise ValueError("expected a JSON list of COCO results")
     return value
+
+
+ImageLimit = Literal["pixels", "aspect", "side"]
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """The largest image a served model decodes, judged from its header: pixels, ratio of
+    the long side to the short one, longest side (None: no limit). The field names are
+    the keys of the preprocess model's settings.json."""
+
+    max_image_pixels: int | None = None
+    max_image_side: int | None = None
+    max_image_aspect: float | None = None
+
+    def as_settings(self) -> dict[str, int | float]:
+        """The limits set, as the preprocess model's settings.json holds them."""
+        return {key: value for key, value in vars(self).items() if value is not None}
+
+    def refusal(
+        self, width: int, height: int, *, limit: str = "the limit"
+    ) -> tuple[ImageLimit, str] | None:
+        """Which limit a ``width`` x ``height`` image breaks and why, or None (pixels
+        first, then aspect, then side)."""
+        size = f"{width} x {height} pixels"
+        long_side, short_side = max(width, height), min(width, height)
+        if self.max_image_pixels is not None and width * height > self.max_image_pixels:
+            return "pixels", f"{size} is above {limit} of {self.max_image_pixels} pixels"
+        if self.max_image_aspect is not None and long_side > self.max_image_aspect * short_side:
+            why = f"{size}: an aspect ratio above {limit} of {self.max_image_aspect:g}:1"
+            return "aspect", why
+        if self.max_image_side is not None and long_side > self.max_image_side:
+            return "side", f"{size}: a side above {limit} of {self.max_image_side} pixels"
+        return None

@@ -79,6 +79,7 @@ from maskops.serving.protocol import (
     SCALE,
     SCORE_THRESHOLD,
     EnsembleNames,
+    ImageLimits,
     InvalidModelName,
     check_model_name,
 )
@@ -499,11 +500,11 @@ def _version_files(
     return files
 
 
-def _limit_pixels(preprocess: dict[str, Content], max_image_pixels: int) -> None:
-    """Add the pixel limit to the preprocess model's settings.json (its ``initialize``
-    reads ``max_image_pixels``)."""
+def _limit_images(preprocess: dict[str, Content], limits: ImageLimits) -> None:
+    """Add the image limits to the preprocess model's settings.json (its ``initialize``
+    reads them)."""
     settings = json.loads(str(preprocess["settings.json"]))
-    preprocess["settings.json"] = json.dumps(settings | {"max_image_pixels": max_image_pixels})
+    preprocess["settings.json"] = json.dumps(settings | limits.as_settings())
 
 
 @dataclass(frozen=True)
@@ -575,7 +576,7 @@ def publish(
     triton_repository: str | None = None,
     max_batch_size: int | None = None,
     instances: int = 1,
-    max_image_pixels: int | None = None,
+    image_limits: ImageLimits | None = None,
     activate: Callable[[int], None] | None = None,
 ) -> int:
     """Add the export as a new version of ``name`` in ``repository``; return the version.
@@ -596,8 +597,8 @@ def publish(
             the TensorRT accelerator's engine cache lives; None: the same path.
         max_batch_size: Triton max_batch_size (default: the export's).
         instances: model instances per composing model (per GPU on GPUs).
-        max_image_pixels: the preprocess model refuses larger images from their header,
-            before decoding (the API's own limit: it may be called directly); None: none
+        image_limits: the preprocess model refuses larger images from their header,
+            before decoding (the API's own limits: it may be called directly); None: none
             but Pillow's.
         activate: called with the new version once it is written (to load it in Triton);
             if it raises, the publish is undone and the exception propagates.
@@ -654,8 +655,8 @@ def publish(
         | ({"engine": str(network.graph)} if network.backend == "tensorrt" else {})
     )
     files = _version_files(names, meta, network)
-    if max_image_pixels is not None:
-        _limit_pixels(files[names.preprocess], max_image_pixels)
+    if image_limits is not None:
+        _limit_images(files[names.preprocess], image_limits)
     _write_version(repository, names, version, files, configs, history, meta, activate)
     _remove_leftover_staging(repository, names)
     return version
