@@ -126,8 +126,7 @@ def _split_progress(ctx: JobContext, index: int, num_splits: int) -> Callable[[i
 
 
 def _append(ctx: JobContext, text: str) -> None:
-    with ctx.log_file.open("a", encoding="utf-8") as f:
-        f.write(text.rstrip("\n") + "\n")
+    ctx.job_log.write(text)
 
 
 def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> ExperimentSpec:
@@ -212,21 +211,22 @@ def _train_ranks(
     child process (the launcher the CLI uses), reporting rank 0's status file."""
     from maskops.engine.errors import RendezvousFailed
     from maskops.engine.launcher import train_under_torchrun
+    from maskops.engine.train import logger as training_logger
     from maskops.engine.train import run_training
     from maskops_worker.hooks import control_plane_hook, status_reporter
 
     if options.gpus == 1 and options.nodes == 1:
-        return run_training(
-            spec,
-            results_dir,
-            gpu_index=options.gpu_index,
-            log_file=ctx.log_file,
-            extra_hooks=[control_plane_hook(ctx, every_steps=spec.report_frequency)],
-        )
+        with ctx.job_log.engine_lines(training_logger):
+            return run_training(
+                spec,
+                results_dir,
+                gpu_index=options.gpu_index,
+                extra_hooks=[control_plane_hook(ctx, every_steps=spec.report_frequency)],
+            )
     plan = _rank_plan(ctx, options, endpoint=_lead_nodes(ctx, options), leads=True)
     # torchrun's own lines (a rank failed, the group restarts) and the ranks' logs all go
     # to the job's log.
-    with ctx.log_file.open("ab") as log:
+    with ctx.job_log.process_output() as log, ctx.job_log.engine_lines(training_logger):
         try:
             return train_under_torchrun(
                 spec,
@@ -285,7 +285,7 @@ def train_node(ctx: JobContext, endpoint: str) -> None:
     from maskops.engine.launcher import train_under_torchrun
 
     options = job_options(ctx, TrainOptions)
-    with ctx.log_file.open("ab") as log:
+    with ctx.job_log.process_output() as log:
         train_under_torchrun(
             job_spec(ctx),
             ctx.work_dir / "results",

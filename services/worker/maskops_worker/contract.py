@@ -11,6 +11,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from maskops_core import jobs as state
 from maskops_core.paths import relative_data_path
 from maskops_core.settings import Settings
+from maskops_worker.job_log import JobLog
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,11 @@ class JobContext:
     stop_event: threading.Event = field(default_factory=threading.Event)
     """Set when the job should stop at the next step (cancel requested, or lease lost)."""
     lease_lost: threading.Event = field(default_factory=threading.Event)
+
+    @cached_property
+    def job_log(self) -> JobLog:
+        """The job's log (``log_file``), which writes paths relative to the data root."""
+        return JobLog(self.log_file, self.settings.data_root)
 
     @property
     def cancel_requested(self) -> bool:

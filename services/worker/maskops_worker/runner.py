@@ -13,7 +13,6 @@ import socket
 import threading
 import traceback
 import uuid
-from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -101,7 +100,7 @@ def run_job(
         factory=factory,
         owner=owner,
     )
-    _append_log(ctx.log_file, f"attempt {job.attempts}: {job.action} started by {owner}")
+    ctx.job_log.write(f"attempt {job.attempts}: {job.action} started by {owner}")
     beat = _HeartbeatThread(ctx, settings.heartbeat_interval_s)
     beat.start()
     status, error, result = JobStatus.failed, None, None
@@ -117,14 +116,14 @@ def run_job(
         status, error = JobStatus.queued, relative_to_root(str(requeued), settings.data_root)
     except Exception as exc:
         error = relative_to_root(_one_line(exc), settings.data_root)
-        _append_log(ctx.log_file, relative_to_root(traceback.format_exc(), settings.data_root))
+        ctx.job_log.write(traceback.format_exc())
     finally:
         beat.done.set()
         beat.join()
     if ctx.lease_lost.is_set():
-        _append_log(ctx.log_file, f"attempt {job.attempts}: lease lost; another worker owns it")
+        ctx.job_log.write(f"attempt {job.attempts}: lease lost; another worker owns it")
         return "lease_lost"
-    _append_log(ctx.log_file, f"attempt {job.attempts}: {status}" + (f": {error}" if error else ""))
+    ctx.job_log.write(f"attempt {job.attempts}: {status}" + (f": {error}" if error else ""))
     if status == JobStatus.queued:
         kept = state.requeue(factory, job_id, owner=owner, reason=str(error))
     else:
@@ -137,11 +136,6 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, JobInputError):
         return message
     return f"{type(exc).__name__}: {message}"
-
-
-def _append_log(path: Path, line: str) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(line.rstrip("\n") + "\n")
 
 
 def run_node(job_id: int, attempt: int, endpoint: str, *, settings: Settings | None = None) -> str:
@@ -159,10 +153,10 @@ def run_node(job_id: int, attempt: int, endpoint: str, *, settings: Settings | N
         return "skipped"
     work_dir = state.job_dir(settings.data_root, job_id)
     ctx = JobContext(job, settings, work_dir, work_dir / "job.log", factory, owner=_owner())
-    _append_log(ctx.log_file, f"attempt {attempt}: a node joins on {socket.gethostname()}")
+    ctx.job_log.write(f"attempt {attempt}: a node joins on {socket.gethostname()}")
     try:
         train_node(ctx, endpoint)
     except Exception as exc:
-        _append_log(ctx.log_file, f"attempt {attempt}: the node on {ctx.owner} ended: {exc}")
+        ctx.job_log.write(f"attempt {attempt}: the node on {ctx.owner} ended: {exc}")
         return "failed"
     return "succeeded"

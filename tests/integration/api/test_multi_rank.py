@@ -68,7 +68,9 @@ def test_two_rank_job_cancels_resumes_and_ends_as_the_cli_run(
     assert job["status"] == "succeeded", logs
     assert job["attempts"] == 2 and job["progress"]["step"] == 6
     assert job["result"]["ranks"] == 2 and job["result"]["effective_batch"] == 4
-    assert f"resuming from {results}/model.step-{step}.pth" in logs
+    # The ranks' lines name paths relative to the data root, as every job log line does.
+    assert f"resuming from jobs/{job_id}/results/model.step-{step}.pth" in logs
+    assert str(clean_db.data_root.resolve()) not in logs
     assert "2 process(es) x batch 2 x accumulate 1 = 4 images per step" in logs
 
     # The CLI on the spec the ranks trained, uninterrupted: the same weights and losses.
