@@ -14,13 +14,16 @@ from maskops_core.actions import JobAction, stack_kwargs
 from maskops_core.broker import make_celery
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import transaction
+from maskops_core.identity import database_identity
 from maskops_core.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 class Dispatcher(Protocol):
-    def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None: ...
+    def send(self, *, action: str, job_id: int, queue: str, task_id: str, database: str) -> None:
+        """Send job ``job_id``'s message; ``database``: the identity of the database
+        holding the job (:mod:`maskops_core.identity`)."""
 
 
 class CeleryDispatcher:
@@ -33,11 +36,11 @@ class CeleryDispatcher:
         self.app.conf.broker_connection_timeout = 3
         self.app.conf.broker_connection_max_retries = 1
 
-    def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None:
+    def send(self, *, action: str, job_id: int, queue: str, task_id: str, database: str) -> None:
         self.app.send_task(
             JobAction.named(action).task_name,
             args=[job_id],
-            kwargs=stack_kwargs(self.stack_id),
+            kwargs=stack_kwargs(self.stack_id, database),
             queue=queue,
             task_id=task_id,
             retry=False,
@@ -51,8 +54,11 @@ def dispatch_job(factory: sessionmaker[Session], dispatcher: Dispatcher, job: Jo
     """Send a message for a queued job and record it; False if the broker refused."""
     attempt = job.dispatch_count + 1
     task_id = f"maskops-job-{job.id}-{attempt}"
+    database = database_identity(factory)
     try:
-        dispatcher.send(action=job.action, job_id=job.id, queue=job.queue, task_id=task_id)
+        dispatcher.send(
+            action=job.action, job_id=job.id, queue=job.queue, task_id=task_id, database=database
+        )
     except Exception as exc:
         log.warning("job %s: could not reach the broker (%s); will retry", job.id, exc)
         return False

@@ -17,7 +17,7 @@ DEFAULT_OUT = Path(__file__).resolve().parents[3] / "openapi" / "openapi.json"
 
 
 class _NoDispatch:
-    def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None:
+    def send(self, *, action: str, job_id: int, queue: str, task_id: str, database: str) -> None:
         raise RuntimeError("the OpenAPI dump sends nothing")
 
 

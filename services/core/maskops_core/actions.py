@@ -146,8 +146,9 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
     return routes | {TRAIN_NODE_TASK: {"queue": JobAction.train.queue(settings)}}
 
 
-def stack_kwargs(stack_id: str) -> dict[str, str]:
-    """The keyword arguments naming the sending stack in a task message: none without a
-    stack id (such messages are what workers of every version accept); the worker sends a
-    message naming another stack back to the broker (maskops_worker/tasks.py)."""
-    return {"stack": stack_id} if stack_id else {}
+def stack_kwargs(stack_id: str, database: str = "") -> dict[str, str]:
+    """The keyword arguments naming the sending stack and the database holding the job in
+    a task message (none of either when empty: such messages are what workers of every
+    version accept). A worker sends a message naming another stack or another database
+    back to the broker (maskops_worker/tasks.py, :mod:`maskops_core.identity`)."""
+    return ({"stack": stack_id} if stack_id else {}) | ({"database": database} if database else {})

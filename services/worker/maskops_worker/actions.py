@@ -263,6 +263,7 @@ def _lead_nodes(ctx: JobContext, options: TrainOptions) -> str:
     if options.nodes == 1:
         return ""
     from maskops_core.actions import TRAIN_NODE_TASK, stack_kwargs
+    from maskops_core.identity import database_identity
     from maskops_worker.celery_app import app
 
     with socket.socket() as probe:
@@ -272,7 +273,7 @@ def _lead_nodes(ctx: JobContext, options: TrainOptions) -> str:
         app.send_task(
             TRAIN_NODE_TASK,
             args=[ctx.job.id, ctx.job.attempts, endpoint],
-            kwargs=stack_kwargs(ctx.settings.stack_id),
+            kwargs=stack_kwargs(ctx.settings.stack_id, database_identity(ctx.factory)),
         )
     wait = ctx.settings.rendezvous_timeout_s
     _append(ctx, f"{options.nodes} nodes gather at {endpoint} (for up to {wait:g} s)")

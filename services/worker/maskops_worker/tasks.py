@@ -5,11 +5,13 @@ Reliability: acks_late + reject_on_worker_lost (a message is acknowledged only o
 ended), soft/hard time limits from the settings, and automatic retries for broker/database
 connection errors only; any other failure is recorded on the job by ``run_job``.
 
-Every message names the stack that sent it (``settings.stack_id``). A worker runs only its
-own stack's: another stack's message (stacks sharing a broker with the same queue names)
-goes back to the broker unacknowledged, for that stack's workers, instead of being taken
-for a job of this database (a job of another database whose id this one lacks was acked
-and lost; one whose id it holds ran this database's job instead).
+Every message names the stack that sent it (``settings.stack_id``) and the database that
+holds its job (:mod:`maskops_core.identity`). A worker runs only its own: another stack's
+or another database's message (stacks sharing a broker with the same queue names, such as
+two stacks left without a stack id on one Redis database) goes back to the broker
+unacknowledged, for that stack's workers, instead of being taken for a job of this
+database (a job of another database whose id this one lacks was acked and lost; one whose
+id it holds ran this database's job instead).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.exc import OperationalError as DatabaseOperationalError
 
 from maskops_core.actions import TRAIN_NODE_TASK, JobAction
+from maskops_core.identity import database_identity
 from maskops_core.settings import get_settings
 from maskops_worker.celery_app import app
-from maskops_worker.runner import run_job, run_node
+from maskops_worker.runner import run_job, run_node, session_factory
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +44,27 @@ RETRYABLE: tuple[type[BaseException], ...] = (
 )
 
 
-def check_stack(job_id: int, stack: str) -> None:
-    """Raise ``Reject(requeue=True)`` for a message another stack sent."""
-    own = get_settings().stack_id
-    if stack == own:
+def check_origin(job_id: int, stack: str, database: str) -> None:
+    """Raise ``Reject(requeue=True)`` for a message another stack sent, or one whose job
+    another database holds (messages from before databases were named carry none)."""
+    settings = get_settings()
+    if stack != settings.stack_id:
+        why = f"the message is stack {stack!r}'s, this worker serves {settings.stack_id!r}"
+    elif database and database != database_identity(session_factory(settings)):
+        why = (
+            f"the message is database {database}'s, not this worker's: stacks on one broker "
+            "share queue names (give each its own MASKOPS_STACK_ID)"
+        )
+    else:
         return
-    log.warning(
-        "job %s: the message is stack %r's, this worker serves %r; back to the broker",
-        job_id,
-        stack,
-        own,
-    )
+    log.warning("job %s: %s; back to the broker", job_id, why)
     time.sleep(FOREIGN_REQUEUE_DELAY_S)
-    raise Reject(f"stack {stack!r}'s message", requeue=True)
+    raise Reject(why, requeue=True)
 
 
 def _register(action: JobAction) -> Any:
-    def task(job_id: int, stack: str = "") -> str:
-        check_stack(job_id, stack)
+    def task(job_id: int, stack: str = "", database: str = "") -> str:
+        check_origin(job_id, stack, database)
         return run_job(job_id)
 
     task.__name__ = action.value
@@ -78,7 +84,9 @@ TASKS = {action.value: _register(action) for action in JobAction}
 
 
 @app.task(name=TRAIN_NODE_TASK, acks_late=True, autoretry_for=RETRYABLE, max_retries=10)
-def train_node(job_id: int, attempt: int, endpoint: str, stack: str = "") -> str:
+def train_node(
+    job_id: int, attempt: int, endpoint: str, stack: str = "", database: str = ""
+) -> str:
     """One more node of a multi-node train job (see :func:`run_node`)."""
-    check_stack(job_id, stack)
+    check_origin(job_id, stack, database)
     return run_node(job_id, attempt, endpoint)

@@ -1,6 +1,8 @@
 """Two embedded stacks (``maskops serve`` settings for two state dirs) on one Redis, each
 with its real Celery worker: each worker runs its own stack's jobs only, and a message
-that names another stack goes back to the broker instead of being acknowledged."""
+that names another stack goes back to the broker instead of being acknowledged. Stacks an
+operator left without a stack id share queue names: the database a message names keeps
+each worker to its own jobs all the same."""
 
 from __future__ import annotations
 
@@ -44,6 +46,30 @@ def _stack(root: Path, redis_url: str) -> Settings:
     (settings.data_root / "d" / "images").mkdir(parents=True)
     (settings.data_root / "d" / "train.json").write_text(COCO)
     return settings
+
+
+def _queue_job(settings: Settings) -> int:
+    """A queued dataset_convert job in ``settings``' database, sent to no broker."""
+    engine = make_engine(settings)
+    with make_session_factory(engine)() as session, session.begin():
+        job = Job(
+            action=JobAction.dataset_convert,
+            status=JobStatus.queued,
+            options={},
+            queue=settings.cpu_queue,
+        )
+        session.add(job)
+        session.flush()
+        job_id = job.id
+    engine.dispose()
+    return job_id
+
+
+def _wait_for_line(log: Path, text: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
 
 
 @contextmanager
@@ -100,18 +126,7 @@ def test_two_stacks_on_one_redis_run_only_their_own_jobs(redis_url: str, tmp_pat
 
 def test_a_message_naming_another_stack_is_not_acknowledged(redis_url: str, tmp_path: Path) -> None:
     settings = _stack(tmp_path / "a", redis_url)
-    engine = make_engine(settings)
-    with make_session_factory(engine)() as session, session.begin():
-        job = Job(
-            action=JobAction.dataset_convert,
-            status=JobStatus.queued,
-            options={},
-            queue=settings.cpu_queue,
-        )
-        session.add(job)
-        session.flush()
-        job_id = job.id
-    engine.dispose()
+    job_id = _queue_job(settings)
     dispatcher = CeleryDispatcher(settings)
     client = redis.Redis.from_url(redis_url)
     prefix = settings.broker_key_prefix
@@ -123,10 +138,7 @@ def test_a_message_naming_another_stack_is_not_acknowledged(redis_url: str, tmp_
                 kwargs={"stack": "another-stack"},
                 queue=settings.cpu_queue,
             )
-            deadline = time.monotonic() + 60
-            while "back to the broker" not in (tmp_path / "a.log").read_text():
-                assert time.monotonic() < deadline, (tmp_path / "a.log").read_text()[-3000:]
-                time.sleep(0.5)
+            _wait_for_line(tmp_path / "a.log", "back to the broker")
             time.sleep(2)
             # Still in the broker (waiting, or delivered again and not yet rejected).
             waiting = client.llen(prefix + settings.cpu_queue) + client.hlen(prefix + "unacked")
@@ -137,3 +149,37 @@ def test_a_message_naming_another_stack_is_not_acknowledged(redis_url: str, tmp_
         dispatcher.close()
         client.close()
         _forget_broker_keys(redis_url, settings)
+
+
+def test_stacks_without_a_stack_id_never_run_each_others_jobs(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Both databases hold a job 1; the second stack's worker, alone on the shared queue,
+    gets the first stack's message for job 1 and must neither run its own job 1 nor
+    acknowledge the message, which the first stack's worker runs once it starts."""
+    unnamed = {"stack_id": "", "queue_prefix": "unnamed-stacks-"}
+    first, second = (
+        _stack(tmp_path / name, redis_url).model_copy(update=unnamed) for name in ("a", "b")
+    )
+    assert first.cpu_queue == second.cpu_queue and first.broker_key_prefix == ""
+    others = _queue_job(second)
+    try:
+        with TestClient(create_app(first), base_url="http://localhost") as client:
+            with _worker(second, tmp_path / "b.log"):
+                created = client.post("/datasets", json=BODY)
+                assert created.status_code == 201, created.text
+                mine = created.json()["convert_job_id"]
+                assert mine == others
+                _wait_for_line(tmp_path / "b.log", "give each its own MASKOPS_STACK_ID")
+                time.sleep(2)
+                assert _statuses(second) == {others: JobStatus.queued}
+                assert _statuses(first) == {mine: JobStatus.queued}
+            with _worker(first, tmp_path / "a.log"):
+                deadline = time.monotonic() + 60
+                while _statuses(first)[mine] == JobStatus.queued:
+                    assert time.monotonic() < deadline, (tmp_path / "a.log").read_text()[-3000:]
+                    time.sleep(0.5)
+        assert _statuses(second) == {others: JobStatus.queued}
+        assert "skipping this delivery" not in (tmp_path / "b.log").read_text()
+    finally:
+        _forget_broker_keys(redis_url, first, second)

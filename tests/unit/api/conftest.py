@@ -29,7 +29,7 @@ class RecordingDispatcher:
     sent: list[tuple[str, int, str, str]] = field(default_factory=list)
     fail: bool = False
 
-    def send(self, *, action: str, job_id: int, queue: str, task_id: str) -> None:
+    def send(self, *, action: str, job_id: int, queue: str, task_id: str, database: str) -> None:
         if self.fail:
             raise ConnectionError("broker down")
         self.sent.append((action, job_id, queue, task_id))

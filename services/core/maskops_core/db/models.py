@@ -222,3 +222,15 @@ class WorkerHeartbeat(Base):
     cuda: Mapped[str] = mapped_column(Text, default="", server_default="")
     """Its CUDA check at start (``maskops.device``): ``ok: ...``, ``no GPU ...``, ``unusable:
     <why>`` or ``failed: <why>``; empty until the check has run."""
+
+
+class DatabaseIdentity(Base):
+    """One row: a random id this database was given once. Job messages name it, so that a
+    worker never takes another database's job for one of its own (stacks sharing a broker
+    and its queue names, :mod:`maskops_core.identity`)."""
+
+    __tablename__ = "database_identity"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    """Always 1."""
+    uuid: Mapped[str] = mapped_column(String(36))
