@@ -24,7 +24,7 @@ Then measures in one run:
    - ``healthz``: ``GET /healthz`` (no database) on the loopback API, a FastAPI route with
      nothing to do: the ratio poll p99 / healthz p99 shows what the job path costs over
      the bare framework (under 1: polls of jobs in memory are answered ahead of FastAPI's
-     routing, see ``maskops_api/status_shortcut.py``).
+     routing, see ``maskops_api/middleware/status_shortcut.py``).
    p50/p99 pooled over the rounds, and each round's p99 (median, min, max). Goal: p99 <
    25 ms with a token on every poll, and without.
 3. Once, on the loopback API: ``status_poll_cold``, every poll a different job, none in the

@@ -12,7 +12,7 @@ latency one validation image at a time (alternated rounds, median and range):
 - onnxruntime on the fp32 export and on the int8 (QDQ) export, both made by
   ``maskops export`` as a user would (int8 calibrated on the training images).
 
-The model is the demo walk's recipe (``maskops_api.demo``: resnet10 from scratch, 128 px,
+The model is the demo walk's recipe (``maskops_serve.demo``: resnet10 from scratch, 128 px,
 small heads) trained here in fp32 for ``--steps`` steps (about 6 minutes idle at the
 default), or ``--checkpoint PATH``, a maskops checkpoint whose stored spec's data paths
 exist here (your own model on your own validation set).
@@ -47,7 +47,7 @@ from maskops.evaluation.predictor import Predictor, TorchPredictor
 from maskops.export.exporter import export_onnx
 from maskops.export.predictor import OnnxPredictor
 from maskops.spec.models import ExperimentSpec
-from maskops_api.demo import DEMO_STEPS, prepare_walk_training
+from maskops_serve.demo import DEMO_STEPS, prepare_walk_training
 
 RESULTS = Path(__file__).parent / "results" / "bench_precision.json"
 REFERENCE = "eager_fp32"

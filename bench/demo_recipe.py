@@ -1,7 +1,7 @@
 """How fast the demo walk's recipe learns: mask AP against steps and minutes of training.
 
 Trains exactly what ``maskops serve --demo`` trains (the walk's dataset, layout and spec,
-from ``maskops_api.demo``) in this process, evaluating every ``--eval-every`` steps, and
+from ``maskops_serve.demo``) in this process, evaluating every ``--eval-every`` steps, and
 records each evaluation's box/mask AP with the training minutes spent to reach it (the
 evaluations' own time left out: it is estimated per step from the steps without one).
 
@@ -25,7 +25,7 @@ from machine import start_run, write_results
 
 from maskops.engine import run_training
 from maskops.engine.trainer import HookBase
-from maskops_api.demo import DEMO_STEPS, prepare_walk_training
+from maskops_serve.demo import DEMO_STEPS, prepare_walk_training
 
 RESULTS = Path(__file__).parent / "results" / "demo_recipe.json"
 

@@ -260,7 +260,7 @@ class TrainedModel:
 
 @pytest.fixture(scope="session")
 def trained_model(tmp_path_factory: pytest.TempPathFactory) -> TrainedModel:
-    """The demo walk's recipe (``maskops_api.demo``: resnet10 from scratch, 128 px, its
+    """The demo walk's recipe (``maskops_serve.demo``: resnet10 from scratch, 128 px, its
     dataset of 160 train / 40 val images) cut to ``TRAINED_MODEL_STEPS`` steps in fp32 (about 2
     minutes on 2 cores), far enough to detect: its mask AP is checked below. For
     assertions that only mean something on a model that detects, such as the INT8
@@ -288,7 +288,7 @@ def _shared_by_this_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _train_model(root: Path) -> TrainedModel:
     from maskops.engine import run_training
-    from maskops_api.demo import prepare_walk_training
+    from maskops_serve.demo import prepare_walk_training
 
     walk = prepare_walk_training(root, TRAINED_MODEL_STEPS)
     spec = walk.spec.model_copy(update={"use_amp": False})  # fp32: test_bf16_recipe compares

@@ -1,7 +1,7 @@
 """notify listeners when a job row changes (Postgres)
 
 The API keeps job rows in memory for status polls and drops one as soon as Postgres says
-it changed (maskops_api.job_cache). SQLite, the embedded default, has no notifications:
+it changed (maskops_api.cache.job_cache). SQLite, the embedded default, has no notifications:
 there the API reads every poll from the database.
 
 Revision ID: 0002

@@ -1,6 +1,6 @@
 """notify listeners when an API token row changes (Postgres)
 
-The API keeps verified tokens in memory (maskops_api.token_cache) and drops one as soon
+The API keeps verified tokens in memory (maskops_api.cache.token_cache) and drops one as soon
 as Postgres says its row changed: a revocation by ``maskops token revoke`` (or any other
 process) takes effect in every API process at once. SQLite has no notifications: there
 every request's token is read from the database.

@@ -3,7 +3,8 @@
 - the engine (``maskops``) imports none of the control plane (``maskops_core``,
   ``maskops_api``, ``maskops_worker``) nor the Triton launcher;
 - the core imports neither the API, the worker nor the engine;
-- the API never imports the worker, the worker never imports the API;
+- the API never imports the worker, the worker never imports the API, and neither imports
+  the single-machine stack (``maskops_serve``), which may import them all;
 - the worker's modules import each other without a cycle;
 - every action of the catalogue has a worker function and a Celery task, and nothing else.
 
@@ -27,12 +28,13 @@ PACKAGES = {
     "maskops_api": REPO / "services" / "api" / "maskops_api",
     "maskops_core": REPO / "services" / "core" / "maskops_core",
     "maskops_triton": REPO / "services" / "triton" / "maskops_triton",
+    "maskops_serve": REPO / "services" / "serve" / "maskops_serve",
 }
 FORBIDDEN = {
-    "maskops": {"maskops_core", "maskops_api", "maskops_worker", "maskops_triton"},
-    "maskops_core": {"maskops", "maskops_api", "maskops_worker", "maskops_triton"},
-    "maskops_api": {"maskops_worker"},
-    "maskops_worker": {"maskops_api"},
+    "maskops": {"maskops_core", "maskops_api", "maskops_worker", "maskops_triton", "maskops_serve"},
+    "maskops_core": {"maskops", "maskops_api", "maskops_worker", "maskops_triton", "maskops_serve"},
+    "maskops_api": {"maskops_worker", "maskops_serve"},
+    "maskops_worker": {"maskops_api", "maskops_serve"},
 }
 
 

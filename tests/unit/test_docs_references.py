@@ -4,7 +4,7 @@ Scanned: README.md and docs/*.md (paths, bare ``*.md`` names and relative links)
 ``dev`` script, CI, compose, Dockerfiles and shell scripts, and the comments and docstrings
 of the Python files under services/ and bench/. A citation is a path starting at the
 repository root (``services/...``, ``bench/...``, ``docs/...``, ``tests/...``, ...), a path
-inside a package (``maskops/export/graph.py``, ``maskops_api/job_cache.py``: looked up
+inside a package (``maskops/export/graph.py``, ``maskops_api/cache/job_cache.py``: looked up
 under services/*/), or a ``NAME.md`` file name. Globs must match at least one file.
 """
 

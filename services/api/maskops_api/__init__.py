@@ -1,5 +1,12 @@
-"""maskops control plane: FastAPI app, database models, job dispatch and reconciliation.
+"""The REST API (FastAPI): what the ``api`` image runs, with no PyTorch and no ONNX.
 
-The ``db``, ``settings``, ``dispatch`` and ``reconciler`` modules import no FastAPI, so the
-Celery worker shares them without pulling in the web stack.
+- ``main``: the app factory; ``server``: the deployment's process (migrations, then serve).
+- ``routes/``: one thin router per resource; ``services/``: the writes they make, through
+  the control-plane core (:mod:`maskops_core`: settings, database, broker, job state).
+- ``middleware/``: body limits, Host/Origin checks, the status shortcut, observability.
+- ``cache/``: job statuses and verified tokens kept in memory between requests.
+- ``dispatch`` and ``reconciler``: sending jobs to the broker and keeping it in step with
+  the database; ``published``: Triton loads what is published.
+
+The single-machine stack (``maskops serve``) lives in :mod:`maskops_serve`.
 """

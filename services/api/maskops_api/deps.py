@@ -10,13 +10,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops_api.cache.job_cache import JobCache
+from maskops_api.cache.token_cache import TokenCache
 from maskops_api.dispatch import Dispatcher
 from maskops_api.errors import Forbidden, Unauthorized
 from maskops_api.in_flight import KeysInFlight
-from maskops_api.job_cache import JobCache
 from maskops_api.schemas import MAX_ID
 from maskops_api.services.tokens import allows
-from maskops_api.token_cache import TokenCache
 from maskops_core.db.models import TokenScope
 from maskops_core.settings import Settings
 

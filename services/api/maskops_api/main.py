@@ -8,21 +8,21 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from maskops_api.body_limit import BodyLimit
+from maskops_api.cache.job_cache import JobCache
+from maskops_api.cache.token_cache import CHANNEL as TOKEN_CHANNEL
+from maskops_api.cache.token_cache import TokenCache
 from maskops_api.dashboard import install_dashboard
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.docs_ui import install_docs_ui
 from maskops_api.errors import install_handlers
 from maskops_api.in_flight import KeysInFlight
-from maskops_api.job_cache import JobCache
-from maskops_api.observability import install_metrics
-from maskops_api.origin_guard import OriginGuard
+from maskops_api.middleware.body_limit import BodyLimit
+from maskops_api.middleware.observability import install_metrics
+from maskops_api.middleware.origin_guard import OriginGuard
+from maskops_api.middleware.status_shortcut import JobStatusShortcut
 from maskops_api.reconciler import ReconcilerThread
-from maskops_api.routers import datasets, experiments, health, infer, jobs, models
-from maskops_api.status_shortcut import JobStatusShortcut
+from maskops_api.routes import datasets, experiments, health, infer, jobs, models
 from maskops_api.streams import StreamSlots
-from maskops_api.token_cache import CHANNEL as TOKEN_CHANNEL
-from maskops_api.token_cache import TokenCache
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings, get_settings
 

@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list)
     """Origins (``https://app.example:443``, a JSON list) whose pages may call the API from
     a browser; every other origin's request is refused with 403 (cross-site request
-    forgery). ``maskops_api.origin_guard``."""
+    forgery). ``maskops_api.middleware.origin_guard``."""
     access_log: bool = False
     max_log_followers: int = Field(default=64, ge=1)
     """Concurrent ``GET /jobs/{id}/logs?follow=true`` streams; one more is answered 429. A

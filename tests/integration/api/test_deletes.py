@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.job_cache import JobCache
+from maskops_api.cache.job_cache import JobCache
 from maskops_api.main import create_app
 from maskops_api.services.tokens import create_token
 from maskops_core.db.models import (

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from maskops_api.demo import DEMO_IMAGES
+from maskops_serve.demo import DEMO_IMAGES
 
 pytestmark = pytest.mark.integration
 

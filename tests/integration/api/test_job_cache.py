@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 
+from maskops_api.cache.job_cache import ETA_MAX_AGE, JobCache
 from maskops_api.deps import get_job_cache
-from maskops_api.job_cache import ETA_MAX_AGE, JobCache
 from maskops_api.main import create_app
 from maskops_core.db.models import Job, JobStatus
 from maskops_core.settings import Settings

@@ -16,10 +16,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, event, text, update
 
-from maskops_api.job_cache import JobCache
+from maskops_api.cache.job_cache import JobCache
+from maskops_api.cache.token_cache import TokenCache
 from maskops_api.main import create_app
 from maskops_api.services.tokens import create_token
-from maskops_api.token_cache import TokenCache
 from maskops_core.db.models import ApiToken, Job, TokenScope, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings

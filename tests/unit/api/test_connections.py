@@ -359,15 +359,15 @@ def test_jobs_queued_under_the_shared_embedded_queues_move_to_the_stacks_own(
 ) -> None:
     """Jobs a ``maskops serve`` queued before stacks were told apart (queue names every
     state dir shared) are sent again to this stack's queues at start."""
-    from maskops_api.embedded import (
+    from maskops_core.db.migrate import upgrade_head
+    from maskops_core.db.models import utcnow
+    from maskops_serve.embedded import (
         LEGACY_QUEUE_PREFIX,
         EmbeddedConfig,
         adopt_legacy_queues,
         embedded_settings,
         requeue_orphans,
     )
-    from maskops_core.db.migrate import upgrade_head
-    from maskops_core.db.models import utcnow
 
     settings = embedded_settings(EmbeddedConfig(state_dir=tmp_path, use_redis=False))
     assert settings.stack_id in settings.gpu_queue

@@ -130,7 +130,7 @@ def test_consented_origins_get_cors_headers(settings: Settings) -> None:
 
 
 def test_a_server_beyond_loopback_serves_any_name_unless_told(settings: Settings) -> None:
-    from maskops_api.origin_guard import served_hosts
+    from maskops_api.middleware.origin_guard import served_hosts
 
     assert served_hosts(settings.model_copy(update={"host": "0.0.0.0"})) is None
     named = settings.model_copy(update={"host": "0.0.0.0", "allowed_hosts": ["api.example"]})

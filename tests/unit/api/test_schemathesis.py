@@ -27,8 +27,8 @@ from maskops.spec.models import BACKBONE_MIN_LEVELS, MAX_LEVEL_LIMIT, MIN_IMAGE_
 from maskops_api import specs
 from maskops_api.main import create_app
 from maskops_api.openapi import DEFAULT_OUT
-from maskops_api.routers.infer import IMAGE_MEDIA_TYPES
-from maskops_api.routers.uploads import ARCHIVE_MEDIA_TYPES
+from maskops_api.routes.infer import IMAGE_MEDIA_TYPES
+from maskops_api.routes.uploads import ARCHIVE_MEDIA_TYPES
 from maskops_api.services.tokens import create_token
 from maskops_core.db.models import TokenScope
 from maskops_core.db.session import make_engine, make_session_factory

@@ -55,7 +55,7 @@ def test_serve_gives_its_worker_every_setting(
     settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Lists too (trackers, allowed hosts, pretrained folders), as JSON."""
-    from maskops_api.embedded import settings_environment
+    from maskops_serve.embedded import settings_environment
 
     given = settings.model_copy(
         update={

@@ -2,7 +2,7 @@
 
     .venv/bin/pytest -m slow tests/unit/engine/test_recipe_slow.py
 
-What ``maskops serve --demo`` trains (``maskops_api.demo``: its dataset, spec and
+What ``maskops serve --demo`` trains (``maskops_serve.demo``: its dataset, spec and
 ``DEMO_STEPS``), evaluated at the end on the walk's 40 validation images: about five
 minutes on an otherwise idle 2-core CPU. CI trains the same recipe for fewer steps (the
 ``trained_model`` fixture); bench/demo_recipe.py records the whole curve.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from maskops.engine import run_training
-from maskops_api.demo import prepare_walk_training
+from maskops_serve.demo import prepare_walk_training
 
 WALK_MASK_AP = 0.45
 """What the walk's printout shows a newcomer, with a margin for the run-to-run spread."""

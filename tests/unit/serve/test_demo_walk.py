@@ -9,7 +9,7 @@ import numpy as np
 import pycocotools.mask as mask_util
 from PIL import Image
 
-from maskops_api.demo import SHOWN_SCORE, describe_detections, draw_demo_detections
+from maskops_serve.demo import SHOWN_SCORE, describe_detections, draw_demo_detections
 
 
 def _detection(

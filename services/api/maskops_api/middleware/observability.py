@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from maskops_api.job_cache import JobCache
-from maskops_api.token_cache import TokenCache
+from maskops_api.cache.job_cache import JobCache
+from maskops_api.cache.token_cache import TokenCache
 from maskops_core.db.models import Job
 from maskops_core.settings import Settings
 

@@ -23,7 +23,7 @@ from maskops_api.deps import (
 )
 from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES
-from maskops_api.routers import uploads
+from maskops_api.routes import uploads
 from maskops_api.schemas import DatasetCreate, DatasetOut, Page
 from maskops_api.services import datasets as service
 from maskops_api.services import deletion

@@ -3,7 +3,7 @@ exercised in tests/integration/api/test_embedded_supervision.py)."""
 
 from __future__ import annotations
 
-from maskops_api.supervisor import Backoff
+from maskops_serve.supervisor import Backoff
 
 
 def test_backoff_doubles_to_its_limit_and_resets_after_a_stable_run() -> None:

@@ -6,7 +6,7 @@ SHA-256, with its scope) for at most ``ttl_s`` and never past its ``expires_at``
 0003 makes Postgres send ``NOTIFY maskops_token_changed, '<schema>:<token hash>'`` when a
 token row changes or goes (revocation, from any process: ``maskops token revoke``, another
 API), ``'<schema>:*'`` on truncate; the job cache's listener connection
-(:meth:`maskops_api.job_cache.JobCache.subscribe`) passes them here and the entry is
+(:meth:`maskops_api.cache.job_cache.JobCache.subscribe`) passes them here and the entry is
 dropped: revocation takes effect in every API process within the notification's delay.
 
 Memory is trusted only while that listener is connected: when it is down, or on SQLite

@@ -9,10 +9,10 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.embedded import ADMIN_TOKEN_DAYS, admin_token
 from maskops_api.services.tokens import find_token
 from maskops_core.db.models import ApiToken, utcnow
 from maskops_core.settings import Settings
+from maskops_serve.embedded import ADMIN_TOKEN_DAYS, admin_token
 
 
 def _tokens(factory: sessionmaker[Session]) -> list[ApiToken]:
@@ -60,7 +60,7 @@ def test_an_expired_stored_token_is_replaced(
 
 
 def test_serve_says_where_the_token_is_never_the_token(settings: Settings, tmp_path: Path) -> None:
-    from maskops_api.embedded import announce_admin_token
+    from maskops_serve.embedded import announce_admin_token
 
     path = tmp_path / "admin-token"
     said: list[str] = []

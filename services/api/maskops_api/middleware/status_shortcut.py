@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from maskops_api.job_cache import JobCache
-from maskops_api.token_cache import TokenCache
+from maskops_api.cache.job_cache import JobCache
+from maskops_api.cache.token_cache import TokenCache
 from maskops_core.settings import Settings
 
 JOB_ROUTE = "/jobs/{job_id}"

@@ -17,7 +17,7 @@ notifications, so it empties and stays off until the listener is back. SQLite (t
 embedded default) has no notifications; there every poll reads the database.
 
 The same listener connection serves other in-memory caches (:meth:`JobCache.subscribe`:
-the verified API tokens of :mod:`maskops_api.token_cache`), so that one mechanism decides
+the verified API tokens of :mod:`maskops_api.cache.token_cache`), so that one mechanism decides
 for all of them when memory may be trusted.
 """
 

@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from maskops_api.cache.job_cache import JobCache
 from maskops_api.deps import (
     DispatcherDep,
     FactoryDep,
@@ -29,7 +30,6 @@ from maskops_api.deps import (
 )
 from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES, NotFound
-from maskops_api.job_cache import JobCache
 from maskops_api.schemas import Artifact, ErrorOut, JobCreate, JobOut, MetricPoint, Page
 from maskops_api.services import deletion
 from maskops_api.services import jobs as service

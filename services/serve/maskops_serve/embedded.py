@@ -3,7 +3,7 @@
 SQLite for the database, a broker needing no server (Celery's SQLAlchemy transport on a
 SQLite file; Redis when one answers on 127.0.0.1:6379), the API (uvicorn), one real Celery
 worker process consuming both queues, and Triton from the PyPI wheel when it can start;
-both are restarted when they die (:mod:`maskops_api.supervisor`). The demo dataset is
+both are restarted when they die (:mod:`maskops_serve.supervisor`). The demo dataset is
 generated and registered; ``--demo`` then walks the whole workflow over HTTP. Ctrl-C or
 SIGTERM stops everything (worker and Triton included).
 """
@@ -26,16 +26,16 @@ from typing import Any
 
 from sqlalchemy import update
 
-from maskops_api.demo import DEMO_DATA_VERSION, generate_walk_dataset
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.reconciler import reconcile
-from maskops_api.state_lock import StateDirLock
-from maskops_api.supervisor import Supervision, TritonSupervisor, WorkerSupervisor
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.processes import dies_with_parent, group_members, kill_group
 from maskops_core.settings import Settings
+from maskops_serve.demo import DEMO_DATA_VERSION, generate_walk_dataset
+from maskops_serve.state_lock import StateDirLock
+from maskops_serve.supervisor import Supervision, TritonSupervisor, WorkerSupervisor
 
 DEMO_STAMP = "VERSION"
 """In the demo dataset's folder: which recipe's data it holds."""
@@ -313,8 +313,8 @@ def announce_admin_token(
 def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     import uvicorn
 
-    from maskops_api.demo import register_demo_dataset, run_demo
     from maskops_api.main import create_app
+    from maskops_serve.demo import register_demo_dataset, run_demo
 
     # Before anything touches the state dir: a second server must not kill the first one's
     # children as leftovers, nor share its database.

@@ -41,8 +41,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise CLIError(f"--port must be 1..65535, got {args.port}")
     # The web stack is imported only when this command runs.
-    from maskops_api.embedded import EmbeddedConfig, serve
-    from maskops_api.state_lock import StateDirBusy
+    from maskops_serve.embedded import EmbeddedConfig, serve
+    from maskops_serve.state_lock import StateDirBusy
 
     config = EmbeddedConfig(
         host=args.host,
