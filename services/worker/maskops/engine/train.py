@@ -270,6 +270,23 @@ def _train_rank(
             file_handler.close()
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What the parts of one rank's run are built from."""
+
+    info: RankInfo
+    spec: ExperimentSpec
+    results_dir: Path
+    label_map: LabelMap
+    total_steps: int
+    tuning: DeviceTuning
+
+    def log(self, message: str, *args: object) -> None:
+        """Log on rank 0 only (each rank would say the same)."""
+        if self.info.is_main:
+            logger.info(message, *args)
+
+
 def _train(
     info: RankInfo,
     spec: ExperimentSpec,
@@ -280,55 +297,23 @@ def _train(
     tuning: DeviceTuning,
     timeouts: GroupTimeouts,
 ) -> TrainResult | None:
-    from maskops.data.pipeline import build_train_loader
-
-    world_size = info.world_size
-    total_steps = resolve_total_steps(spec, world_size=world_size)
+    """Build the run's parts (model, optimizer, checkpointer, trainer, hooks), resume
+    from the newest resumable checkpoint if any, and train; rank 0 returns the result."""
+    total_steps = resolve_total_steps(spec, world_size=info.world_size)
     label_map = label_map_of(spec)
     check_num_classes(spec, label_map)
-
-    resume_from = resumable_checkpoint(results_dir, world_size)
-    newest = latest_checkpoint(results_dir)
-    if info.is_main and resume_from != newest:
-        logger.warning("%s lacks a rank's random state: resuming from %s", newest, resume_from)
+    run = _Run(info, spec, results_dir, label_map, total_steps, tuning)
+    resume_from = _resume_point(run)
     seed_everything(spec.seed)
-    model = build_training_model(
-        spec, num_classes=spec.data_config.num_classes, load_checkpoint=resume_from is None
-    )
-    model.to(info.device)
-    if tuning.channels_last:
-        model.to_channels_last()  # type: ignore[operator]
-
-    lr_scale = float(world_size)
-    l1, l2 = spec.l1_weight_decay, spec.l2_weight_decay
-    if spec.pruned_model_path and (l1 or l2):
-        if info.is_main:
-            logger.info(
-                "retraining a pruned model: l1_weight_decay %g and l2_weight_decay %g are "
-                "turned off, as TAO advises for pruned models",
-                l1,
-                l2,
-            )
-        l1 = l2 = 0.0
-    schedule = LRSchedule.from_spec(spec, lr_scale=lr_scale)
-    if info.is_main:
-        logger.info(
-            "%d process(es) x batch %d x accumulate %d = %d images per step; learning rates "
-            "scaled linearly by %g: init %g, warmup %g",
-            world_size,
-            spec.train_batch_size,
-            spec.accumulate_grad_steps,
-            world_size * spec.train_batch_size * spec.accumulate_grad_steps,
-            lr_scale,
-            schedule.init_learning_rate,
-            schedule.warmup_learning_rate,
-        )
+    model = _build_model(run, load_checkpoint=resume_from is None)
+    l1, l2 = _weight_decays(run)
+    schedule = LRSchedule.from_spec(spec, lr_scale=float(info.world_size))
+    _log_batch(run, schedule)
     optimizer = build_optimizer(model, lr=schedule(0), momentum=spec.momentum, l2_weight_decay=l2)
     amp = AmpSettings.for_device(info.device, enabled=spec.use_amp)
     if amp.declined and info.is_main:
         logger.warning(amp.declined)
     scaler = torch.amp.GradScaler(info.device.type) if amp.needs_scaler else None
-
     checkpointer = Checkpointer(
         directory=results_dir,
         keep=spec.keep_checkpoints,
@@ -338,37 +323,13 @@ def _train(
         label_map=label_map,
         scaler=scaler,
         accumulate_grad_steps=spec.accumulate_grad_steps,
-        lr_scale=lr_scale,
+        lr_scale=float(info.world_size),
     )
-    start_step = 0
-    if resume_from is not None:
-        start_step = checkpointer.resume(resume_from)
-        if info.is_main:
-            logger.info("resuming from %s at step %d of %d", resume_from, start_step, total_steps)
-        elif not restore_rank_state(results_dir, info.rank, start_step):
-            logger.warning("rank %d: no RNG state of step %d, rank 0's used", info.rank, start_step)
-
-    train_model: nn.Module = model
-    if world_size > 1:
-        device_ids = [info.device.index] if info.device.type == "cuda" else None
-        train_model = DistributedDataParallel(model, device_ids=device_ids)
-
-    data_position = start_step * spec.accumulate_grad_steps
-
-    def make_loader() -> Any:
-        return build_train_loader(
-            spec,
-            rank=info.rank,
-            world_size=world_size,
-            start_step=data_position,
-            label_map=label_map,
-            pin_memory=bool(tuning.pin_memory),
-        )
-
+    start_step = _resume(run, checkpointer, resume_from)
     trainer = Trainer(
-        model=train_model,
+        model=_parallel(run, model),
         optimizer=optimizer,
-        data=_infinite(make_loader),
+        data=_infinite(_loader_factory(run, start_step)),
         schedule=schedule,
         max_steps=total_steps,
         device=info.device,
@@ -378,77 +339,204 @@ def _train(
         scaler=scaler,
         l1_params=l1_regularized_parameters(model, spec.l1_weight_decay_layers) if l1 else (),
         l1_weight_decay=l1,
-        world_size=world_size,
+        world_size=info.world_size,
         rank=info.rank,
         clip_grad_norm=spec.global_gradient_clip_ratio,
     )
     trainer.last_checkpoint = resume_from
-    checkpoint_period = spec.save_checkpoints_steps or spec.num_steps_per_eval
-    # Every rank evaluates its shard of the validation set (maskops.engine.evaluation); a
-    # cancel hook, run by rank 0 only, also stops an evaluation on the rank it is given to.
-    eval_group = EvalGroup.create(info, timeouts)
-    stop = cancel_check(extra_hooks)
-    eval_hook = EvalHook(
-        spec.num_steps_per_eval,
-        eval_fn or default_eval_fn(spec, info, amp, label_map, eval_group, stop),
-        agree=eval_group.all_agree,
-    )
-    hooks: list[HookBase] = [
-        CheckpointHook(
-            checkpoint_period,
-            lambda step: save_rank_state(results_dir, info.rank, step, keep=spec.keep_checkpoints),
-        ),
-        eval_hook,
-    ]
+    eval_hook = _eval_hook(run, eval_fn, amp, extra_hooks, timeouts)
+    hooks = _rank_hooks(run, eval_hook)
     if info.is_main:
-        best_metric = best_checkpoint_metric(spec, custom_eval=eval_fn is not None)
-        tensorboard = TensorBoardWriter(results_dir / EVENTS_DIR)
-        events: list[MetricWriter] = [
-            LogWriter(total_steps),
-            JsonlWriter(results_dir / METRICS_FILE),
-            tensorboard,
-            *tracker_writers(spec, results_dir, lambda: _run_end(trainer, results_dir)),
-        ]
-        hooks = [
-            TrainingMetricsHook(
-                log_every, l2_params=regularized_parameters(model), l2_weight_decay=l2
-            ),
-            CheckpointHook(checkpoint_period, checkpointer.save),
-            eval_hook,
-            BestCheckpointHook(
-                best_metric,
-                eval_hook,
-                checkpointer.save_best,
-                results_dir,
-                lower_is_better=best_metric == VALIDATION_LOSS,
-            ),
-            EarlyStopHook(target_box_ap=spec.target_box_ap, target_mask_ap=spec.target_mask_ap),
-        ]
-        if spec.visualize_images_summary:
-            hooks.append(
-                ImageSummaryHook(
-                    spec.num_steps_per_eval,
-                    tensorboard,
-                    lambda: _summary_images(spec, label_map),
-                    label_map.names,
-                )
-            )
-        hooks += [
-            WriterHook(events),
-            StatusHook(results_dir / STATUS_FILE, every_steps=spec.report_frequency),
-            ProgressHook(),
-            *extra_hooks,
-        ]
+        hooks = _main_hooks(run, trainer, checkpointer, eval_hook, eval_fn, log_every, l2)
+        hooks += [*extra_hooks]
     trainer.register_hooks(hooks)
     trainer.train()
+    return _result(run, trainer)
 
-    if not info.is_main:
+
+def _resume_point(run: _Run) -> Path | None:
+    """The newest checkpoint every rank can resume from (its RNG states are all there)."""
+    resume_from = resumable_checkpoint(run.results_dir, run.info.world_size)
+    newest = latest_checkpoint(run.results_dir)
+    if run.info.is_main and resume_from != newest:
+        logger.warning("%s lacks a rank's random state: resuming from %s", newest, resume_from)
+    return resume_from
+
+
+def _build_model(run: _Run, *, load_checkpoint: bool) -> nn.Module:
+    """The spec's model on the rank's device (pretrained weights unless resuming)."""
+    model = build_training_model(
+        run.spec, num_classes=run.spec.data_config.num_classes, load_checkpoint=load_checkpoint
+    )
+    model.to(run.info.device)
+    if run.tuning.channels_last:
+        model.to_channels_last()  # type: ignore[operator]
+    return model
+
+
+def _weight_decays(run: _Run) -> tuple[float, float]:
+    """The L1 and L2 weight decays: off when retraining a pruned model, as TAO advises."""
+    l1, l2 = run.spec.l1_weight_decay, run.spec.l2_weight_decay
+    if run.spec.pruned_model_path and (l1 or l2):
+        run.log(
+            "retraining a pruned model: l1_weight_decay %g and l2_weight_decay %g are "
+            "turned off, as TAO advises for pruned models",
+            l1,
+            l2,
+        )
+        return 0.0, 0.0
+    return l1, l2
+
+
+def _log_batch(run: _Run, schedule: LRSchedule) -> None:
+    spec, world_size = run.spec, run.info.world_size
+    run.log(
+        "%d process(es) x batch %d x accumulate %d = %d images per step; learning rates "
+        "scaled linearly by %g: init %g, warmup %g",
+        world_size,
+        spec.train_batch_size,
+        spec.accumulate_grad_steps,
+        world_size * spec.train_batch_size * spec.accumulate_grad_steps,
+        float(world_size),
+        schedule.init_learning_rate,
+        schedule.warmup_learning_rate,
+    )
+
+
+def _resume(run: _Run, checkpointer: Checkpointer, resume_from: Path | None) -> int:
+    """Restore ``resume_from`` (model, optimizer, scaler, this rank's RNG); the step it
+    holds, or 0 for a new run."""
+    if resume_from is None:
+        return 0
+    start_step = checkpointer.resume(resume_from)
+    info = run.info
+    if info.is_main:
+        logger.info("resuming from %s at step %d of %d", resume_from, start_step, run.total_steps)
+    elif not restore_rank_state(run.results_dir, info.rank, start_step):
+        logger.warning("rank %d: no RNG state of step %d, rank 0's used", info.rank, start_step)
+    return start_step
+
+
+def _parallel(run: _Run, model: nn.Module) -> nn.Module:
+    """``model`` wrapped in DistributedDataParallel when there are several ranks."""
+    if run.info.world_size == 1:
+        return model
+    device = run.info.device
+    return DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None
+    )
+
+
+def _loader_factory(run: _Run, start_step: int) -> Callable[[], Any]:
+    """A new train loader that starts at ``start_step``'s data position (each call: the
+    loader goes round again when exhausted)."""
+    from maskops.data.pipeline import build_train_loader
+
+    def make_loader() -> Any:
+        return build_train_loader(
+            run.spec,
+            rank=run.info.rank,
+            world_size=run.info.world_size,
+            start_step=start_step * run.spec.accumulate_grad_steps,
+            label_map=run.label_map,
+            pin_memory=bool(run.tuning.pin_memory),
+        )
+
+    return make_loader
+
+
+def _eval_hook(
+    run: _Run,
+    eval_fn: EvalFn | None,
+    amp: AmpSettings,
+    extra_hooks: Sequence[HookBase],
+    timeouts: GroupTimeouts,
+) -> EvalHook:
+    """Every rank evaluates its shard of the validation set (maskops.engine.evaluation); a
+    cancel hook, run by rank 0 only, also stops an evaluation on the rank it is given to."""
+    eval_group = EvalGroup.create(run.info, timeouts)
+    stop = cancel_check(extra_hooks)
+    return EvalHook(
+        run.spec.num_steps_per_eval,
+        eval_fn or default_eval_fn(run.spec, run.info, amp, run.label_map, eval_group, stop),
+        agree=eval_group.all_agree,
+    )
+
+
+def _checkpoint_period(spec: ExperimentSpec) -> int:
+    return spec.save_checkpoints_steps or spec.num_steps_per_eval
+
+
+def _rank_hooks(run: _Run, eval_hook: EvalHook) -> list[HookBase]:
+    """The hooks of a rank other than 0: its RNG state at each checkpoint, evaluation."""
+    spec, info = run.spec, run.info
+
+    def save_state(step: int) -> Path:
+        return save_rank_state(run.results_dir, info.rank, step, keep=spec.keep_checkpoints)
+
+    return [CheckpointHook(_checkpoint_period(spec), save_state), eval_hook]
+
+
+def _main_hooks(
+    run: _Run,
+    trainer: Trainer,
+    checkpointer: Checkpointer,
+    eval_hook: EvalHook,
+    eval_fn: EvalFn | None,
+    log_every: int,
+    l2: float,
+) -> list[HookBase]:
+    """Rank 0's hooks: metrics, checkpoints, evaluation, the best checkpoint, early stop,
+    image summaries, the writers (log, metrics.jsonl, TensorBoard, trackers), status."""
+    spec, results_dir = run.spec, run.results_dir
+    best_metric = best_checkpoint_metric(spec, custom_eval=eval_fn is not None)
+    tensorboard = TensorBoardWriter(results_dir / EVENTS_DIR)
+    events: list[MetricWriter] = [
+        LogWriter(run.total_steps),
+        JsonlWriter(results_dir / METRICS_FILE),
+        tensorboard,
+        *tracker_writers(spec, results_dir, lambda: _run_end(trainer, results_dir)),
+    ]
+    model = checkpointer.model
+    hooks: list[HookBase] = [
+        TrainingMetricsHook(log_every, l2_params=regularized_parameters(model), l2_weight_decay=l2),
+        CheckpointHook(_checkpoint_period(spec), checkpointer.save),
+        eval_hook,
+        BestCheckpointHook(
+            best_metric,
+            eval_hook,
+            checkpointer.save_best,
+            results_dir,
+            lower_is_better=best_metric == VALIDATION_LOSS,
+        ),
+        EarlyStopHook(target_box_ap=spec.target_box_ap, target_mask_ap=spec.target_mask_ap),
+    ]
+    if spec.visualize_images_summary:
+        hooks.append(
+            ImageSummaryHook(
+                spec.num_steps_per_eval,
+                tensorboard,
+                lambda: _summary_images(spec, run.label_map),
+                run.label_map.names,
+            )
+        )
+    return [
+        *hooks,
+        WriterHook(events),
+        StatusHook(results_dir / STATUS_FILE, every_steps=spec.report_frequency),
+        ProgressHook(),
+    ]
+
+
+def _result(run: _Run, trainer: Trainer) -> TrainResult | None:
+    """Rank 0's result (None on other ranks); a cancelled run raises with its checkpoint."""
+    if not run.info.is_main:
         return None
     if trainer.cancelled:
         raise TrainingCancelled(trainer.iter, trainer.last_checkpoint)
     return TrainResult(
         step=trainer.iter,
-        total_steps=total_steps,
+        total_steps=run.total_steps,
         checkpoint=trainer.last_checkpoint,
         metrics=dict(trainer.latest_metrics),
         stop_reason=trainer.stop_reason,
