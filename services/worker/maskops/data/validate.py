@@ -32,6 +32,10 @@ Image kinds (values: short details):
     size_mismatch       width/height in the JSON disagree with the file: the file wins
     error               processing failed unexpectedly (a maskops bug; please report it
                         with the image): image skipped
+Source-format kinds (datasets labelled in another tool's format, read by
+:mod:`maskops.data.formats`; keyed by image id, or by the source file's name when no image
+could be read from it): ``malformed_record``, ``unknown_label``, ``unsupported_shape``,
+``mask_polygon_mismatch`` (see :mod:`maskops.data.formats.builder`).
 """
 
 from __future__ import annotations
@@ -72,7 +76,8 @@ IMAGE_KINDS = (
     "format",
     "size_mismatch",
 )
-WARNING_KINDS = ANNOTATION_KINDS + IMAGE_KINDS
+FORMAT_KINDS = ("malformed_record", "unknown_label", "unsupported_shape", "mask_polygon_mismatch")
+WARNING_KINDS = ANNOTATION_KINDS + IMAGE_KINDS + FORMAT_KINDS
 
 _BOX_TOLERANCE = 0.01
 """Pixels a box may exceed the image by before it counts as out of bounds (float noise)."""
