@@ -106,7 +106,7 @@ def _bytes(counts: Any) -> Any:
 def read_label_dir(label_dir: Path) -> dict[str, Any]:
     """An inference label folder as one COCO document, detections as annotations (RLE)."""
     index = json.loads((label_dir / INDEX_FILE).read_text())
-    annotations = []
+    annotations: list[dict[str, Any]] = []
     for path in sorted(label_dir.glob("*.json")):
         if path.name == INDEX_FILE or path.name.startswith("predictions_"):
             continue
