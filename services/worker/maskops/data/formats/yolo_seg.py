@@ -19,8 +19,10 @@ from typing import Any
 
 import yaml
 from PIL import Image
+from pycocotools import mask as mask_utils
 
 from maskops.data.formats.builder import CocoBuilder, FormatMismatch
+from maskops.data.formats.outline import mask_to_polygons
 
 EXPECTED = "a folder of YOLO segmentation .txt files ('<class> x1 y1 x2 y2 ...' per line)"
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -130,6 +132,15 @@ def bridged(polygons: Sequence[Sequence[float]]) -> list[float]:
     return out
 
 
+def _one_outline(polygons: list[list[float]], height: int, width: int) -> list[list[float]]:
+    """An object's parts as few polygons as its mask allows: parts that touch (an occluded
+    object cut along its occluder's edges) become one outline, so no seam is lost."""
+    if len(polygons) == 1:
+        return polygons
+    merged = mask_utils.merge(mask_utils.frPyObjects(polygons, height, width))
+    return mask_to_polygons(merged, tolerance=0.0) or polygons
+
+
 def write(document: dict[str, Any], folder: Path, labels: Sequence[str]) -> None:
     """A COCO document (polygon segmentations) as YOLO segmentation label files."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -141,7 +152,7 @@ def write(document: dict[str, Any], folder: Path, labels: Sequence[str]) -> None
         width, height = image["width"], image["height"]
         lines = []
         for ann in by_image.get(image["id"], []):
-            polygon = bridged(ann["segmentation"])
+            polygon = bridged(_one_outline(ann["segmentation"], height, width))
             coords = [v / (width if k % 2 == 0 else height) for k, v in enumerate(polygon)]
             lines.append(" ".join([str(index[ann["category_id"]])] + [f"{v:.6f}" for v in coords]))
         stem = Path(image["file_name"]).with_suffix("").as_posix()
