@@ -5,7 +5,8 @@ Layout (Label Studio's "JSON" export): a list of tasks ``{"id", "data": {"image"
 "original_width", "original_height", "value": {"points": [[x%, y%], ...],
 "polygonlabels": [label]}}`` or ``rectanglelabels`` (``x``, ``y``, ``width``, ``height``
 in percent). Coordinates are percent of the image. The first annotation of a task is used
-(a task's later annotations are other people's versions of the same objects). Brush
+(a task's later annotations are other people's versions of the same objects); a task
+without annotations gives its first ``predictions`` (pre-annotations) instead. Brush
 masks (``brushlabels``, Label Studio's own bit-packed RLE) are not converted: export
 polygons or COCO for those. Label Studio has no object in several parts: regions sharing
 a ``group_id`` key (maskops writes one for an occluded object) and a label are one object.
@@ -41,7 +42,9 @@ def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
     for index, task in enumerate(tasks):
         try:
             file_name = _file_name(task["data"], image_dir)
-            results = (task.get("annotations") or [{}])[0].get("result") or []
+            # Pre-annotations (``predictions``) read as well when nobody annotated the task.
+            done = task.get("annotations") or task.get("predictions") or [{}]
+            results = done[0].get("result") or []
         except (KeyError, TypeError, AttributeError, IndexError) as exc:
             builder.note(annotations.name, "malformed_record", f"tasks[{index}]: {exc!r}")
             continue

@@ -19,7 +19,7 @@ Polygons are the masks' outlines (:mod:`maskops.data.formats.outline`), simplifi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,28 +92,28 @@ def export_predictions(
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
-    def write(name: str, text: str | bytes) -> None:
+    def write(name: str, fill: Callable[[Path], object]) -> None:
+        """Readers of ``name`` see the whole file or none (written aside, then renamed)."""
         path = out_dir / name
         partial = path.with_name(path.name + ".partial")
-        if isinstance(text, bytes):
-            partial.write_bytes(text)
-        else:
-            partial.write_text(text)
+        fill(partial)
         partial.replace(path)
         written.append(path)
 
+    def text(content: str) -> Callable[[Path], object]:
+        return lambda path: path.write_text(content)
+
     if "coco" in formats:
-        write("predictions_coco_polygons.json", json.dumps(document | {"annotations": polygons}))
-        write("predictions_coco_rle.json", json.dumps(document))
+        write(
+            "predictions_coco_polygons.json", text(json.dumps(document | {"annotations": polygons}))
+        )
+        write("predictions_coco_rle.json", text(json.dumps(document)))
     if "cvat" in formats:
-        partial = out_dir / "predictions_cvat.xml.partial"
-        cvat.write(images, polygons, categories, partial)
-        write("predictions_cvat.xml", partial.read_bytes())
-        partial.unlink()
+        write("predictions_cvat.xml", lambda path: cvat.write(images, polygons, categories, path))
     if "labelstudio" in formats:
         tasks = labelstudio.tasks(
             images, polygons, categories, image_url=image_url, model_version=model_version
         )
-        write("predictions_labelstudio.json", json.dumps(tasks))
-        write("labelstudio_config.xml", labelstudio.labeling_config(categories))
+        write("predictions_labelstudio.json", text(json.dumps(tasks)))
+        write("labelstudio_config.xml", text(labelstudio.labeling_config(categories)))
     return written
