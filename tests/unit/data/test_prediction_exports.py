@@ -148,8 +148,8 @@ def test_maskops_inference_exports_for_review(
     spec.write_text(spec_to_text(tiny_spec))
     results = tmp_path / "results"
     flags = ["-e", str(spec), "-m", str(tiny_checkpoint), "-t", "0.0"]
-    exports = ["--export", "cvat", "--export", "labelstudio"]
-    code = main(["inference", "-i", str(images), "-r", str(results), *flags, *exports])
+    wanted = ["--export", "cvat", "--export", "labelstudio"]
+    code = main(["inference", "-i", str(images), "-r", str(results), *flags, *wanted])
     assert code == 0
     exports = results / "exports"
     assert sorted(p.name for p in exports.iterdir()) == [
