@@ -31,6 +31,7 @@ from maskops.data.formats import (
     yolo_seg,
 )
 from maskops.data.validate import WARNING_KINDS
+from maskops.spec.models import ExperimentSpec
 from maskops_core.dataset_formats import DATASET_FORMATS, EXPECTED
 
 LABELS = ["circle", "square", "triangle"]
@@ -252,3 +253,43 @@ def test_voc_box_disagreeing_with_its_mask_is_reported(tmp_path: Path) -> None:
     builder = to_coco("voc", root, images)
     assert builder.categories() == [{"id": 1, "name": "cat"}]
     assert builder.findings["1"]["mask_polygon_mismatch"] == ["cat: IoU 0.00"]
+
+
+def test_datasets_from_every_format_train_and_evaluate(
+    demo_dataset: DemoDataset, tiny_spec: ExperimentSpec, tmp_path: Path
+) -> None:
+    """One short training on the train split written in every format (one shard set per
+    format, one label map), evaluated on the val split converted from LabelMe."""
+    from maskops.engine import run_training
+
+    train_dir, val_dir = tmp_path / "train", tmp_path / "val"
+    source = json.loads(demo_dataset.train_json.read_text())
+    for format_name, writer in WRITERS.items():
+        (tmp_path / format_name).mkdir()
+        annotations = writer(source, tmp_path / format_name)
+        convert_labelled_dataset(
+            demo_dataset.train_images,
+            annotations,
+            train_dir,
+            format_name=format_name,
+            labels=None if format_name == "yolo-seg" else LABELS,
+            tag=format_name,
+            workers=1,
+        )
+    (tmp_path / "val_labelme").mkdir()
+    val = _write_labelme(json.loads(demo_dataset.val_json.read_text()), tmp_path / "val_labelme")
+    converted = convert_labelled_dataset(
+        demo_dataset.val_images, val, val_dir, format_name="labelme", tag="val", workers=1
+    )
+    assert converted.warning_counts == {}
+    data = tiny_spec.data_config.model_copy(
+        update={
+            "training_file_pattern": f"{train_dir}/*.tar",
+            "validation_file_pattern": f"{val_dir}/*.tar",
+            "val_json_file": str(coco_path(val_dir, "val")),
+        }
+    )
+    spec = tiny_spec.model_copy(update={"data_config": data, "total_steps": 2})
+    result = run_training(spec, tmp_path / "run")
+    assert result.step == 2 and result.checkpoint is not None
+    assert 0.0 <= float(result.metrics["mask_AP"]) <= 1.0, result.metrics
