@@ -402,8 +402,10 @@ class CocoResult(BaseModel):
     category_name: str | None = None
     bbox: list[float] = Field(description="[x, y, width, height] in original pixels.")
     score: float
-    segmentation: dict[str, Any] | None = Field(
-        default=None, description='COCO RLE {"size": [h, w], "counts": str}.'
+    segmentation: dict[str, Any] | list[list[float]] | None = Field(
+        default=None,
+        description='COCO RLE {"size": [h, w], "counts": str}, or with mask_format=polygon '
+        "COCO polygons [[x1, y1, x2, y2, ...], ...].",
     )
 
 

@@ -22,7 +22,8 @@ from pycocotools.coco import COCO
 from maskops.cli.main import main
 from maskops.data.demo import DemoDataset
 from maskops.data.formats import to_coco
-from maskops.data.formats.predictions import export_predictions, mask_to_polygons
+from maskops.data.formats.predictions import export_predictions
+from maskops.masks import rle_to_polygons
 from maskops.spec import spec_to_text
 from maskops.spec.models import ExperimentSpec
 
@@ -129,7 +130,7 @@ def test_every_export_loads_and_matches_the_masks(label_dir: Path, tmp_path: Pat
 def test_tolerance_trades_points_for_fidelity(label_dir: Path) -> None:
     detections = json.loads(next(label_dir.glob("0*.json")).read_text())
     rle = detections[0]["segmentation"]
-    exact, coarse = mask_to_polygons(rle, 0.0), mask_to_polygons(rle, 1.0)
+    exact, coarse = rle_to_polygons(rle, 0.0), rle_to_polygons(rle, 1.0)
     assert len(coarse[0]) < len(exact[0])
     target = {"size": rle["size"], "counts": rle["counts"].encode()}
     for polygons in (exact, coarse):

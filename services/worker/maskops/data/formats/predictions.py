@@ -12,7 +12,7 @@ From an inference run's label folder (per-image COCO results with RLE masks, and
                      version, per-region and per-task scores) and
                      ``labelstudio_config.xml``, the labelling interface they match
 
-Polygons are the masks' outlines (:mod:`maskops.data.formats.outline`), simplified with
+Polygons are the masks' outlines (:mod:`maskops.masks`), simplified with
 ``tolerance`` pixels.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from maskops.data.formats import cvat, labelstudio
-from maskops.data.formats.outline import DEFAULT_TOLERANCE, mask_to_polygons
+from maskops.masks import DEFAULT_TOLERANCE, rle_to_polygons
 
 EXPORT_FORMATS = ("coco", "cvat", "labelstudio")
 INDEX_FILE = "coco_images.json"
@@ -63,7 +63,7 @@ def with_polygons(annotations: Iterable[dict[str, Any]], tolerance: float) -> li
         segmentation = ann.get("segmentation")
         if not isinstance(segmentation, dict):
             continue
-        polygons = mask_to_polygons(segmentation, tolerance)
+        polygons = rle_to_polygons(segmentation, tolerance)
         if polygons:
             out.append(ann | {"segmentation": polygons})
     return out

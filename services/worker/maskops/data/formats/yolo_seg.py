@@ -22,7 +22,7 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 
 from maskops.data.formats.builder import CocoBuilder, FormatMismatch
-from maskops.data.formats.outline import mask_to_polygons
+from maskops.masks import rle_to_polygons
 
 EXPECTED = "a folder of YOLO segmentation .txt files ('<class> x1 y1 x2 y2 ...' per line)"
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -138,7 +138,7 @@ def _one_outline(polygons: list[list[float]], height: int, width: int) -> list[l
     if len(polygons) == 1:
         return polygons
     merged = mask_utils.merge(mask_utils.frPyObjects(polygons, height, width))
-    return mask_to_polygons(merged, tolerance=0.0) or polygons
+    return rle_to_polygons(merged, tolerance=0.0) or polygons
 
 
 def write(document: dict[str, Any], folder: Path, labels: Sequence[str]) -> None:
