@@ -175,6 +175,12 @@ class DatasetCreate(_Body):
             raise ValueError("labels must be distinct")
         return value
 
+    @model_validator(mode="after")
+    def _labels_need_a_format(self) -> DatasetCreate:
+        if self.labels is not None and self.format == "coco":
+            raise ValueError("labels apply to other formats: a COCO file carries its own ids")
+        return self
+
 
 class DatasetOut(_Out):
     id: int

@@ -30,6 +30,7 @@ from maskops.data.formats import (
     voc,
     yolo_seg,
 )
+from maskops.data.manifest import Manifest
 from maskops.data.validate import WARNING_KINDS
 from maskops.spec.models import ExperimentSpec
 from maskops_core.dataset_formats import DATASET_FORMATS, EXPECTED
@@ -293,3 +294,19 @@ def test_datasets_from_every_format_train_and_evaluate(
     result = run_training(spec, tmp_path / "run")
     assert result.step == 2 and result.checkpoint is not None
     assert 0.0 <= float(result.metrics["mask_AP"]) <= 1.0, result.metrics
+
+
+def test_dataset_convert_command_reads_a_format(
+    demo_dataset: DemoDataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from maskops.cli.main import main
+
+    annotations = _write_labelstudio(json.loads(demo_dataset.val_json.read_text()), tmp_path)
+    common = ["-i", str(demo_dataset.val_images), "-a", str(annotations), "-o", str(tmp_path)]
+    assert main(["dataset_convert", *common, "--format", "via"]) == 2
+    assert "expected a VIA JSON export" in capsys.readouterr().err
+    labels = ["--labels", "triangle,square,circle"]
+    assert main(["dataset_convert", *common, "--format", "labelstudio", *labels]) == 0
+    out = capsys.readouterr().out
+    assert "read labelstudio annotations into" in out and "1 -> 1   triangle" in out
+    assert Manifest.load(tmp_path / "export_manifest.json").num_images == demo_dataset.num_val
