@@ -97,8 +97,8 @@ def write(
 ) -> None:
     """COCO images and polygon annotations (``score`` optional) as CVAT for images 1.1.
 
-    A score becomes the shape's ``score`` attribute (declared on every label), so a
-    reviewer can sort and filter on it in CVAT.
+    A score becomes the shape's ``score`` attribute (declared on every label), to sort
+    and filter on in CVAT.
     """
     root = ET.Element("annotations")
     ET.SubElement(root, "version").text = "1.1"
