@@ -36,7 +36,7 @@ def format_problem(format_name: str, path: Path) -> str | None:
     expected), or None when it looks right (COCO is checked by its conversion)."""
     expected = f"expected {EXPECTED[format_name]}"
     if format_name in FOLDER_FORMATS and not path.is_dir():
-        if format_name == "labelme" and path.suffix == ".json":
+        if format_name == "labelme" and path.suffix == ".json" and path.is_file():
             return None if _json_has(path, "shapes") else expected
         return f"{expected}; got a file"
     if format_name not in FOLDER_FORMATS and not path.is_file():
@@ -58,7 +58,8 @@ def format_problem(format_name: str, path: Path) -> str | None:
             head = f.read(_SNIFF_BYTES)
         ok = b"<annotations" in head
     elif format_name == "labelme":
-        ok = any(_json_has(p, "shapes") for p in sorted(path.rglob("*.json"))[:50])
+        files = [p for p in sorted(path.rglob("*.json"))[:50] if p.is_file()]  # no FIFO
+        ok = any(_json_has(p, "shapes") for p in files)
     elif format_name == "voc":
         ok = (path / "SegmentationObject").is_dir() and (path / "SegmentationClass").is_dir()
     elif format_name == "yolo-seg":

@@ -163,6 +163,17 @@ def test_whole_workflow_over_http(
         return done
 
     evaluation = follow_up("evaluate", job["id"])
+    # Predictions for review in labelling tools, downloadable as the job's artifacts.
+    review = follow_up("inference", job["id"], threshold=0.0, exports=["labelstudio", "cvat"])
+    exports = sorted(Path(p).name for p in review["result"]["exports"])
+    assert exports == [
+        "labelstudio_config.xml",
+        "predictions_cvat.xml",
+        "predictions_labelstudio.json",
+    ]
+    tasks = client.get(f"/jobs/{review['id']}/artifacts/exports/predictions_labelstudio.json")
+    assert len(tasks.json()) == 4
+    assert {t["predictions"][0]["model_version"] for t in tasks.json()} == {f"job-{job['id']}"}
     assert {"AP", "mask_AP"} <= set(evaluation["result"]["metrics"])
     best = follow_up("evaluate", job["id"], checkpoint="best")  # TAO's checkpoint_choose_method
     assert best["result"]["model"].endswith("results/model.best.pth")

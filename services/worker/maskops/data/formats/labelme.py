@@ -31,6 +31,7 @@ EXPECTED = "LabelMe JSON files (one per image, with 'shapes' and 'imagePath')"
 
 def read(annotations: Path, builder: CocoBuilder) -> None:
     files = sorted(annotations.rglob("*.json")) if annotations.is_dir() else [annotations]
+    files = [f for f in files if f.is_file()]  # a FIFO would block the read
     readable = 0
     for path in files:
         name = path.relative_to(annotations).as_posix() if annotations.is_dir() else path.name

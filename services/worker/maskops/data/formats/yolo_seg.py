@@ -30,7 +30,7 @@ _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
     files = sorted(annotations.rglob("*.txt")) if annotations.is_dir() else [annotations]
-    files = [f for f in files if f.name != "classes.txt"]
+    files = [f for f in files if f.name != "classes.txt" and f.is_file()]  # no FIFO
     if not files:
         raise FormatMismatch(f"{annotations.name}: expected {EXPECTED}; none found")
     names = list(builder.labels) if builder.labels is not None else _yaml_names(annotations)
