@@ -165,7 +165,8 @@ class DatasetCreate(_Body):
         max_length=10_000,
         description="Category names in id order (id 1 first); objects with other labels "
         "are reported (unknown_label) and left out. Default: names in order of appearance "
-        "(voc: VOC's 20 classes; yolo-seg: data.yaml's names).",
+        "(voc: VOC's 20 classes; yolo-seg: data.yaml's names). Not used for coco, whose "
+        "file carries its own category ids.",
     )
 
     @field_validator("labels")
@@ -174,12 +175,6 @@ class DatasetCreate(_Body):
         if value is not None and len(set(value)) != len(value):
             raise ValueError("labels must be distinct")
         return value
-
-    @model_validator(mode="after")
-    def _labels_need_a_format(self) -> DatasetCreate:
-        if self.labels is not None and self.format == "coco":
-            raise ValueError("labels apply to other formats: a COCO file carries its own ids")
-        return self
 
 
 class DatasetOut(_Out):

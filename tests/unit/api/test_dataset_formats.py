@@ -91,16 +91,3 @@ def test_labelme_zip_with_a_malformed_file_converts_the_rest(
     assert [im["file_name"] for im in document["images"]] == ["a.png", "b.png"]
     assert document["categories"] == [{"id": 1, "name": "dog"}, {"id": 2, "name": "cat"}]
     assert client.get(f"/datasets/{created['id']}/coco/val").status_code == 404
-
-
-def test_labels_are_refused_for_coco(client: TestClient) -> None:
-    body = {
-        "name": "shapes",
-        "labels": ["circle"],
-        "train": {
-            "image_dir": "shapes/images/train",
-            "annotation_file": "shapes/annotations/train.json",
-        },
-    }
-    response = client.post("/datasets", json=body)
-    assert response.status_code == 422 and "carries its own ids" in response.text

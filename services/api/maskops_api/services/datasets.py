@@ -85,7 +85,9 @@ def register_dataset(
     for name, paths in splits.items():
         check_split(settings, name, paths, body.format)
     # The source format travels with each split's paths: the conversion reads it there.
-    source = {"format": body.format} | ({"labels": body.labels} if body.labels else {})
+    source: dict[str, Any] = {"format": body.format}
+    if body.labels and body.format != "coco":  # a COCO file carries its own ids
+        source["labels"] = body.labels
     dataset = Dataset(
         name=body.name,
         splits={name: paths.model_dump() | source for name, paths in splits.items()},
