@@ -23,6 +23,7 @@ from pydantic_core import CoreSchema
 
 from maskops_core import options
 from maskops_core.actions import JobAction
+from maskops_core.dataset_formats import DatasetFormat
 from maskops_core.db.models import JobStatus
 from maskops_core.paths import RELATIVE_PATH_PATTERN
 
@@ -114,7 +115,10 @@ DataPath = Annotated[str, Field(json_schema_extra={"pattern": RELATIVE_PATH_PATT
 
 class DatasetSplit(_Body):
     image_dir: DataPath = Field(description="Image directory, relative to the server's data root.")
-    annotation_file: DataPath = Field(description="COCO JSON, relative to the server's data root.")
+    annotation_file: DataPath = Field(
+        description="COCO JSON, relative to the server's data root; for another `format`, "
+        "its annotation file or folder."
+    )
 
     @field_validator("image_dir", "annotation_file")
     @classmethod
@@ -148,6 +152,29 @@ class DatasetCreate(_Body):
     val: DatasetSplit | None = None
     num_shards: Int = Field(default=8, ge=1, le=1024)
     include_masks: Annotated[bool, Strict()] = True
+    format: DatasetFormat = Field(
+        default="coco",
+        description="How the annotations are written: coco, via (via_region_data.json), "
+        "labelme (a folder of per-image JSON), cvat (CVAT for images 1.1 XML), labelstudio "
+        "(JSON export), voc (a folder with SegmentationObject/ and SegmentationClass/), "
+        "yolo-seg (a folder of .txt). Others are converted to COCO at registration, kept "
+        "as GET /datasets/{id}/coco/{split}.",
+    )
+    labels: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None,
+        max_length=10_000,
+        description="Category names in id order (id 1 first); objects with other labels "
+        "are reported (unknown_label) and left out. Default: names in order of appearance "
+        "(voc: VOC's 20 classes; yolo-seg: data.yaml's names). Not used for coco, whose "
+        "file carries its own category ids.",
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _distinct(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("labels must be distinct")
+        return value
 
 
 class DatasetOut(_Out):
@@ -161,6 +188,8 @@ class DatasetOut(_Out):
     label_map: list[dict[str, Any]] | None
     warnings: list[Any] | None
     created_at: datetime
+    format: str = "coco"
+    labels: list[str] | None = None
 
 
 _SPEC_GIVEN: dict[str, Any] = {"required": ["spec"], "properties": {"spec": {"type": "object"}}}
@@ -374,8 +403,10 @@ class CocoResult(BaseModel):
     category_name: str | None = None
     bbox: list[float] = Field(description="[x, y, width, height] in original pixels.")
     score: float
-    segmentation: dict[str, Any] | None = Field(
-        default=None, description='COCO RLE {"size": [h, w], "counts": str}.'
+    segmentation: dict[str, Any] | list[list[float]] | None = Field(
+        default=None,
+        description='COCO RLE {"size": [h, w], "counts": str}, or with mask_format=polygon '
+        "COCO polygons [[x1, y1, x2, y2, ...], ...].",
     )
 
 

@@ -105,6 +105,27 @@ class InferenceOptions(_FromModel):
     )
     threshold: Score = 0.6
     include_mask: bool = True
+    exports: list[Literal["coco", "cvat", "labelstudio"]] = Field(
+        default_factory=list,
+        max_length=3,
+        description="Also write the predictions for review in a labelling tool: coco "
+        "(COCO documents with polygon and with RLE masks), cvat (CVAT for images 1.1 XML), "
+        "labelstudio (Label Studio pre-annotations); artifacts under exports/.",
+    )
+    polygon_tolerance: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=50.0,
+        description="Douglas-Peucker tolerance (pixels) simplifying mask outlines to "
+        "polygons; at most 2% of the square root of an object's area.",
+    )
+    model_version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Label Studio's model_version on the pre-annotations (default: "
+        "the model's job, 'job-<id>').",
+    )
 
 
 BatchSize = Annotated[int, Field(ge=1, le=1024)]

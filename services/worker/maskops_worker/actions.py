@@ -57,8 +57,20 @@ def job_options(ctx: JobContext, model: type[OptionsT]) -> OptionsT:
         raise JobInputError(f"{where}: {first['msg']}") from None
 
 
+def _split_coco(root: Path, shards_dir: str | None, splits: dict[str, Any]) -> Path:
+    """The val split's COCO file: as registered, or converted from its format."""
+    from maskops.data.format_names import DEFAULT_FORMAT
+    from maskops.data.formats import coco_path
+
+    val = splits["val"]
+    if val.get("format", DEFAULT_FORMAT) != DEFAULT_FORMAT and shards_dir:
+        return coco_path(root / shards_dir, "val")
+    return root / val["annotation_file"]
+
+
 def dataset_convert(ctx: JobContext) -> dict[str, Any]:
-    from maskops.data.convert import convert_dataset
+    from maskops.data.format_names import DEFAULT_FORMAT
+    from maskops.data.formats import coco_path, convert_labelled_dataset
 
     job = ctx.job
     if job.dataset_id is None or not job.dataset_splits:
@@ -72,10 +84,13 @@ def dataset_convert(ctx: JobContext) -> dict[str, Any]:
     for index, (split, paths) in enumerate(splits):
         if ctx.cancel_requested:
             raise JobCancelled()
-        result = convert_dataset(
+        format_name = paths.get("format", DEFAULT_FORMAT)
+        result = convert_labelled_dataset(
             ctx.input_path(paths["image_dir"], f"the {split} images"),
             ctx.input_path(paths["annotation_file"], f"the {split} annotations"),
             out_dir,
+            format_name=format_name,
+            labels=paths.get("labels"),
             tag=split,
             num_shards=job.dataset_num_shards,
             include_masks=job.dataset_include_masks,
@@ -94,6 +109,8 @@ def dataset_convert(ctx: JobContext) -> dict[str, Any]:
             "shards": len(result.shards),
             "per_category": {str(k): v for k, v in result.category_counts.items()},
         }
+        if format_name != DEFAULT_FORMAT:
+            counts[split]["coco_file"] = str(coco_path(out_dir, split).relative_to(root))
         label_map = label_map or result.label_map.to_json()
         findings = json.loads(result.warnings_path.read_text())
         warnings.append(
@@ -148,7 +165,7 @@ def job_spec(ctx: JobContext, *, need: str = "training_file_pattern") -> Experim
         if not data.validation_file_pattern and "val" in (job.dataset_splits or {}):
             data.validation_file_pattern = str(shards / "val-*")
     if not data.val_json_file and job.dataset_splits and "val" in job.dataset_splits:
-        data.val_json_file = str(root / job.dataset_splits["val"]["annotation_file"])
+        data.val_json_file = str(_split_coco(root, job.dataset_shards_dir, job.dataset_splits))
     if need and not getattr(data, need):
         raise JobInputError(f"the experiment has no {need} and its dataset provides none")
     return confine_trackers(spec, ctx.work_dir, allowed=ctx.settings.trackers)
@@ -411,13 +428,32 @@ def inference(ctx: JobContext) -> dict[str, Any]:
         warn=_logger(ctx),
     )
     ctx.report(summary.images, summary.images)
-    return {
+    result: dict[str, Any] = {
         "images": summary.images,
         "detections": summary.detections,
         "skipped": [f"{p.name}: {why}" for p, why in summary.skipped],
         "annotated_images": _relative(ctx, out_images),
         "labels": _relative(ctx, labels),
     }
+    if options.exports and summary.images:
+        result["exports"] = _export_predictions(ctx, options, labels)
+    return result
+
+
+def _export_predictions(ctx: JobContext, options: InferenceOptions, labels: Path) -> list[str]:
+    """The predictions as the labelling tools' files (``options.exports``), under exports/."""
+    from maskops.data.formats.predictions import export_predictions
+
+    parent = ctx.job.parent_job_id
+    version = options.model_version or (f"job-{parent}" if parent else "maskops")
+    written = export_predictions(
+        labels,
+        ctx.work_dir / "exports",
+        options.exports,
+        tolerance=options.polygon_tolerance,
+        model_version=version,
+    )
+    return [_relative(ctx, path) for path in written]
 
 
 def export(ctx: JobContext) -> dict[str, Any]:

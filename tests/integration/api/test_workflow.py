@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pycocotools.mask as mask_util
 import pytest
 
 from maskops_core.settings import Settings
@@ -162,6 +163,17 @@ def test_whole_workflow_over_http(
         return done
 
     evaluation = follow_up("evaluate", job["id"])
+    # Predictions for review in labelling tools, downloadable as the job's artifacts.
+    review = follow_up("inference", job["id"], threshold=0.0, exports=["labelstudio", "cvat"])
+    exports = sorted(Path(p).name for p in review["result"]["exports"])
+    assert exports == [
+        "labelstudio_config.xml",
+        "predictions_cvat.xml",
+        "predictions_labelstudio.json",
+    ]
+    tasks = client.get(f"/jobs/{review['id']}/artifacts/exports/predictions_labelstudio.json")
+    assert len(tasks.json()) == 4
+    assert {t["predictions"][0]["model_version"] for t in tasks.json()} == {f"job-{job['id']}"}
     assert {"AP", "mask_AP"} <= set(evaluation["result"]["metrics"])
     best = follow_up("evaluate", job["id"], checkpoint="best")  # TAO's checkpoint_choose_method
     assert best["result"]["model"].endswith("results/model.best.pth")
@@ -208,6 +220,21 @@ def test_whole_workflow_over_http(
     for detection in answer.json():
         assert detection["image_id"] == 0 and detection["category_id"] in {1, 3, 7}
         assert len(detection["bbox"]) == 4 and detection["segmentation"]["size"] == [128, 128]
+    outlined = client.post(
+        "/infer",
+        params={"model": "shapes", "mask_format": "polygon"},
+        files=[("images", (image.name, image.read_bytes(), "image/jpeg"))],
+    )
+    assert outlined.status_code == 200, outlined.text
+    for rle_answer, polygon_answer in zip(answer.json(), outlined.json(), strict=True):
+        rle = rle_answer["segmentation"]
+        rle = {"size": rle["size"], "counts": rle["counts"].encode()}
+        if not polygon_answer["segmentation"]:  # a speck has no outline of 3 points
+            assert mask_util.area(rle) <= 4
+            continue
+        drawn = mask_util.frPyObjects(polygon_answer["segmentation"], 128, 128)
+        # 0.9, not the 0.95 of clean masks: this barely trained model's masks are ragged.
+        assert mask_util.iou([rle], [mask_util.merge(drawn)], [0])[0][0] >= 0.9
     bad = client.post(
         "/infer", params={"model": "shapes"}, files=[("images", ("x.jpg", b"nope", "image/jpeg"))]
     )

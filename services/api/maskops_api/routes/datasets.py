@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
 from sqlalchemy import func, select
 
 from maskops_api.deps import (
@@ -46,7 +47,9 @@ async def register_dataset(
     keys: KeysInFlightDep,
     idempotency_key: IdempotencyKeyDep = None,
 ) -> DatasetOut:
-    """Register images + COCO JSON under the data root; queues a dataset_convert job."""
+    """Register images + annotations under the data root (COCO JSON, or another labelling
+    tool's format, converted to COCO); queues a dataset_convert job. Annotations that are
+    not in the declared format are a 422 naming what was expected."""
 
     def work() -> DatasetOut:
         with factory() as session:
@@ -88,6 +91,8 @@ async def upload_dataset(
             train=(form.train_image_dir, form.train_annotation_file),
             val=(form.val_image_dir, form.val_annotation_file),
             num_shards=form.num_shards,
+            format_name=form.format,
+            labels=form.labels,
         )
         dataset, job = await run_in_threadpool(
             service.register_dataset, session, settings, body, idempotency_key=None
@@ -118,6 +123,22 @@ def list_datasets(
 def get_dataset(dataset_id: DatasetId, session: SessionDep) -> DatasetOut:
     """Counts, label map and conversion warnings once its dataset_convert job is done."""
     return service.dataset_out(session, service.get_dataset(session, dataset_id))
+
+
+@router.get(
+    "/{dataset_id:int}/coco/{split}",
+    response_model=None,
+    dependencies=[ReadAccess],
+    responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
+)
+def download_coco(
+    dataset_id: DatasetId, split: str, session: SessionDep, settings: SettingsDep
+) -> FileResponse:
+    """The split's annotations as COCO: converted from the dataset's format once its
+    dataset_convert job is done (for a COCO dataset, the file it was registered with)."""
+    dataset = service.get_dataset(session, dataset_id)
+    path = service.coco_file(settings, dataset, split)
+    return FileResponse(path, media_type="application/json", filename=f"{split}_coco.json")
 
 
 @router.delete("/{dataset_id:int}", status_code=204, dependencies=[WriteAccess])

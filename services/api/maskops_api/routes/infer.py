@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
@@ -79,6 +79,19 @@ async def infer(
     model: Annotated[str, Query(pattern=MODEL_NAME_PATTERN)],
     version: Annotated[str, Query(pattern=r"^[0-9]{0,9}$")] = "",
     score_threshold: Annotated[float, Query(ge=0.0, le=1.0)] = 0.0,
+    mask_format: Annotated[
+        Literal["rle", "polygon"],
+        Query(description="Masks as COCO RLE (default) or as COCO polygons (their outlines)."),
+    ] = "rle",
+    polygon_tolerance: Annotated[
+        float,
+        Query(
+            ge=0.0,
+            le=50.0,
+            description="With mask_format=polygon: Douglas-Peucker tolerance in pixels (at "
+            "most 2% of the square root of an object's area).",
+        ),
+    ] = 1.0,
 ) -> list[CocoResult]:
     """Run the published model ``model`` on each image; ``image_id`` is the image's position."""
     # Client errors first, from the request alone: then whether the model exists; only
@@ -126,7 +139,23 @@ async def infer(
         raise Unavailable((triton and triton.problem) or _readable(exc)) from None
     except TritonError as exc:
         raise BadGateway(_readable(exc)) from None
-    return [CocoResult.model_validate(d) for results in per_image for d in results]
+    detections = [d for results in per_image for d in results]
+    if mask_format == "polygon":
+        detections = await run_in_threadpool(as_polygons, detections, polygon_tolerance)
+    return [CocoResult.model_validate(d) for d in detections]
+
+
+def as_polygons(detections: list[dict[str, Any]], tolerance: float) -> list[dict[str, Any]]:
+    """The detections with their RLE masks as polygons (an empty list for a mask with no
+    outline of 3 points or more)."""
+    from maskops.masks import rle_to_polygons
+
+    return [
+        d | {"segmentation": rle_to_polygons(d["segmentation"], tolerance)}
+        if isinstance(d.get("segmentation"), dict)
+        else d
+        for d in detections
+    ]
 
 
 def _check_image(index: int, data: bytes, settings: Settings) -> None:

@@ -17,6 +17,7 @@ from maskops_api.errors import Invalid, TooLarge
 from maskops_api.schemas import DataPath, DatasetCreate, Name
 from maskops_api.services.uploads import TooLargeArchive, UnsafeArchive, extract_archive
 from maskops_api.streamed_form import read_form
+from maskops_core.dataset_formats import DatasetFormat
 from maskops_core.settings import Settings
 
 ARCHIVE_FIELD = "archive"
@@ -41,6 +42,14 @@ class UploadForm(BaseModel):
     val_image_dir: DataPath | None = "images/val"
     val_annotation_file: DataPath | None = "annotations/val.json"
     num_shards: Annotated[int, Field(ge=1, le=1024)] = 8
+    format: DatasetFormat = Field(
+        default="coco", description="How the annotations are written (see POST /datasets)."
+    )
+    labels: str | None = Field(
+        default=None,
+        max_length=100_000,
+        description="Category names in id order, comma-separated (id 1 first).",
+    )
 
 
 def request_body() -> dict[str, Any]:
@@ -110,16 +119,23 @@ def dataset_body(
     train: tuple[str, str],
     val: tuple[str | None, str | None],
     num_shards: int,
+    format_name: str = "coco",
+    labels: str | None = None,
 ) -> DatasetCreate:
     base = folder.relative_to(settings.data_root).as_posix()
     splits: dict[str, object] = {
         "train": {"image_dir": f"{base}/{train[0]}", "annotation_file": f"{base}/{train[1]}"}
     }
     val_dir, val_json = val
-    if val_dir and val_json and (folder / val_json).is_file():
+    if val_dir and val_json and (folder / val_json).exists():
         splits["val"] = {"image_dir": f"{base}/{val_dir}", "annotation_file": f"{base}/{val_json}"}
+    source: dict[str, object] = {"format": format_name}
+    if labels:
+        source["labels"] = [n.strip() for n in labels.split(",") if n.strip()]
     try:
-        return DatasetCreate.model_validate({"name": name, "num_shards": num_shards, **splits})
+        return DatasetCreate.model_validate(
+            {"name": name, "num_shards": num_shards, **source, **splits}
+        )
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -10,6 +11,7 @@ from maskops_api.errors import Invalid, NotFound
 from maskops_api.schemas import DatasetCreate, DatasetOut, DatasetSplit
 from maskops_api.services import idempotency
 from maskops_core.actions import JobAction
+from maskops_core.dataset_formats import FOLDER_FORMATS, format_problem
 from maskops_core.db.models import Dataset, Job, JobStatus
 from maskops_core.settings import Settings
 
@@ -36,15 +38,19 @@ def _reason(exc: Exception) -> str:
     return "symlink loop" if isinstance(exc, RuntimeError) else type(exc).__name__
 
 
-def check_split(settings: Settings, split: str, paths: DatasetSplit) -> None:
+def check_split(
+    settings: Settings, split: str, paths: DatasetSplit, format_name: str = "coco"
+) -> None:
     image_dir = _inside_root(settings.data_root, paths.image_dir, f"{split}.image_dir")
     annotations = _inside_root(
         settings.data_root, paths.annotation_file, f"{split}.annotation_file"
     )
     # A well-formed path that names nothing is a 404, as an id that names no row is: the
     # request is valid, what it refers to does not exist.
+    folder = format_name in FOLDER_FORMATS
     try:
-        image_ok, annotations_ok = image_dir.is_dir(), annotations.is_file()
+        image_ok = image_dir.is_dir()
+        annotations_ok = annotations.exists() if folder else annotations.is_file()
     except OSError as exc:
         raise NotFound(f"{split}: {_reason(exc)}") from None
     if not image_ok:
@@ -53,8 +59,15 @@ def check_split(settings: Settings, split: str, paths: DatasetSplit) -> None:
         )
     if not annotations_ok:
         raise NotFound(
-            f"{split}.annotation_file: {paths.annotation_file!r} is not a file under the data root"
+            f"{split}.annotation_file: {paths.annotation_file!r} is not a "
+            f"{'file or folder' if folder else 'file'} under the data root"
         )
+    try:
+        problem = format_problem(format_name, annotations)
+    except OSError as exc:
+        raise Invalid(f"{split}.annotation_file: {_reason(exc)}") from None
+    if problem is not None:
+        raise Invalid(f"{split}.annotation_file: {paths.annotation_file!r}: {problem}")
 
 
 def register_dataset(
@@ -70,10 +83,14 @@ def register_dataset(
             return existing, None
     splits = {"train": body.train} | ({"val": body.val} if body.val else {})
     for name, paths in splits.items():
-        check_split(settings, name, paths)
+        check_split(settings, name, paths, body.format)
+    # The source format travels with each split's paths: the conversion reads it there.
+    source: dict[str, Any] = {"format": body.format}
+    if body.labels and body.format != "coco":  # a COCO file carries its own ids
+        source["labels"] = body.labels
     dataset = Dataset(
         name=body.name,
-        splits={name: paths.model_dump() for name, paths in splits.items()},
+        splits={name: paths.model_dump() | source for name, paths in splits.items()},
         include_masks=body.include_masks,
         num_shards=body.num_shards,
     )
@@ -101,6 +118,22 @@ def register_dataset(
     return dataset, job
 
 
+def coco_file(settings: Settings, dataset: Dataset, split: str) -> Path:
+    """A split's COCO file: the one converted beside the shards, or the registered one."""
+    paths = dataset.splits.get(split)
+    if paths is None:
+        raise NotFound(f"dataset {dataset.id} has no split {split!r}")
+    if paths.get("format", "coco") == "coco":
+        path = settings.data_root / paths["annotation_file"]
+    elif coco := ((dataset.counts or {}).get(split) or {}).get("coco_file"):
+        path = settings.data_root / coco  # where the conversion recorded it
+    else:
+        raise NotFound(f"dataset {dataset.id} is not converted yet")
+    if not path.is_file():
+        raise NotFound(f"dataset {dataset.id}: the {split} COCO file is gone")
+    return path
+
+
 def get_dataset(session: Session, dataset_id: int) -> Dataset:
     dataset = session.get(Dataset, dataset_id)
     if dataset is None:
@@ -110,10 +143,17 @@ def get_dataset(session: Session, dataset_id: int) -> Dataset:
 
 def dataset_out(session: Session, dataset: Dataset) -> DatasetOut:
     job = session.get(Job, dataset.convert_job_id) if dataset.convert_job_id else None
+    paths = set(DatasetSplit.model_fields)
+    first: dict[str, Any] = next(iter(dataset.splits.values()), {})
     return DatasetOut(
         id=dataset.id,
         name=dataset.name,
-        splits={k: DatasetSplit.model_validate(v) for k, v in dataset.splits.items()},
+        splits={
+            k: DatasetSplit.model_validate({f: v[f] for f in paths if f in v})
+            for k, v in dataset.splits.items()
+        },
+        format=first.get("format", "coco"),
+        labels=first.get("labels"),
         status=job.status if job else "unknown",
         convert_job_id=dataset.convert_job_id,
         shards_dir=dataset.shards_dir,

@@ -1,4 +1,5 @@
-"""``maskops dataset_convert``: COCO JSON + images -> validated shards (TAO flags)."""
+"""``maskops dataset_convert``: COCO JSON (or another labelling tool's format) + images ->
+validated shards (TAO flags)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from maskops.cli.common import EXIT_OK, CLIError, add_key_argument, tee_log
+from maskops.data.format_names import DEFAULT_FORMAT, FORMAT_NAMES
 
 RESULTS_LOG = "dataset_convert.log"
 """What ``-r RESULTS_DIR`` holds: the conversion summary (TAO writes its status log there)."""
@@ -25,7 +27,26 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("-i", "--image_dir", required=True, type=Path, help="image directory")
     parser.add_argument(
-        "-a", "--annotations_file", required=True, type=Path, help="COCO instances JSON"
+        "-a",
+        "--annotations_file",
+        required=True,
+        type=Path,
+        help="COCO instances JSON, or the annotations in --format (a file or a folder)",
+    )
+    parser.add_argument(
+        "--format",
+        dest="format_name",
+        choices=FORMAT_NAMES,
+        default=DEFAULT_FORMAT,
+        help="how -a is written (default coco); other formats are converted to "
+        "OUT_DIR/<tag>_coco.json first",
+    )
+    parser.add_argument(
+        "--labels",
+        default=None,
+        help="category names in id order, comma-separated (id 1 first); objects with "
+        "other labels are reported as unknown_label (default: names in order of "
+        "appearance; voc: VOC's 20 classes; yolo-seg: data.yaml's names)",
     )
     parser.add_argument("-o", "--output_dir", required=True, type=Path, help="output directory")
     parser.add_argument(
@@ -73,24 +94,28 @@ def log_file(args: argparse.Namespace) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskops.data.coco import DatasetError
-    from maskops.data.convert import convert_dataset
+    from maskops.data.formats import coco_path, convert_labelled_dataset
 
+    labels = [n.strip() for n in args.labels.split(",")] if args.labels else None
     try:
-        result = convert_dataset(
+        result = convert_labelled_dataset(
             args.image_dir,
             args.annotations_file,
             args.output_dir,
+            format_name=args.format_name,
+            labels=labels,
             tag=args.tag,
             num_shards=args.num_shards,
             include_masks=args.include_mask,
             workers=args.workers,
             drop_empty_images=args.drop_empty_images,
         )
-    except DatasetError as exc:
+    except ValueError as exc:  # a DatasetError, or a --labels list with repeated names
         raise CLIError(str(exc)) from exc
     except OSError as exc:
         raise CLIError(f"{exc.filename or args.output_dir}: {exc.strerror or exc}") from exc
     with tee_log(log_file(args)) as log:
+        if args.format_name != DEFAULT_FORMAT:
+            log(f"read {args.format_name} annotations into {coco_path(result.out_dir, result.tag)}")
         log(result.summary())
     return EXIT_OK

@@ -24,6 +24,9 @@ from maskops.cli.common import (
 
 ANNOTATED_DIR = "images_annotated"
 LABEL_DIR = "labels"
+EXPORT_DIR = "exports"
+EXPORT_FORMATS = ("coco", "cvat", "labelstudio")
+"""``maskops.data.formats.predictions.EXPORT_FORMATS``, listed without importing numpy."""
 
 
 def _threshold(text: str) -> float:
@@ -88,6 +91,24 @@ def register(subparsers: Any) -> None:
         "-t", "--threshold", type=_threshold, default=0.6, help="minimum score (default 0.6)"
     )
     parser.add_argument("--include_mask", action="store_true", help="draw instance masks")
+    parser.add_argument(
+        "--export",
+        action="append",
+        choices=EXPORT_FORMATS,
+        default=[],
+        help="also write the predictions for review in a labelling tool (repeatable): coco "
+        "(polygons and RLE), cvat (CVAT 1.1 XML), labelstudio (pre-annotations); into "
+        f"RESULTS_DIR/{EXPORT_DIR} (with -l only: beside the label directory)",
+    )
+    parser.add_argument(
+        "--polygon_tolerance",
+        type=float,
+        default=1.0,
+        help="pixels the exported polygons may depart from the mask outlines (default 1)",
+    )
+    parser.add_argument(
+        "--model_version", default="maskops", help="Label Studio's model_version (default maskops)"
+    )
     parser.add_argument("--gpu_index", type=int, default=0, help="CUDA device (CPU if none)")
     add_key_argument(parser)
     parser.set_defaults(handler=run)
@@ -122,8 +143,27 @@ def run(args: argparse.Namespace) -> int:
             annotations=args.annotations,
             class_names=read_class_map(args.class_map) if args.class_map else None,
         )
+        if args.export:
+            _export(args, labels)
     except engine_errors() as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
         raise CLIError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
     return EXIT_OK
+
+
+def _export(args: argparse.Namespace, labels: Path | None) -> None:
+    from maskops.data.formats.predictions import export_predictions
+
+    if labels is None:
+        raise CLIError("--export needs -l/--out_label_dir or -r/--results_dir")
+    out = (args.results_dir or labels.parent) / EXPORT_DIR
+    written = export_predictions(
+        labels,
+        out,
+        sorted(set(args.export)),
+        tolerance=args.polygon_tolerance,
+        model_version=args.model_version,
+    )
+    for path in written:
+        print(f"wrote {path}")

@@ -121,6 +121,8 @@ def convert_dataset(
     workers: int | None = None,
     progress: ProgressFn | None = None,
     drop_empty_images: bool = False,
+    extra_findings: dict[str, dict[str, list[Any]]] | None = None,
+    source: dict[str, str] | None = None,
 ) -> ConversionResult:
     """Validate a COCO dataset and write it as shards, a manifest and a warnings file.
 
@@ -137,6 +139,9 @@ def convert_dataset(
         progress: optional callback ``(done, total)``.
         drop_empty_images: leave out images without objects (TAO's behaviour) instead of
             keeping them as negatives.
+        extra_findings: findings made before this conversion (reading another format,
+            :mod:`maskops.data.formats`), merged into the warnings file by key.
+        source: what the COCO file was converted from, added to the manifest's ``source``.
 
     Raises:
         DatasetError: malformed JSON (key and index named) or nothing usable remains.
@@ -163,6 +168,8 @@ def convert_dataset(
             pool,
             start,
             drop_empty_images,
+            extra_findings or {},
+            source or {},
         )
 
 
@@ -177,6 +184,8 @@ def _convert(
     pool: _OrderedPool,
     start: float,
     drop_empty_images: bool,
+    extra_findings: dict[str, dict[str, list[Any]]],
+    source: dict[str, str],
 ) -> ConversionResult:
     coco = load_coco(annotation_file)
     if not coco.images:
@@ -189,6 +198,10 @@ def _convert(
     for image_id, anns in coco.annotations_by_image.items():
         if image_id not in known_ids:
             warnings[str(image_id)] = {"box": [], "mask": [], "missing_image": [a.id for a in anns]}
+    for key, found in extra_findings.items():
+        entry = warnings.setdefault(key, {"box": [], "mask": []})
+        for kind, items in found.items():
+            entry.setdefault(kind, []).extend(items)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     _remove_old_shards(out_dir, tag)
@@ -232,7 +245,8 @@ def _convert(
             "annotation_file": str(annotation_file.resolve()),
             "annotation_sha256": file_sha256(annotation_file),
             "image_dir": str(image_dir.resolve()),
-        },
+        }
+        | source,
         "include_masks": include_masks,
         "num_images": tally.images,
         "num_skipped_images": tally.skipped,

@@ -32,6 +32,10 @@ Image kinds (values: short details):
     size_mismatch       width/height in the JSON disagree with the file: the file wins
     error               processing failed unexpectedly (a maskops bug; please report it
                         with the image): image skipped
+Source-format kinds (datasets labelled in another tool's format, read by
+:mod:`maskops.data.formats`; keyed by image id, or by the source file's name when no image
+could be read from it): ``malformed_record``, ``unknown_label``, ``unsupported_shape``,
+``mask_polygon_mismatch`` (see :mod:`maskops.data.formats.builder`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from PIL import Image, ImageOps
 from pycocotools import mask as mask_utils
 
 from maskops.data.coco import CocoAnnotation, CocoImage
+from maskops.masks import decode_rle_string
 
 ANNOTATION_KINDS = (
     "box",
@@ -72,7 +77,8 @@ IMAGE_KINDS = (
     "format",
     "size_mismatch",
 )
-WARNING_KINDS = ANNOTATION_KINDS + IMAGE_KINDS
+FORMAT_KINDS = ("malformed_record", "unknown_label", "unsupported_shape", "mask_polygon_mismatch")
+WARNING_KINDS = ANNOTATION_KINDS + IMAGE_KINDS + FORMAT_KINDS
 
 _BOX_TOLERANCE = 0.01
 """Pixels a box may exceed the image by before it counts as out of bounds (float noise)."""
@@ -351,7 +357,7 @@ def _mask(
             return None
         counts = seg["counts"]
         try:
-            runs = counts if isinstance(counts, list) else _decode_rle_string(counts)
+            runs = counts if isinstance(counts, list) else decode_rle_string(counts)
         except ValueError:
             runs = []
         if sum(runs) != height * width:
@@ -387,33 +393,3 @@ def _valid_polygon(polygon: Sequence[float]) -> bool:
         xs[i] * ys[(i + 1) % len(xs)] - xs[(i + 1) % len(xs)] * ys[i] for i in range(len(xs))
     )
     return abs(twice_area) > 1e-9
-
-
-def _decode_rle_string(text: str) -> list[int]:
-    """Run lengths of a COCO compressed-RLE string (pycocotools' rleFrString, in Python).
-
-    pycocotools trusts the string and writes past its buffer on a corrupt one, so the
-    runs are checked here first.
-    """
-    runs: list[int] = []
-    position = 0
-    while position < len(text):
-        value, shift, more = 0, 0, True
-        while more:
-            if position >= len(text):
-                raise ValueError("truncated RLE string")
-            c = ord(text[position]) - 48
-            if not 0 <= c < 64:
-                raise ValueError(f"invalid RLE character {text[position]!r}")
-            value |= (c & 0x1F) << (5 * shift)
-            more = bool(c & 0x20)
-            position += 1
-            shift += 1
-            if not more and c & 0x10:
-                value |= -1 << (5 * shift)
-        if len(runs) > 2:
-            value += runs[-2]
-        if value < 0:
-            raise ValueError("negative run length")
-        runs.append(value)
-    return runs

@@ -1,0 +1,131 @@
+"""Datasets labelled in other tools' formats, converted to COCO once at registration.
+
+One module per format reads that tool's documented layout into a
+:class:`~maskops.data.formats.builder.CocoBuilder`; :func:`convert_labelled_dataset` writes
+the resulting COCO file as ``<tag>_coco.json`` beside the shards and converts it like any
+COCO dataset, the reader's findings (malformed records, unknown labels...) joining the
+same per-image warnings file. :data:`FORMATS` is the registry: format name -> reader.
+
+Why hand-written readers: Datumaro (which reads all of these) pins numpy>=2.2 and
+pillow~=12, and label-studio-sdk numpy>=2.2, against this project's numpy 1.26 and
+pillow 13; each format's layout is small and documented, and pycocotools does the masks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from maskops.data.coco import DatasetError
+from maskops.data.convert import ConversionResult, convert_dataset
+from maskops.data.format_names import DEFAULT_FORMAT, FORMAT_NAMES
+from maskops.data.formats import cvat, labelme, labelstudio, via, voc, yolo_seg
+from maskops.data.formats.builder import FORMAT_KINDS, CocoBuilder, FormatMismatch
+
+Reader = Callable[[Path, CocoBuilder, Path], None]
+"""``(annotations file or folder, builder, image folder)``."""
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    read: Reader | None
+    """None: COCO itself, converted as it is."""
+    expected: str
+    """What the annotations must be (the message when they are not)."""
+    folder: bool
+    """The annotations are a folder (else one file)."""
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("coco", None, "a COCO instances JSON file", False),
+        Format("via", lambda a, b, _: via.read(a, b), via.EXPECTED, False),
+        Format("labelme", lambda a, b, _: labelme.read(a, b), labelme.EXPECTED, True),
+        Format("cvat", lambda a, b, _: cvat.read(a, b), cvat.EXPECTED, False),
+        Format("labelstudio", labelstudio.read, labelstudio.EXPECTED, False),
+        Format("voc", voc.read, voc.EXPECTED, True),
+        Format("yolo-seg", yolo_seg.read, yolo_seg.EXPECTED, True),
+    )
+}
+assert tuple(FORMATS) == FORMAT_NAMES, "format_names.py lists the registry's formats"
+
+__all__ = [
+    "DEFAULT_FORMAT",
+    "FORMATS",
+    "FORMAT_KINDS",
+    "FORMAT_NAMES",
+    "CocoBuilder",
+    "FormatMismatch",
+    "coco_path",
+    "convert_labelled_dataset",
+    "to_coco",
+]
+
+
+def coco_path(out_dir: Path, tag: str) -> Path:
+    """Where the COCO file converted from another format is kept."""
+    return out_dir / f"{tag}_coco.json"
+
+
+def to_coco(
+    format_name: str, annotations: Path, image_dir: Path, labels: Sequence[str] | None = None
+) -> CocoBuilder:
+    """Read ``annotations`` (a file or folder in ``format_name``) into COCO.
+
+    Raises:
+        DatasetError: an unknown format, or annotations missing.
+        FormatMismatch: the annotations are not in that format (names what was expected).
+    """
+    if format_name not in FORMATS or FORMATS[format_name].read is None:
+        raise DatasetError(f"format {format_name!r}: expected one of {', '.join(FORMATS)}")
+    spec = FORMATS[format_name]
+    if (spec.folder and not annotations.exists()) or (
+        not spec.folder and not annotations.is_file()
+    ):
+        raise FormatMismatch(f"{annotations}: expected {spec.expected}; nothing there")
+    builder = CocoBuilder(labels=list(labels) if labels is not None else None)
+    read = spec.read
+    assert read is not None
+    read(annotations, builder, image_dir)
+    return builder
+
+
+def convert_labelled_dataset(
+    image_dir: Path | str,
+    annotations: Path | str,
+    out_dir: Path | str,
+    *,
+    format_name: str = DEFAULT_FORMAT,
+    labels: Sequence[str] | None = None,
+    tag: str | None = None,
+    **options: Any,
+) -> ConversionResult:
+    """:func:`~maskops.data.convert.convert_dataset` for a dataset in any of :data:`FORMATS`.
+
+    ``labels``: the category names in id order (id 1 first); names outside it are
+    reported as ``unknown_label``. Other ``options`` are ``convert_dataset``'s.
+    """
+    image_dir, annotations, out_dir = Path(image_dir), Path(annotations), Path(out_dir)
+    tag = tag or annotations.stem
+    if format_name == DEFAULT_FORMAT:
+        return convert_dataset(image_dir, annotations, out_dir, tag=tag, **options)
+    builder = to_coco(format_name, annotations, image_dir, labels)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    converted = coco_path(out_dir, tag)
+    partial = converted.with_name(converted.name + ".partial")
+    partial.write_text(json.dumps(builder.document()))
+    partial.replace(converted)
+    return convert_dataset(
+        image_dir,
+        converted,
+        out_dir,
+        tag=tag,
+        extra_findings=builder.findings,
+        source={"format": format_name, "annotations": str(annotations.resolve())},
+        **options,
+    )

@@ -1,0 +1,167 @@
+"""What every format reader fills: a COCO instances document and the per-record findings.
+
+A reader turns each labelled object into a polygon list or a binary mask and hands it to
+:class:`CocoBuilder` with its label name. The builder owns the category ids (the user's
+label list, or the names in first-seen order) and everything else the COCO conversion
+then validates image by image (missing files, polygons with fewer than 3 points, boxes
+outside the image) is left to :mod:`maskops.data.validate`, so each fault is reported
+once, in the same warnings file, whatever the source format.
+
+What only the source format can tell is recorded here, keyed like the warnings file (the
+image id as text, or the source file's name when no image could be read from it):
+
+    malformed_record       a record (file, line, element, task) that is not what the
+                           format documents: left out, the rest converts
+    unknown_label          a label the user's label list does not name: object left out
+    unsupported_shape      a shape kind with no area (point, line) or not converted:
+                           left out
+    mask_polygon_mismatch  an object given both as a mask and as a polygon or box that
+                           overlap less than :data:`MISMATCH_IOU`: the mask is kept
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pycocotools import mask as mask_utils
+
+from maskops.data.coco import DatasetError
+from maskops.data.validate import FORMAT_KINDS
+
+__all__ = ["FORMAT_KINDS", "CocoBuilder", "FormatMismatch"]
+MISMATCH_IOU = 0.5
+"""Below this IoU a mask and the polygon or box given for the same object disagree."""
+
+Polygon = Sequence[float]
+"""``[x1, y1, x2, y2, ...]`` in pixels of the image."""
+
+
+class FormatMismatch(DatasetError):
+    """The annotations are not in the declared format; the message says what was expected."""
+
+
+@dataclass
+class CocoBuilder:
+    """Accumulates COCO images, annotations and categories, and the format's findings."""
+
+    labels: Sequence[str] | None = None
+    """The user's label list: category ``k`` (1-based) is ``labels[k-1]``; None: names
+    become categories 1, 2, ... in the order they are first seen."""
+    images: list[dict[str, Any]] = field(default_factory=list)
+    annotations: list[dict[str, Any]] = field(default_factory=list)
+    findings: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    _category_ids: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.labels is not None:
+            names = [str(n) for n in self.labels]
+            if len(set(names)) != len(names) or not all(names):
+                raise ValueError(f"labels must be distinct non-empty names, got {names}")
+            self._category_ids = {name: k for k, name in enumerate(names, start=1)}
+
+    def note(self, key: str | int, kind: str, item: Any) -> None:
+        """Record a finding under an image id (int) or a source file's name (str)."""
+        entry = self.findings.setdefault(str(key), {"box": [], "mask": []})
+        entry.setdefault(kind, []).append(item)
+
+    def add_image(self, file_name: str, width: int | None = None, height: int | None = None) -> int:
+        image_id = len(self.images) + 1
+        self.images.append(
+            {"id": image_id, "file_name": file_name, "width": width, "height": height}
+        )
+        return image_id
+
+    def category_id(self, image_id: int, label: str) -> int | None:
+        """The label's category id; None (noted as ``unknown_label``) when the user's
+        label list does not name it."""
+        label = str(label).strip()
+        if label in self._category_ids:
+            return self._category_ids[label]
+        if self.labels is not None or not label:
+            self.note(image_id, "unknown_label", label)
+            return None
+        self._category_ids[label] = len(self._category_ids) + 1
+        return self._category_ids[label]
+
+    def add_polygons(
+        self, image_id: int, label: str, polygons: Sequence[Polygon], *, iscrowd: bool = False
+    ) -> int | None:
+        """One object drawn as one or more polygons; its id, or None when left out."""
+        category = self.category_id(image_id, label)
+        if category is None:
+            return None
+        flat = [[float(v) for v in p] for p in polygons]
+        points = [v for p in flat for v in p if math.isfinite(v)]
+        xs, ys = points[0::2], points[1::2]
+        bbox = [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)] if xs else [0.0] * 4
+        return self._add(image_id, category, bbox, flat, iscrowd)
+
+    def add_mask(
+        self,
+        image_id: int,
+        label: str,
+        mask: np.ndarray,
+        *,
+        drawn_as: Polygon | None = None,
+    ) -> int | None:
+        """One object given as a binary mask (height x width). ``drawn_as``: the polygon
+        the format also gives for it, checked against the mask."""
+        category = self.category_id(image_id, label)
+        if category is None:
+            return None
+        rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+        height, width = (int(v) for v in rle["size"])
+        if drawn_as is not None and len(drawn_as) >= 6:
+            other = mask_utils.frPyObjects([[float(v) for v in drawn_as]], height, width)
+            iou = float(mask_utils.iou([rle], other, [0])[0][0])
+            if iou < MISMATCH_IOU:
+                self.note(image_id, "mask_polygon_mismatch", f"{label}: IoU {iou:.2f}")
+        bbox = [float(v) for v in mask_utils.toBbox(rle)]
+        segmentation = {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+        return self._add(image_id, category, bbox, segmentation, False)
+
+    def _add(
+        self, image_id: int, category: int, bbox: list[float], segmentation: Any, iscrowd: bool
+    ) -> int:
+        annotation_id = len(self.annotations) + 1
+        self.annotations.append(
+            {
+                "id": annotation_id,
+                "image_id": image_id,
+                "category_id": category,
+                "bbox": bbox,
+                "area": float(bbox[2] * bbox[3]),
+                "iscrowd": int(iscrowd),
+                "segmentation": segmentation,
+            }
+        )
+        return annotation_id
+
+    def categories(self) -> list[dict[str, Any]]:
+        return [{"id": i, "name": name} for name, i in self._category_ids.items()]
+
+    def document(self) -> dict[str, Any]:
+        """The COCO instances document (images without a known size leave it out)."""
+        images = [{k: v for k, v in im.items() if v is not None} for im in self.images]
+        return {
+            "images": images,
+            "annotations": self.annotations,
+            "categories": self.categories(),
+        }
+
+
+def rectangle(x0: float, y0: float, x1: float, y1: float) -> list[float]:
+    return [x0, y0, x1, y0, x1, y1, x0, y1]
+
+
+def ellipse(cx: float, cy: float, rx: float, ry: float, points: int = 32) -> list[float]:
+    """An ellipse as a polygon (COCO has no curves)."""
+    out: list[float] = []
+    for k in range(points):
+        angle = 2 * math.pi * k / points
+        out += [cx + rx * math.cos(angle), cy + ry * math.sin(angle)]
+    return out

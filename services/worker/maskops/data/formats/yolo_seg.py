@@ -1,0 +1,161 @@
+"""YOLO segmentation (Ultralytics): one ``<stem>.txt`` per image.
+
+Layout (Ultralytics' dataset docs): each line ``<class> x1 y1 x2 y2 ...``, the class a
+0-based index and the coordinates normalised to the image's width and height; the class
+names come from the user's label list (class k is label k+1) or a ``data.yaml`` /
+``dataset.yaml`` (``names``: a list, or an index -> name map) in the labels folder or one
+of its two parents. Images are ``<stem>`` with an image suffix under the image folder,
+at the same relative path as the label file. A line is one object: an object in several
+parts is written as one polygon with zero-width bridges between the parts, as
+Ultralytics' own COCO converter does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from PIL import Image
+from pycocotools import mask as mask_utils
+
+from maskops.data.formats.builder import CocoBuilder, FormatMismatch
+from maskops.masks import rle_to_polygons
+
+EXPECTED = "a folder of YOLO segmentation .txt files ('<class> x1 y1 x2 y2 ...' per line)"
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
+    files = sorted(annotations.rglob("*.txt")) if annotations.is_dir() else [annotations]
+    files = [f for f in files if f.name != "classes.txt" and f.is_file()]  # no FIFO
+    if not files:
+        raise FormatMismatch(f"{annotations.name}: expected {EXPECTED}; none found")
+    names = list(builder.labels) if builder.labels is not None else _yaml_names(annotations)
+    for path in files:
+        relative = path.relative_to(annotations) if annotations.is_dir() else Path(path.name)
+        stem = relative.with_suffix("")
+        file_name = next(
+            (
+                (stem.as_posix() + s)
+                for s in _IMAGE_SUFFIXES
+                if (image_dir / (stem.as_posix() + s)).is_file()
+            ),
+            None,
+        )
+        if file_name is None:
+            image_id = builder.add_image(stem.as_posix() + ".jpg")
+            continue  # validation reports the missing file
+        try:
+            with Image.open(image_dir / file_name) as image:
+                width, height = image.size
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            builder.note(relative.as_posix(), "malformed_record", f"{relative}: {exc}")
+            continue
+        image_id = builder.add_image(file_name, width, height)
+        for number, line in enumerate(lines, start=1):
+            _line(builder, image_id, line, number, names, width, height)
+
+
+def _line(
+    builder: CocoBuilder,
+    image_id: int,
+    line: str,
+    number: int,
+    names: Sequence[str] | None,
+    width: int,
+    height: int,
+) -> None:
+    fields = line.split()
+    if not fields:
+        return
+    try:
+        index = int(fields[0])
+        coords = [float(v) for v in fields[1:]]
+    except ValueError:
+        builder.note(image_id, "malformed_record", f"line {number}: not numbers")
+        return
+    if names is not None and not 0 <= index < len(names):
+        builder.note(image_id, "unknown_label", f"class {index}")
+        return
+    label = names[index] if names is not None else str(index)
+    if len(coords) == 4:  # a detection line (cx cy w h): the box
+        cx, cy, w, h = coords
+        coords = [
+            cx - w / 2,
+            cy - h / 2,
+            cx + w / 2,
+            cy - h / 2,
+            cx + w / 2,
+            cy + h / 2,
+            cx - w / 2,
+            cy + h / 2,
+        ]
+    polygon = [v * (width if k % 2 == 0 else height) for k, v in enumerate(coords)]
+    builder.add_polygons(image_id, label, [polygon])
+
+
+def _yaml_names(annotations: Path) -> list[str] | None:
+    folder = annotations if annotations.is_dir() else annotations.parent
+    for candidate in (folder, folder.parent, folder.parent.parent):
+        for name in ("data.yaml", "dataset.yaml"):
+            path = candidate / name
+            if path.is_file():
+                names = (yaml.safe_load(path.read_text()) or {}).get("names")
+                if isinstance(names, dict):
+                    return [str(names[k]) for k in sorted(names)]
+                if isinstance(names, list):
+                    return [str(n) for n in names]
+    return None
+
+
+def bridged(polygons: Sequence[Sequence[float]]) -> list[float]:
+    """Several polygons as one, joined by zero-width bridges from the first polygon's
+    vertex nearest each other part (Ultralytics' convention for multi-part objects)."""
+    first = list(polygons[0])
+    out: list[float] = []
+    inserts: dict[int, list[float]] = {}
+    for part in polygons[1:]:
+        points = list(zip(part[0::2], part[1::2], strict=True))
+        best = min(
+            ((i, j) for i in range(len(first) // 2) for j in range(len(points))),
+            key=lambda ij: math.dist(first[2 * ij[0] : 2 * ij[0] + 2], points[ij[1]]),
+        )
+        i, j = best
+        loop = points[j:] + points[: j + 1]
+        inserts.setdefault(i, []).extend([v for p in loop for v in p] + first[2 * i : 2 * i + 2])
+    for i in range(len(first) // 2):
+        out += first[2 * i : 2 * i + 2] + inserts.get(i, [])
+    return out
+
+
+def _one_outline(polygons: list[list[float]], height: int, width: int) -> list[list[float]]:
+    """An object's parts as few polygons as its mask allows: parts that touch (an occluded
+    object cut along its occluder's edges) become one outline, so no seam is lost."""
+    if len(polygons) == 1:
+        return polygons
+    merged = mask_utils.merge(mask_utils.frPyObjects(polygons, height, width))
+    return rle_to_polygons(merged, tolerance=0.0) or polygons
+
+
+def write(document: dict[str, Any], folder: Path, labels: Sequence[str]) -> None:
+    """A COCO document (polygon segmentations) as YOLO segmentation label files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {c["id"]: labels.index(c["name"]) for c in document["categories"]}
+    by_image: dict[int, list[dict[str, Any]]] = {}
+    for ann in document["annotations"]:
+        by_image.setdefault(ann["image_id"], []).append(ann)
+    for image in document["images"]:
+        width, height = image["width"], image["height"]
+        lines = []
+        for ann in by_image.get(image["id"], []):
+            polygon = bridged(_one_outline(ann["segmentation"], height, width))
+            coords = [v / (width if k % 2 == 0 else height) for k, v in enumerate(polygon)]
+            lines.append(" ".join([str(index[ann["category_id"]])] + [f"{v:.6f}" for v in coords]))
+        stem = Path(image["file_name"]).with_suffix("").as_posix()
+        path = folder / f"{stem}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
