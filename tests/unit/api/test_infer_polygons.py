@@ -13,7 +13,7 @@ from pycocotools import mask as mask_utils
 
 from maskops.data.demo import DemoDataset
 from maskops.masks import rle_to_mask
-from maskops_api.routers.infer import as_polygons
+from maskops_api.routes.infer import as_polygons
 
 
 def test_polygons_cover_the_rle_masks(demo_dataset: DemoDataset) -> None:
