@@ -275,88 +275,90 @@ def run_demo(
     was found by category name and score, and draws the masks into ``out_dir``.
     """
     with _client(base_url, token) as client:
-        dataset = _check(client.get(f"/datasets/{dataset_id}"), "dataset")
-        say("1. dataset_convert")
-        convert = wait_job(client, dataset["convert_job_id"], say)
-        if convert["status"] != "succeeded":
-            raise DemoError(f"conversion failed: {convert['error']}")
-        dataset = _check(client.get(f"/datasets/{dataset_id}"), "dataset")
-        counts = {k: v["images"] for k, v in dataset["counts"].items()}
-        say(f"   images per split {counts}, classes {[c['name'] for c in dataset['label_map']]}")
-
-        say("2. experiment from a TAO text spec")
-        experiment = _check(
-            client.post(
-                "/experiments",
-                json={
-                    "name": "demo-r10",
-                    "dataset_id": dataset_id,
-                    "spec_text": demo_spec_text(steps),
-                },
-            ),
-            "create experiment",
-        )
-        say(f"   experiment {experiment['id']} version {experiment['version']}")
-
-        say(f"3. train ({steps} steps)")
-        train = _job(client, say, {"action": "train", "experiment_id": experiment["id"]})
-        say(f"   checkpoint {train['result']['checkpoint']}")
-
-        say("4. evaluate")
-        evaluation = _job(client, say, {"action": "evaluate", "parent_job_id": train["id"]})
-        metrics = evaluation["result"]["metrics"]
-        say(
-            f"   AP {metrics.get('AP', float('nan')):.4f}"
-            f"  mask_AP {metrics.get('mask_AP', float('nan')):.4f}"
-        )
-
-        # A short run from scratch keeps its filter norms within about 0.8..1 of each layer's
-        # largest: a threshold under that band would cut nothing (README, Pruning and
-        # retraining).
-        say(f"5. prune (threshold {DEMO_PRUNE_THRESHOLD})")
-        pruned = _job(
-            client,
-            say,
-            {
-                "action": "prune",
-                "parent_job_id": train["id"],
-                "options": {"threshold": DEMO_PRUNE_THRESHOLD},
-            },
-        )
-        report = pruned["result"]
-        say(
-            f"   parameters {report['params_before']} -> {report['params_after']},"
-            f" GMACs {report['macs_before'] / 1e9:.2f} -> {report['macs_after'] / 1e9:.2f}"
-        )
-
+        _converted(client, dataset_id, say)
+        train = _trained(client, dataset_id, steps, say)
+        _evaluated(client, train, say)
+        _pruned(client, train, say)
         say("6. export")
         export = _job(client, say, {"action": "export", "parent_job_id": train["id"]})
         say(f"   exported {export['result']['onnx']}")
-
-        # A job: a worker writes the version into the model repository and Triton loads it
-        # (tens of seconds on a CPU).
-        say("7. publish")
-        submitted = _check(
-            client.post("/models/demo/publish", json={"job_id": export["id"]}), "publish"
-        )
-        publish = wait_job(client, submitted["id"], say)
-        if publish["status"] != "succeeded":
-            raise DemoError(f"publish job {publish['id']} {publish['status']}: {publish['error']}")
-        say(f"   model demo version {publish['result']['version']} published")
-
-        say("8. infer")
-        image = sorted((data_root / "demo" / "images" / "val").glob("*.jpg"))[0]
-        results = client.post(
-            "/infer",
-            params={"model": "demo"},
-            files=[("images", (image.name, image.read_bytes(), "image/jpeg"))],
-            timeout=SLOW_CALL_S,
-        )
-        if results.status_code >= 400:
-            raise DemoError(f"infer: HTTP {results.status_code}: {results.text[:300]}")
-        detections = results.json()
-        say(f"   {image.name}: {describe_detections(detections)}")
-        drawn = draw_demo_detections(image, detections, out_dir / DEMO_PICTURE)
-        say(f"   masks drawn on the image: {drawn}")
+        _published(client, export, say)
+        _inferred(client, data_root, out_dir, say)
         say(f"Swagger UI: {base_url}/docs   dashboard: {base_url}/ui")
         return 0
+
+
+def _converted(client: httpx.Client, dataset_id: int, say: Say) -> None:
+    dataset = _check(client.get(f"/datasets/{dataset_id}"), "dataset")
+    say("1. dataset_convert")
+    convert = wait_job(client, dataset["convert_job_id"], say)
+    if convert["status"] != "succeeded":
+        raise DemoError(f"conversion failed: {convert['error']}")
+    dataset = _check(client.get(f"/datasets/{dataset_id}"), "dataset")
+    counts = {k: v["images"] for k, v in dataset["counts"].items()}
+    say(f"   images per split {counts}, classes {[c['name'] for c in dataset['label_map']]}")
+
+
+def _trained(client: httpx.Client, dataset_id: int, steps: int, say: Say) -> dict[str, Any]:
+    say("2. experiment from a TAO text spec")
+    body = {"name": "demo-r10", "dataset_id": dataset_id, "spec_text": demo_spec_text(steps)}
+    experiment = _check(client.post("/experiments", json=body), "create experiment")
+    say(f"   experiment {experiment['id']} version {experiment['version']}")
+    say(f"3. train ({steps} steps)")
+    train = _job(client, say, {"action": "train", "experiment_id": experiment["id"]})
+    say(f"   checkpoint {train['result']['checkpoint']}")
+    return train
+
+
+def _evaluated(client: httpx.Client, train: dict[str, Any], say: Say) -> None:
+    say("4. evaluate")
+    evaluation = _job(client, say, {"action": "evaluate", "parent_job_id": train["id"]})
+    metrics = evaluation["result"]["metrics"]
+    say(
+        f"   AP {metrics.get('AP', float('nan')):.4f}"
+        f"  mask_AP {metrics.get('mask_AP', float('nan')):.4f}"
+    )
+
+
+def _pruned(client: httpx.Client, train: dict[str, Any], say: Say) -> None:
+    # A short run from scratch keeps its filter norms within about 0.8..1 of each layer's
+    # largest: a threshold under that band would cut nothing (README, Pruning and
+    # retraining).
+    say(f"5. prune (threshold {DEMO_PRUNE_THRESHOLD})")
+    options = {"threshold": DEMO_PRUNE_THRESHOLD}
+    body = {"action": "prune", "parent_job_id": train["id"], "options": options}
+    report = _job(client, say, body)["result"]
+    say(
+        f"   parameters {report['params_before']} -> {report['params_after']},"
+        f" GMACs {report['macs_before'] / 1e9:.2f} -> {report['macs_after'] / 1e9:.2f}"
+    )
+
+
+def _published(client: httpx.Client, export: dict[str, Any], say: Say) -> None:
+    # A job: a worker writes the version into the model repository and Triton loads it
+    # (tens of seconds on a CPU).
+    say("7. publish")
+    submitted = _check(
+        client.post("/models/demo/publish", json={"job_id": export["id"]}), "publish"
+    )
+    publish = wait_job(client, submitted["id"], say)
+    if publish["status"] != "succeeded":
+        raise DemoError(f"publish job {publish['id']} {publish['status']}: {publish['error']}")
+    say(f"   model demo version {publish['result']['version']} published")
+
+
+def _inferred(client: httpx.Client, data_root: Path, out_dir: Path, say: Say) -> None:
+    say("8. infer")
+    image = sorted((data_root / "demo" / "images" / "val").glob("*.jpg"))[0]
+    results = client.post(
+        "/infer",
+        params={"model": "demo"},
+        files=[("images", (image.name, image.read_bytes(), "image/jpeg"))],
+        timeout=SLOW_CALL_S,
+    )
+    if results.status_code >= 400:
+        raise DemoError(f"infer: HTTP {results.status_code}: {results.text[:300]}")
+    detections = results.json()
+    say(f"   {image.name}: {describe_detections(detections)}")
+    drawn = draw_demo_detections(image, detections, out_dir / DEMO_PICTURE)
+    say(f"   masks drawn on the image: {drawn}")

@@ -311,17 +311,48 @@ def announce_admin_token(
 
 
 def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
+    """Run the stack in the foreground until Ctrl-C or SIGTERM; the demo's exit code."""
     import uvicorn
 
     from maskops_api.main import create_app
-    from maskops_serve.demo import register_demo_dataset, run_demo
 
     # Before anything touches the state dir: a second server must not kill the first one's
     # children as leftovers, nor share its database.
     lock = StateDirLock(config.state_dir.resolve(), address=f"http://{config.host}:{config.port}")
+    settings, dispatcher, children = _prepare_state(config, say)
+    settings, supervision = _supervision(config, settings, dispatcher, children, say)
+    token = None
+    if settings.auth_required:
+        # Listening beyond loopback: the demo (and the user) need a token.
+        token_file = config.state_dir.resolve() / ADMIN_TOKEN_FILE
+        token = announce_admin_token(settings, token_file, renew=config.new_token, say=say)
+    app = create_app(settings, dispatcher=dispatcher, run_reconciler=True)
+    app.state.supervisor = supervision
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
+    )
+    outcome: dict[str, int] = {}
+    threading.Thread(
+        target=_after_start,
+        args=(server, config, settings, token, outcome, say),
+        name="maskops-demo",
+        daemon=True,
+    ).start()
+    try:
+        _run_until_stopped(server, supervision)
+    finally:
+        say("stopping: worker" + (", triton" if supervision.triton is not None else ""))
+        supervision.stop()
+        lock.release()
+    return outcome.get("code", 0)
+
+
+def _prepare_state(
+    config: EmbeddedConfig, say: Callable[[str], None]
+) -> tuple[Settings, CeleryDispatcher, ChildRecord]:
+    """Migrate the database, adopt jobs of the old shared queues, register the demo data,
+    kill the children a previous run left, and requeue the jobs they were running."""
     settings = embedded_settings(config)
-    logs = config.state_dir.resolve() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
     upgrade_head(settings)
     say(f"database: {settings.database_url}")
     say(f"broker:   {settings.broker_url} (stack {settings.stack_id})")
@@ -334,19 +365,34 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     requeued = requeue_orphans(settings, dispatcher)
     if requeued:
         say(f"resuming jobs interrupted by the last stop: {requeued}")
+    return settings, dispatcher, children
+
+
+def _supervision(
+    config: EmbeddedConfig,
+    settings: Settings,
+    dispatcher: CeleryDispatcher,
+    children: ChildRecord,
+    say: Callable[[str], None],
+) -> tuple[Settings, Supervision]:
+    """The worker's and Triton's supervisors (not started); the settings gain Triton's
+    address."""
+    logs = config.state_dir.resolve() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     triton = triton_supervisor(settings, logs / "triton.log", say) if config.triton else None
     if triton is not None:
         url = triton.make_server().http_url
         settings = settings.model_copy(update={"triton_url": url})
         say(f"triton:   http://{url} (starting; log {logs / 'triton.log'})")
+    worker_settings = settings
 
     def launch_worker() -> subprocess.Popen[bytes]:
-        process = start_worker(settings, logs / "worker.log")
+        process = start_worker(worker_settings, logs / "worker.log")
         say(f"worker:   pid {process.pid} (log {logs / 'worker.log'})")
         return process
 
     def requeue_lost() -> None:
-        if lost := requeue_orphans(settings, dispatcher):
+        if lost := requeue_orphans(worker_settings, dispatcher):
             say(f"worker: requeued the jobs it was running: {lost}")
 
     supervision = Supervision(
@@ -355,47 +401,48 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     for child in (supervision.worker, triton):
         if child is not None:
             child.on_launch = children.record
-    token = None
-    if settings.auth_required:
-        # Listening beyond loopback: the demo (and the user) need a token.
-        token_file = config.state_dir.resolve() / ADMIN_TOKEN_FILE
-        token = announce_admin_token(settings, token_file, renew=config.new_token, say=say)
-    app = create_app(settings, dispatcher=dispatcher, run_reconciler=True)
-    app.state.supervisor = supervision
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
-    )
-    base_url = (
-        f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '::') else config.host}:{config.port}"
-    )
-    outcome: dict[str, int] = {}
+    return settings, supervision
 
-    def after_start() -> None:
-        while not server.started and not server.should_exit:
-            threading.Event().wait(0.1)
-        if server.should_exit:
-            return
-        say(f"API:      {base_url}  (Swagger UI: {base_url}/docs)")
-        try:
-            dataset_id = register_demo_dataset(base_url, token=token, say=say)
-            if config.demo:
-                outcome["code"] = run_demo(
-                    base_url,
-                    dataset_id,
-                    data_root=settings.data_root,
-                    out_dir=config.state_dir.resolve(),
-                    token=token,
-                    say=say,
-                )
-                say("demo finished; the stack keeps running (Ctrl-C to stop)")
-        except Exception as exc:
-            say(f"demo: failed: {exc}")
-            outcome["code"] = 1
 
-    threading.Thread(target=after_start, name="maskops-demo", daemon=True).start()
-    # uvicorn shuts down on SIGINT/SIGTERM and then re-raises the signal with the handler it
-    # found; with these recording handlers that re-raise returns here, so the worker and
-    # Triton are stopped below instead of being orphaned.
+def _after_start(
+    server: Any,
+    config: EmbeddedConfig,
+    settings: Settings,
+    token: str | None,
+    outcome: dict[str, int],
+    say: Callable[[str], None],
+) -> None:
+    """Once the API listens: register the demo dataset and, with ``--demo``, walk it."""
+    from maskops_serve.demo import register_demo_dataset, run_demo
+
+    while not server.started and not server.should_exit:
+        threading.Event().wait(0.1)
+    if server.should_exit:
+        return
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
+    base_url = f"http://{host}:{config.port}"
+    say(f"API:      {base_url}  (Swagger UI: {base_url}/docs)")
+    try:
+        dataset_id = register_demo_dataset(base_url, token=token, say=say)
+        if config.demo:
+            outcome["code"] = run_demo(
+                base_url,
+                dataset_id,
+                data_root=settings.data_root,
+                out_dir=config.state_dir.resolve(),
+                token=token,
+                say=say,
+            )
+            say("demo finished; the stack keeps running (Ctrl-C to stop)")
+    except Exception as exc:
+        say(f"demo: failed: {exc}")
+        outcome["code"] = 1
+
+
+def _run_until_stopped(server: Any, supervision: Supervision) -> None:
+    """Serve until SIGINT or SIGTERM. uvicorn shuts down on them and then re-raises the
+    signal with the handler it found; with these recording handlers that re-raise returns
+    here, so the caller stops the worker and Triton instead of orphaning them."""
     stop_signals: list[int] = []
     previous = {
         sig: signal.signal(sig, lambda signum, _frame: stop_signals.append(signum))
@@ -407,7 +454,3 @@ def serve(config: EmbeddedConfig, *, say: Callable[[str], None] = print) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        say("stopping: worker" + (", triton" if triton is not None else ""))
-        supervision.stop()
-        lock.release()
-    return outcome.get("code", 0)

@@ -194,35 +194,7 @@ def render_configs(
     placement = placement or Placement()
     batch = max_batch_size or meta.max_batch_size
     net_batch = _net_batch(meta, net_backend, batch)
-    ensemble_batch = min(batch, net_batch)
-    _, net_outputs = _net_tensors(meta)
-    image_outputs = [
-        _tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size)),
-        _tensor(SCALE, "TYPE_FP32", (1,)),
-        _tensor(ORIG_HW, "TYPE_INT32", (2,)),
-    ]
-    configs = {
-        names.preprocess: _config(
-            names.preprocess,
-            backend='backend: "python"',
-            max_batch_size=batch,
-            inputs=[_tensor(IMAGE_BYTES, "TYPE_STRING", (1,))],
-            outputs=image_outputs,
-            extra=_batching(max_queue_delay_us) + _instances(instances),
-        ),
-        names.postprocess: _config(
-            names.postprocess,
-            backend='backend: "python"',
-            max_batch_size=batch,
-            inputs=[
-                *net_outputs,
-                *image_outputs[1:],
-                _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
-            ],
-            outputs=[_tensor(DETECTIONS_JSON, "TYPE_STRING", (1,))],
-            extra=_batching(max_queue_delay_us) + _instances(instances),
-        ),
-    }
+    configs = _processing_configs(names, meta, batch, instances, max_queue_delay_us)
     configs[names.net] = _net_config(
         names.net,
         meta,
@@ -236,19 +208,65 @@ def render_configs(
             else ""
         ),
     )
+    configs[names.name] = _ensemble_config(names, min(batch, net_batch))
+    return configs
 
-    def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
-        ins = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
-        outs = " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
-        return f'    {{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
 
+def _image_tensors(meta: GraphMetadata) -> list[str]:
+    """The preprocess model's outputs: the network's input, the scale, the original size."""
+    return [
+        _tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size)),
+        _tensor(SCALE, "TYPE_FP32", (1,)),
+        _tensor(ORIG_HW, "TYPE_INT32", (2,)),
+    ]
+
+
+def _processing_configs(
+    names: EnsembleNames, meta: GraphMetadata, batch: int, instances: int, delay_us: int
+) -> dict[str, str]:
+    """The configs of the python preprocess and postprocess models."""
+    _, net_outputs = _net_tensors(meta)
+    image_outputs = _image_tensors(meta)
+    extra = _batching(delay_us) + _instances(instances)
+    return {
+        names.preprocess: _config(
+            names.preprocess,
+            backend='backend: "python"',
+            max_batch_size=batch,
+            inputs=[_tensor(IMAGE_BYTES, "TYPE_STRING", (1,))],
+            outputs=image_outputs,
+            extra=extra,
+        ),
+        names.postprocess: _config(
+            names.postprocess,
+            backend='backend: "python"',
+            max_batch_size=batch,
+            inputs=[
+                *net_outputs,
+                *image_outputs[1:],
+                _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
+            ],
+            outputs=[_tensor(DETECTIONS_JSON, "TYPE_STRING", (1,))],
+            extra=extra,
+        ),
+    }
+
+
+def _ensemble_step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+    ins = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
+    outs = " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
+    return f'    {{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
+
+
+def _ensemble_config(names: EnsembleNames, batch: int) -> str:
+    """The ensemble clients call: preprocess -> network -> postprocess."""
     # Intermediate tensors get a leading "_" (ensemble-internal names).
     image_keys = {k: f"_{k}" for k in (NET_INPUT, SCALE, ORIG_HW)}
     detection_keys = {k: f"_{k}" for k in NET_OUTPUTS}
     steps = [
-        step(names.preprocess, {IMAGE_BYTES: IMAGE_BYTES}, image_keys),
-        step(names.net, {NET_INPUT: image_keys[NET_INPUT]}, detection_keys),
-        step(
+        _ensemble_step(names.preprocess, {IMAGE_BYTES: IMAGE_BYTES}, image_keys),
+        _ensemble_step(names.net, {NET_INPUT: image_keys[NET_INPUT]}, detection_keys),
+        _ensemble_step(
             names.postprocess,
             {
                 **detection_keys,
@@ -259,10 +277,10 @@ def render_configs(
             {DETECTIONS_JSON: DETECTIONS_JSON},
         ),
     ]
-    configs[names.name] = _config(
+    return _config(
         names.name,
         backend='platform: "ensemble"',
-        max_batch_size=ensemble_batch,
+        max_batch_size=batch,
         inputs=[
             _tensor(IMAGE_BYTES, "TYPE_STRING", (1,)),
             _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
@@ -270,7 +288,6 @@ def render_configs(
         outputs=[_tensor(DETECTIONS_JSON, "TYPE_STRING", (1,))],
         extra="ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n",
     )
-    return configs
 
 
 def _net_config(
