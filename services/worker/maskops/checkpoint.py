@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from torch import Tensor, nn
 from torchvision.ops.misc import FrozenBatchNorm2d
 
+from maskops.atomic import atomic_path
 from maskops.data.labels import LabelMap
 from maskops.modeling import SpecMaskRCNN, build_model, resize_to_state_dict
 from maskops.modeling.tao_keras import (
@@ -186,31 +187,9 @@ def save_checkpoint(
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(target.parent)
+    with atomic_path(target, durable=True) as tmp:
+        torch.save(payload, tmp)
     return target
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename is durable only once the directory entry is; not possible on every OS.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _clean_state_dict(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:

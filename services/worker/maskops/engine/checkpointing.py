@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from maskops.atomic import atomic_path
 from maskops.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
 from maskops.data.labels import LabelMap
 from maskops.engine.errors import TrainingError
@@ -88,9 +89,8 @@ def save_rank_state(directory: Path, rank: int, step: int, *, keep: int) -> Path
     """Write this rank's RNG state at ``step`` (atomically); keep its newest ``keep + 1``."""
     path = rank_state_path(directory, rank, step)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    torch.save(capture_rng_state(), partial)
-    partial.replace(path)
+    with atomic_path(path) as tmp:
+        torch.save(capture_rng_state(), tmp)
     mine = sorted(
         path.parent.glob(f"rank-{rank}.step-*.pth"),
         key=lambda p: int(p.stem.rsplit("-", 1)[1]),

@@ -15,7 +15,6 @@ symmetric one TensorRT imports (:func:`maskops.export.precision.quantize_int8`).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any, Literal
 import onnx
 import torch
 
+from maskops.atomic import atomic_path
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.evaluation.coco import IouType
@@ -211,9 +211,8 @@ def _int8_metrics(
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        onnx.save(model, str(tmp))
 
 
 def _batch_sizes(
