@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from maskops.shape_rules import batch_order_error
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -149,11 +150,9 @@ class ExportOptions(ModelSource):
             return self
         low = self.min_batch_size or 1
         tuned = self.opt_batch_size or self.max_batch_size
-        if not low <= tuned <= self.max_batch_size:
-            raise ValueError(
-                f"need min_batch_size ({low}) <= opt_batch_size ({tuned}) <= "
-                f"max_batch_size ({self.max_batch_size})"
-            )
+        error = batch_order_error(low, tuned, self.max_batch_size)
+        if error is not None:
+            raise ValueError(error)
         return self
 
 

@@ -56,6 +56,7 @@ from maskops.export.tensorrt import (
     tensorrt_unavailable_reason,
 )
 from maskops.export.tensorrt_rules import check_tensorrt_graph, describe, required_plugins
+from maskops.shape_rules import image_size_fits, image_stride
 from maskops.spec.models import ExperimentSpec
 
 DataType = Literal["fp32", "fp16", "int8"]
@@ -413,8 +414,8 @@ def export_onnx(
     model, label_map = loaded.model.eval(), loaded.label_map
     spec = spec or loaded.spec
     image_size = tuple(spec.data_config.image_size)
-    stride = 2**loaded.spec.maskrcnn_config.max_level
-    if image_size[0] % stride or image_size[1] % stride:
+    if not image_size_fits(image_size, loaded.spec.maskrcnn_config.max_level):
+        stride = image_stride(loaded.spec.maskrcnn_config.max_level)
         raise ExportError(
             f"data_config.image_size {image_size}: must be multiples of 2**max_level = {stride}"
         )

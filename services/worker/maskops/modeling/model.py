@@ -41,6 +41,7 @@ from torchvision.models.detection.faster_rcnn import TwoMLPHead
 from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
 from torchvision.models.detection.mask_rcnn import MaskRCNN, MaskRCNNHeads
 
+from maskops.shape_rules import image_size_fits, image_stride
 from maskops.spec.models import MaskRCNNConfig
 
 from .anchors import LevelAnchorGenerator
@@ -180,8 +181,8 @@ def build_model(
         raise ValueError(f"maskrcnn_config.arch: only 'resnet' is supported, got {config.arch!r}")
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2 (background + 1 category), got {num_classes}")
-    stride = 2**config.max_level
-    if image_size[0] % stride or image_size[1] % stride:
+    if not image_size_fits(image_size, config.max_level):
+        stride = image_stride(config.max_level)
         raise ValueError(
             f"image_size {tuple(image_size)} must be a multiple of 2**max_level = {stride}"
         )
@@ -254,7 +255,10 @@ def build_model(
         gt_mask_size=config.gt_mask_size,
         **mask_parts,
     )
-    transform = NoResizeTransform(size_divisible=stride, image_size=tuple(image_size))  # type: ignore[arg-type]
+    transform = NoResizeTransform(
+        size_divisible=image_stride(config.max_level),
+        image_size=tuple(image_size),  # type: ignore[arg-type]
+    )
     loss_weights = {
         "loss_rpn_box_reg": config.rpn_box_loss_weight,
         "loss_box_reg": config.fast_rcnn_box_loss_weight,
