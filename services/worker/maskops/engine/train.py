@@ -34,15 +34,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from maskops.checkpoints.rank_state import restore_rank_state, resumable_checkpoint, save_rank_state
+from maskops.checkpoints.run_directory import BEST_NAME, latest_checkpoint
+from maskops.checkpoints.training import Checkpointer
 from maskops.data.labels import LabelMap
-from maskops.engine.checkpointing import (
-    BEST_NAME,
-    Checkpointer,
-    latest_checkpoint,
-    restore_rank_state,
-    resumable_checkpoint,
-    save_rank_state,
-)
 from maskops.engine.distributed import (
     EvalGroup,
     GroupTimeouts,
@@ -145,7 +140,8 @@ def build_training_model(
 ) -> nn.Module:
     """The starting model: the pruned one, or a fresh build; then ``checkpoint`` weights
     (unless ``load_checkpoint`` is False: a resumed run loads its own)."""
-    from maskops.checkpoint import CheckpointError, load_model, load_weights_into
+    from maskops.checkpoints.model_file import CheckpointError, load_model
+    from maskops.checkpoints.pretrained import load_weights_into
     from maskops.modeling import build_model
 
     try:

@@ -384,7 +384,7 @@ def export_onnx(
         ExportError: bad arguments, no images, a graph that does not match PyTorch, or
             (bound for TensorRT) a graph that breaks a TensorRT import rule.
     """
-    from maskops.checkpoint import load_model
+    from maskops.checkpoints.model_file import load_model
 
     started = time.perf_counter()
     if data_type not in DATA_TYPES:
