@@ -8,9 +8,12 @@
   the model file ``-m`` names (``resolve_model_path``);
 - :mod:`~maskops.checkpoints.rng_state`: random-number-generator state as tensors;
 - :mod:`~maskops.checkpoints.rank_state`: the random state of the other ranks of a
-  multi-rank run;
-- :mod:`~maskops.checkpoints.training`: the trainer's periodic save and exact resume
-  (``Checkpointer``).
+  multi-rank run.
+
+The trainer's save / keep-K / resume policy (``Checkpointer``, which fails with the
+engine's ``TrainingError``) is the engine's: :mod:`maskops.engine.checkpointer`. This
+package imports nothing of the engine's training loop, so that evaluation, inference,
+export and prune read checkpoints without it (and no import cycle runs through it).
 
 Importing the package imports none of them (they need torch; the names are imported from
 the module that holds them).

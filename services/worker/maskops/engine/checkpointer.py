@@ -1,4 +1,6 @@
-"""Periodic training checkpoints: save, keep the last K, resume exactly (:class:`Checkpointer`).
+"""The trainer's periodic checkpoints: save, keep the last K, resume exactly
+(:class:`Checkpointer`); the files, their names and the other ranks' state are
+:mod:`maskops.checkpoints`'s.
 
 Each holds, besides the model, what a resumed run needs: optimizer, GradScaler, schedule
 scaling, RNG states and the data position in micro-batches. Writes are atomic
@@ -19,6 +21,7 @@ from maskops.checkpoints.model_file import CheckpointError, read_checkpoint, sav
 from maskops.checkpoints.rng_state import capture_rng_state, restore_rng_state
 from maskops.checkpoints.run_directory import BEST_NAME, checkpoint_path, list_checkpoints
 from maskops.data.labels import LabelMap
+from maskops.engine.errors import TrainingError
 from maskops.spec.models import ExperimentSpec
 
 
@@ -74,10 +77,6 @@ class Checkpointer:
 
     def resume(self, path: Path) -> int:
         """Load model, optimizer, scaler and RNG state from ``path``; return its step."""
-        # Imported here: importing maskops.engine runs its __init__, which imports the
-        # trainer, which imports this module.
-        from maskops.engine.errors import TrainingError
-
         try:
             state = read_checkpoint(path)
         except CheckpointError as exc:
