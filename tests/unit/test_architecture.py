@@ -43,7 +43,7 @@ FORBIDDEN = {
     "maskops_worker": {"maskops_api"},
     "maskops_triton": {"maskops", "maskops_core", "maskops_api", "maskops_worker"},
 }
-LIGHT_ENGINE_MODULES = {"maskops.atomic", "maskops.shape_rules"}
+LIGHT_ENGINE_MODULES = {"maskops.atomic", "maskops.export.options", "maskops.shape_rules"}
 """Engine modules that import the standard library alone: the one home of a rule or helper
 that the control plane's core needs too (the core may import these, and nothing else of
 the engine)."""
@@ -127,6 +127,20 @@ def test_light_engine_modules_import_the_standard_library_only(module: str) -> N
         if name.split(".")[0] not in sys.stdlib_module_names
     }
     assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_light_engine_modules_load_nothing_but_the_standard_library() -> None:
+    """Their packages' ``__init__`` run too: importing them loads no third-party module."""
+    code = (
+        "import sys, importlib; before = set(sys.modules); "
+        f"[importlib.import_module(m) for m in {sorted(LIGHT_ENGINE_MODULES)!r}]; "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+        "- set(sys.stdlib_module_names)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout.strip()
+    assert loaded == "['maskops']"
 
 
 def _all_sources() -> dict[str, Path]:
