@@ -1,5 +1,7 @@
-"""maskops control plane: FastAPI app, database models, job dispatch and reconciliation.
+"""maskops REST API: the FastAPI app, its routers and services, job dispatch to the
+workers, the reconciler, the job cache, and the ``serve`` and ``token`` commands.
 
-The ``db``, ``settings``, ``dispatch`` and ``reconciler`` modules import no FastAPI, so the
-Celery worker shares them without pulling in the web stack.
+Settings, the database models and sessions, migrations, the action catalogue and the
+Celery app are the control-plane core's (``maskops_core``), which the Celery worker shares;
+the API imports no module of the worker.
 """
