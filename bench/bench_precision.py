@@ -37,7 +37,7 @@ import torch
 from machine import start_run, write_results
 from timing import alternated_seconds
 
-from maskops.checkpoint import LoadedModel, load_model
+from maskops.checkpoints.model_file import LoadedModel, load_model
 from maskops.data.labels import LabelMap
 from maskops.data.pipeline import build_eval_loader
 from maskops.engine import run_training

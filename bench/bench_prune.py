@@ -12,7 +12,7 @@ threshold under 0.9 removes anything), which says nothing about a trained model.
 default every prunable filter is therefore scaled by a factor drawn from U(0, 1) (seeded):
 a synthetic, documented spread under which a threshold t removes about a fraction t of a
 single conv's filters. ``--checkpoint PATH`` prunes real weights instead (a maskops
-checkpoint, or torchvision/ImageNet weights loaded through maskops.checkpoint).
+checkpoint, or torchvision/ImageNet weights loaded through maskops.checkpoints.pretrained).
 
 ``--retrain`` (slow, minutes to hours on a CPU) adds the quality column: on the demo shapes
 data it trains the unpruned model ``--train-steps`` steps, prunes that checkpoint at each
@@ -113,7 +113,7 @@ from machine import start_run, write_results
 from timing import alternated_seconds
 from torch import nn
 
-from maskops.checkpoint import load_weights_into
+from maskops.checkpoints.pretrained import load_weights_into
 from maskops.modeling import build_model, prunable_convs
 from maskops.prune import prune_model
 from maskops.prune.cost import count_parameters, macs, output_positions

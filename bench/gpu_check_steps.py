@@ -319,8 +319,8 @@ def check_spec(ctx: Context, **overrides: Any) -> Any:
 def step_train_amp(ctx: Context) -> dict[str, Any]:
     import torch
 
+    from maskops.checkpoints.run_directory import list_checkpoints
     from maskops.engine import run_training
-    from maskops.engine.checkpointing import list_checkpoints
     from maskops.engine.trainer import AmpSettings, DeviceTuning, cuda_bf16_native
 
     spec = check_spec(ctx)
@@ -473,9 +473,9 @@ def tf32(enabled: bool) -> Iterator[None]:
 
 def checkpoint_and_images(ctx: Context) -> tuple[Path, Any, list[Any]]:
     """The trained checkpoint, its spec and the validation images (resized and padded)."""
-    from maskops.checkpoint import load_model
+    from maskops.checkpoints.model_file import load_model
+    from maskops.checkpoints.run_directory import latest_checkpoint
     from maskops.data.pipeline import build_eval_loader
-    from maskops.engine.checkpointing import latest_checkpoint
 
     checkpoint = latest_checkpoint(ctx.work / "train")
     require(checkpoint is not None, "no checkpoint from train_amp")
@@ -511,7 +511,7 @@ def coco_metrics(model: Any, device: Any, spec: Any, label_map: Any) -> dict[str
 def step_eval_parity(ctx: Context) -> dict[str, Any]:
     import torch
 
-    from maskops.checkpoint import load_model
+    from maskops.checkpoints.model_file import load_model
     from maskops.engine.trainer import AmpSettings
     from maskops.export.parity import TOLERANCES, compare_detections
 
@@ -555,7 +555,7 @@ def step_eval_parity(ctx: Context) -> dict[str, Any]:
 
 
 def step_export_onnx(ctx: Context) -> dict[str, Any]:
-    from maskops.checkpoint import load_model
+    from maskops.checkpoints.model_file import load_model
     from maskops.export.exporter import export_onnx
     from maskops.export.parity import compare_detections
     from maskops.export.predictor import OnnxPredictor

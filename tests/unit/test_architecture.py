@@ -2,10 +2,17 @@
 
 - the engine (``maskops``) imports none of the control plane (``maskops_core``,
   ``maskops_api``, ``maskops_worker``) nor the Triton launcher;
-- the core imports neither the API, the worker nor the engine;
-- the API never imports the worker, the worker never imports the API, and neither imports
-  the single-machine stack (``maskops_serve``), which may import them all;
-- the worker's modules import each other without a cycle;
+- the core imports neither the API, the worker nor the engine, but the engine's
+  standard-library-only modules that hold rules and file writing both sides share
+  (``LIGHT_ENGINE_MODULES``);
+- the API never imports the worker, the worker never imports the API, and none of the
+  packages imports the single-machine stack (``maskops_serve``), which may import them all;
+- the Triton launcher (``maskops_triton``) imports only what the Triton image installs: the
+  standard library and the core's process helpers, none of the engine, API or worker;
+- no package's modules import each other in a cycle, and the engine's subpackages do not
+  either (``maskops.export`` <-> ``maskops.serving`` would be one);
+- every module of the API imports without a model library (torch, torchvision, onnx,
+  onnxruntime), with the engine modules it imports, also inside functions;
 - every action of the catalogue has a worker function and a Celery task, and nothing else.
 
 Imports are read from the source (every ``import``, also inside functions), so a lazy
@@ -35,7 +42,27 @@ FORBIDDEN = {
     "maskops_core": {"maskops", "maskops_api", "maskops_worker", "maskops_triton", "maskops_serve"},
     "maskops_api": {"maskops_worker", "maskops_serve"},
     "maskops_worker": {"maskops_api", "maskops_serve"},
+    "maskops_triton": {"maskops", "maskops_core", "maskops_api", "maskops_worker", "maskops_serve"},
 }
+LIGHT_ENGINE_MODULES = {"maskops.atomic", "maskops.export.options", "maskops.shape_rules"}
+"""Engine modules that import the standard library alone: the one home of a rule or helper
+that the control plane's core needs too (the core may import these, and nothing else of
+the engine)."""
+TRITON_CORE_MODULES = {"maskops_core.processes"}
+"""The core's process-group helpers (standard library only), which the Triton launcher
+shares with the embedded stack's supervisor."""
+ALLOWED = {"maskops_core": LIGHT_ENGINE_MODULES, "maskops_triton": TRITON_CORE_MODULES}
+TRITON_IMAGE_LIBRARIES = {"numpy", "PIL", "pycocotools", "onnxruntime", "pydantic", "google"}
+"""What the Triton image installs besides the standard library (the ``triton`` extra and
+the project's base dependencies, pydantic and protobuf)."""
+MODEL_LIBRARIES = ("torch", "torchvision", "onnx", "onnxruntime")
+
+
+def _forbidden(package: str, name: str) -> bool:
+    allowed = ALLOWED.get(package, set())
+    if any(name == module or name.startswith(module + ".") for module in allowed):
+        return False
+    return name.split(".")[0] in FORBIDDEN[package]
 
 
 def _module_name(package: str, path: Path) -> str:
@@ -45,15 +72,28 @@ def _module_name(package: str, path: Path) -> str:
     return ".".join((package, *parts))
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute module names ``path`` imports, anywhere in the file."""
+def _imports(path: Path, module: str | None = None) -> set[str]:
+    """Absolute module names ``path`` imports, anywhere in the file (relative imports too
+    when ``module``, the file's own module name, is given)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module
+            elif module is None:
+                continue
+            else:
+                package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1]]
+                    + ([node.module] if node.module else [])
+                )
+            if base is None:
+                continue
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -67,34 +107,171 @@ def test_package_imports_follow_the_rules(package: str) -> None:
         f"{module} imports {name}"
         for module, path in _sources(package).items()
         for name in sorted(_imports(path))
-        if name.split(".")[0] in FORBIDDEN[package]
+        if _forbidden(package, name)
     ]
     assert not offences, "\n".join(offences)
 
 
-def test_worker_modules_have_no_import_cycle() -> None:
-    sources = _sources("maskops_worker")
-    graph = {
-        module: {name for name in _imports(path) if name in sources and name != module}
-        for module, path in sources.items()
+@pytest.mark.parametrize("module", sorted(LIGHT_ENGINE_MODULES))
+def test_light_engine_modules_import_the_standard_library_only(module: str) -> None:
+    path = PACKAGES["maskops"] / (module.split(".", 1)[1].replace(".", "/") + ".py")
+    outside = {
+        name.split(".")[0]
+        for name in _imports(path)
+        if name.split(".")[0] not in sys.stdlib_module_names
     }
+    assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_light_engine_modules_load_nothing_but_the_standard_library() -> None:
+    """Their packages' ``__init__`` run too: importing them loads no third-party module."""
+    code = (
+        "import sys, importlib; before = set(sys.modules); "
+        f"[importlib.import_module(m) for m in {sorted(LIGHT_ENGINE_MODULES)!r}]; "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+        "- set(sys.stdlib_module_names)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout.strip()
+    assert loaded == "['maskops']"
+
+
+def _all_sources() -> dict[str, Path]:
+    return {module: path for package in PACKAGES for module, path in _sources(package).items()}
+
+
+def _own_module(name: str, sources: dict[str, Path]) -> str | None:
+    """The module of ours that an imported name lives in (``a.b.func`` -> ``a.b``)."""
+    while name and name not in sources:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Which of our modules each of our modules imports (anywhere in the file).
+
+    A module's own packages are left out: Python runs their ``__init__`` before the module
+    itself, so importing one of them from inside is never a cycle.
+    """
+    sources = _all_sources()
+    graph: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        targets = {_own_module(name, sources) for name in _imports(path, module)}
+        ancestors = {module.rsplit(".", n)[0] for n in range(1, module.count(".") + 1)}
+        graph[module] = {t for t in targets if t is not None and t != module} - ancestors
+    return graph
+
+
+def _first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     visiting: list[str] = []
     done: set[str] = set()
 
-    def visit(module: str) -> None:
-        if module in visiting:
-            cycle = [*visiting[visiting.index(module) :], module]
-            raise AssertionError("import cycle: " + " -> ".join(cycle))
-        if module in done:
-            return
-        visiting.append(module)
-        for target in sorted(graph[module]):
-            visit(target)
+    def visit(node: str) -> list[str] | None:
+        if node in visiting:
+            return [*visiting[visiting.index(node) :], node]
+        if node in done:
+            return None
+        visiting.append(node)
+        for target in sorted(graph.get(node, ())):
+            cycle = visit(target)
+            if cycle:
+                return cycle
         visiting.pop()
-        done.add(module)
+        done.add(node)
+        return None
 
-    for module in sorted(graph):
-        visit(module)
+    for node in sorted(graph):
+        cycle = visit(node)
+        if cycle:
+            return cycle
+    return None
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_modules_import_each_other_without_a_cycle(package: str) -> None:
+    graph = {
+        module: {t for t in targets if t.split(".")[0] == package}
+        for module, targets in _module_graph().items()
+        if module.split(".")[0] == package
+    }
+    cycle = _first_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def _engine_unit(module: str) -> str:
+    """The engine subpackage a module belongs to; the Triton models (copied into the model
+    repository, importing nothing of maskops) are a unit of their own."""
+    if module.startswith("maskops.serving.triton_models"):
+        return "maskops.serving.triton_models"
+    return ".".join(module.split(".")[:2])
+
+
+def test_engine_subpackages_import_each_other_without_a_cycle() -> None:
+    units: dict[str, set[str]] = {}
+    for module, targets in _module_graph().items():
+        if module.split(".")[0] != "maskops":
+            continue
+        unit = _engine_unit(module)
+        units.setdefault(unit, set()).update(
+            _engine_unit(t) for t in targets if t.split(".")[0] == "maskops"
+        )
+        units[unit].discard(unit)
+    cycle = _first_cycle(units)
+    assert cycle is None, "subpackage import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_triton_launcher_loads_only_what_the_triton_image_has() -> None:
+    code = (
+        "import sys; before = set(sys.modules); import maskops_triton.launcher; "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+        "- set(sys.stdlib_module_names)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout.strip()
+    outside = set(ast.literal_eval(loaded)) - TRITON_IMAGE_LIBRARIES
+    assert outside <= {"maskops_triton", "maskops_core"}, outside
+    for module in TRITON_CORE_MODULES:
+        path = PACKAGES["maskops_core"] / (module.split(".", 1)[1].replace(".", "/") + ".py")
+        third_party = {n.split(".")[0] for n in _imports(path)} - set(sys.stdlib_module_names)
+        assert not third_party, f"{module} imports {sorted(third_party)}"
+
+
+BLOCKER = """
+import importlib, importlib.abc, sys
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError(f"{{name}} is a model library (blocked by the test)")
+        return None
+sys.meta_path.insert(0, Blocker())
+failed = {{}}
+for module, imported in {targets!r}.items():
+    for name in imported:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            failed.setdefault(module, f"{{name}}: {{exc}}")
+print(repr(failed))
+"""
+
+
+def test_every_api_module_imports_without_model_libraries() -> None:
+    """Each API module, and each engine module it imports (also inside a function), imports
+    with torch, torchvision, onnx and onnxruntime absent (the API image has none of them;
+    what needs them, such as the demo walk's drawing, is the single-machine stack's)."""
+    engine = _sources("maskops")
+    targets = {}
+    for module, path in _sources("maskops_api").items():
+        used = {_own_module(name, engine) for name in _imports(path, module)}
+        targets[module] = [module, *sorted(m for m in used if m is not None)]
+    code = BLOCKER.format(blocked=set(MODEL_LIBRARIES), targets=targets)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    failed: dict[str, str] = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    assert failed == {}, failed
 
 
 def test_every_catalogue_action_has_a_function_and_a_task_and_nothing_else() -> None:

@@ -1,12 +1,14 @@
 """The REST API (FastAPI): what the ``api`` image runs, with no PyTorch and no ONNX.
 
 - ``main``: the app factory; ``server``: the deployment's process (migrations, then serve).
-- ``routes/``: one thin router per resource; ``services/``: the writes they make, through
-  the control-plane core (:mod:`maskops_core`: settings, database, broker, job state).
+- ``routes/``: one thin router per resource; ``services/``: the writes they make.
 - ``middleware/``: body limits, Host/Origin checks, the status shortcut, observability.
 - ``cache/``: job statuses and verified tokens kept in memory between requests.
 - ``dispatch`` and ``reconciler``: sending jobs to the broker and keeping it in step with
   the database; ``published``: Triton loads what is published.
 
-The single-machine stack (``maskops serve``) lives in :mod:`maskops_serve`.
+Settings, the database models and sessions, migrations, the action catalogue and the
+Celery app are the control-plane core's (:mod:`maskops_core`), which the Celery worker
+shares; the API imports no module of the worker. The single-machine stack (``maskops
+serve``) lives in :mod:`maskops_serve`.
 """

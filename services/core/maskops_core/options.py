@@ -15,6 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from maskops.export.options import DEFAULTS as ENGINE_EXPORT
+from maskops.export.options import DataType, OutputLayout
+from maskops.shape_rules import batch_order_error
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -131,25 +134,32 @@ class InferenceOptions(_FromModel):
 BatchSize = Annotated[int, Field(ge=1, le=1024)]
 
 
+# The engine's maskops.export.options.ExportOptions that a job may set, with its names,
+# choices and defaults (the output, calibration cache and engine paths are the job's). No
+# docstring: it would become the schema's description in the OpenAPI document.
 class ExportOptions(ModelSource):
-    data_type: Literal["fp32", "fp16", "int8"] = "fp32"
+    data_type: DataType = ENGINE_EXPORT.data_type
     max_batch_size: BatchSize = Field(
-        default=16, description="Images per graph run, at most (a dynamic batch)."
+        default=ENGINE_EXPORT.max_batch_size,
+        description="Images per graph run, at most (a dynamic batch).",
     )
     static_batch_size: BatchSize | None = Field(
-        default=None, description="Exactly this many images per graph run (a static batch)."
+        default=ENGINE_EXPORT.static_batch_size,
+        description="Exactly this many images per graph run (a static batch).",
     )
     min_batch_size: BatchSize | None = Field(
-        default=None, description="TensorRT profile's minimum batch (default 1)."
+        default=ENGINE_EXPORT.min_batch_size,
+        description="TensorRT profile's minimum batch (default 1).",
     )
     opt_batch_size: BatchSize | None = Field(
-        default=None, description="TensorRT profile's tuned batch (default max_batch_size)."
+        default=ENGINE_EXPORT.opt_batch_size,
+        description="TensorRT profile's tuned batch (default max_batch_size).",
     )
-    batches: int = Field(default=10, ge=1, le=10_000)
-    batch_size: int = Field(default=8, ge=1, le=1024)
-    gen_ds_config: bool = False
-    output_layout: Literal["maskops", "tao"] | None = Field(
-        default=None,
+    batches: int = Field(default=ENGINE_EXPORT.batches, ge=1, le=10_000)
+    batch_size: int = Field(default=ENGINE_EXPORT.batch_size, ge=1, le=1024)
+    gen_ds_config: bool = ENGINE_EXPORT.gen_ds_config
+    output_layout: OutputLayout | None = Field(
+        default=ENGINE_EXPORT.output_layout,
         description="The ONNX input and outputs: maskops' (Triton, onnxruntime) or TAO's "
         "(TensorRT, DeepStream: input 'Input' with TAO's nvinfer preprocessing, outputs "
         "generate_detections, mask_fcn_logits/BiasAdd). Default: tao with gen_ds_config, "
@@ -170,11 +180,9 @@ class ExportOptions(ModelSource):
             return self
         low = self.min_batch_size or 1
         tuned = self.opt_batch_size or self.max_batch_size
-        if not low <= tuned <= self.max_batch_size:
-            raise ValueError(
-                f"need min_batch_size ({low}) <= opt_batch_size ({tuned}) <= "
-                f"max_batch_size ({self.max_batch_size})"
-            )
+        error = batch_order_error(low, tuned, self.max_batch_size)
+        if error is not None:
+            raise ValueError(error)
         return self
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import update
 
+from maskops.atomic import atomic_write
 from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.reconciler import reconcile
 from maskops_core.db.migrate import upgrade_head
@@ -246,9 +247,7 @@ class ChildRecord:
     def record(self, what: str, pgid: int) -> None:
         with self._lock:
             self._groups[what] = pgid
-            partial = self.path.with_suffix(".part")
-            partial.write_text(json.dumps(self._groups))
-            partial.replace(self.path)
+            atomic_write(self.path, json.dumps(self._groups))
 
 
 def ensure_demo_dataset(settings: Settings) -> Path:
@@ -291,11 +290,7 @@ def admin_token(settings: Settings, path: Path, *, renew: bool = False) -> tuple
     finally:
         engine.dispose()
     # Written readable by the owner only, replacing the previous file in one step.
-    partial = path.with_suffix(".part")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(secret + "\n")
-    partial.replace(path)
+    atomic_write(path, secret + "\n", durable=True, mode=0o600)
     return secret, True
 
 

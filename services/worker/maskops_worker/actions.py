@@ -339,7 +339,7 @@ def parent_model(ctx: JobContext, source: ModelSource) -> Path:
 
 def _chosen_checkpoint(ctx: JobContext, result: dict[str, Any], choice: str) -> Path:
     """The best or latest checkpoint of the parent training's results directory."""
-    from maskops.engine.checkpointing import resolve_model_path
+    from maskops.checkpoints.run_directory import resolve_model_path
 
     job = ctx.job
     if job.parent_action != "train" or not result.get("results_dir"):

@@ -19,7 +19,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from maskops.checkpoint import load_model
+from maskops.checkpoints.model_file import load_model
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
 from maskops_core.workers import rank_offers

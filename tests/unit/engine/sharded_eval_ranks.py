@@ -54,7 +54,7 @@ def _recording(loader: Iterable[Any], seen: list[int]) -> Iterator[Any]:
 def _rank(
     rank: int, world_size: int, port: int, spec: ExperimentSpec, checkpoint: Path, out_dir: Path
 ) -> None:
-    from maskops.checkpoint import load_model
+    from maskops.checkpoints.model_file import load_model
     from maskops.data.pipeline import build_eval_loader
     from maskops.evaluation import COCOEvaluator, TorchPredictor
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
-from maskops.checkpoint import read_checkpoint
+from maskops.checkpoints.model_file import read_checkpoint
+from maskops.checkpoints.run_directory import BEST_NAME, resolve_model_path
 from maskops.cli.main import main
 from maskops.engine import run_training
-from maskops.engine.checkpointing import BEST_NAME, resolve_model_path
 from maskops.engine.hooks import BEST_FILE, BestCheckpointHook, EvalHook
 from maskops.engine.trainer import AmpSettings, Trainer
 from maskops.spec import SpecError, parse_spec_text, spec_to_text

@@ -11,7 +11,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from maskops.engine.checkpointing import checkpoint_path, resumable_checkpoint, save_rank_state
+from maskops.checkpoints.rank_state import resumable_checkpoint, save_rank_state
+from maskops.checkpoints.run_directory import checkpoint_path
 from maskops.engine.launcher import RankPlan, torchrun_command, torchrun_environment
 
 REPO = Path(__file__).resolve().parents[3]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from maskops.checkpoint import load_model, read_checkpoint, save_checkpoint
+from maskops.checkpoints.model_file import load_model, read_checkpoint, save_checkpoint
 from maskops.engine import TrainingError, run_training
 from maskops.engine.train import resolve_total_steps
 from maskops.engine.trainer import AmpSettings

@@ -32,7 +32,7 @@ IMAGES = 7
 
 
 def _checkpoint(spec: ExperimentSpec, label_map: LabelMap, path: Path) -> Path:
-    from maskops.checkpoint import save_checkpoint
+    from maskops.checkpoints.model_file import save_checkpoint
     from maskops.modeling import build_model
 
     torch.manual_seed(3)
@@ -54,7 +54,7 @@ def _one_process(spec: ExperimentSpec, checkpoint: Path) -> tuple[dict, COCOEval
 
 
 def _evaluate_alone(spec: ExperimentSpec, checkpoint: Path) -> tuple[dict, COCOEvaluator]:
-    from maskops.checkpoint import load_model
+    from maskops.checkpoints.model_file import load_model
     from maskops.data.pipeline import build_eval_loader
 
     loaded = load_model(checkpoint)

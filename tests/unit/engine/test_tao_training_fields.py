@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch import nn
 
+from maskops.checkpoints.run_directory import list_checkpoints
 from maskops.engine import HookBase, TrainingError, run_training
-from maskops.engine.checkpointing import list_checkpoints
 from maskops.engine.hooks import GRADIENT_NORM
 from maskops.engine.trainer import AmpSettings, Batch, Trainer
 from maskops.spec import SpecError, parse_spec_text, spec_to_text

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import torch
 
-from maskops.checkpoint import load_model, read_checkpoint
+from maskops.checkpoints.model_file import load_model, read_checkpoint
+from maskops.checkpoints.run_directory import list_checkpoints
 from maskops.cli.main import main as cli_main
 from maskops.data.manifest import load_label_map
 from maskops.engine import CancelHook, HookBase, TrainingCancelled, TrainingError, run_training
-from maskops.engine.checkpointing import list_checkpoints
 from maskops.engine.launcher import RankPlan, torchrun_command, train_under_torchrun
 from maskops.engine.optim import regularized_parameters
 from maskops.engine.schedule import LRSchedule

@@ -16,7 +16,7 @@ def untrained_checkpoint(
     tmp_path_factory: pytest.TempPathFactory, tiny_spec: ExperimentSpec, demo_shards: Path
 ) -> Path:
     """``tiny_spec``'s model, randomly initialised (seed 0), saved with save_checkpoint."""
-    from maskops.checkpoint import save_checkpoint
+    from maskops.checkpoints.model_file import save_checkpoint
     from maskops.data.manifest import load_label_map
     from maskops.modeling import build_model
 

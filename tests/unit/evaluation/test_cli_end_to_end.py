@@ -193,7 +193,7 @@ def test_inference_writes_images_and_coco_json(
 def test_model_without_masks_reports_box_metrics_only(
     tmp_path: Path, tiny_spec: ExperimentSpec, demo_shards: Path
 ) -> None:
-    from maskops.checkpoint import save_checkpoint
+    from maskops.checkpoints.model_file import save_checkpoint
     from maskops.data.manifest import load_label_map
     from maskops.evaluation import run_evaluation
     from maskops.modeling import build_model

@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from maskops.checkpoint import load_model
+from maskops.checkpoints.model_file import load_model
 from maskops.export import (
     ExportError,
     OnnxPredictor,

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from onnx import numpy_helper
 
-from maskops.checkpoint import load_model
+from maskops.checkpoints.model_file import load_model
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.export import OUTPUT_NAMES, ExportError, export_onnx, read_metadata

@@ -12,13 +12,13 @@ import torchvision
 from torchvision.models.detection import MaskRCNN
 from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
 
-from maskops.checkpoint import (
+from maskops.checkpoints.model_file import (
     CheckpointError,
     load_model,
-    load_weights_into,
     read_checkpoint,
     save_checkpoint,
 )
+from maskops.checkpoints.pretrained import load_weights_into
 from maskops.data.labels import LabelMap
 from maskops.modeling import SpecMaskRCNN, build_model
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig

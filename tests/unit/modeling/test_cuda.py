@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from maskops.checkpoint import load_model, save_checkpoint
+from maskops.checkpoints.model_file import load_model, save_checkpoint
 from maskops.data.labels import LabelMap
 from maskops.modeling import LOSS_NAMES, build_model
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig

@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from maskops.checkpoint import CheckpointError, load_weights_into, read_checkpoint
+from maskops.checkpoints.model_file import CheckpointError, read_checkpoint
+from maskops.checkpoints.pretrained import load_weights_into
 from maskops.cli.main import main as cli_main
 from maskops.modeling import build_model
 from maskops.modeling.tao_keras import block_index, torch_module_name

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from maskops.checkpoint import load_model, save_checkpoint
+from maskops.checkpoints.model_file import load_model, save_checkpoint
 from maskops.cli.main import main
 from maskops.data.demo import DemoDataset
 from maskops.data.manifest import load_label_map

@@ -322,3 +322,19 @@ def test_label_map_must_be_complete(ops):
     ]
     with pytest.raises(ValueError, match=r"1\.\.K"):
         ops.categories_from_label_map([{"id": 1, "name": "a", "label": 2}])
+
+
+def test_the_engine_shares_the_ops_helpers_rather_than_copying_them() -> None:
+    """The engine imports the numpy helpers from the ops module: one definition each."""
+    from maskops.data import transforms
+    from maskops.evaluation import images, postprocess
+    from maskops.serving.triton_models import maskops_serving_ops as ops
+
+    shared = {
+        transforms: ("fit_scale", "resized_hw"),
+        images: ("to_rgb", "IMAGE_FORMATS"),
+        postprocess: ("runs_to_counts", "crop_to_counts", "compress_counts"),
+    }
+    for module, names in shared.items():
+        for name in names:
+            assert getattr(module, name) is getattr(ops, name), f"{module.__name__}.{name}"

@@ -66,8 +66,8 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def model_argument(path: Path) -> Path:
-    """The model file ``-m`` names (see maskops.engine.checkpointing.resolve_model_path)."""
-    from maskops.engine.checkpointing import resolve_model_path
+    """The model file ``-m`` names (see maskops.checkpoints.run_directory.resolve_model_path)."""
+    from maskops.checkpoints.run_directory import resolve_model_path
 
     try:
         return resolve_model_path(path)
@@ -115,7 +115,7 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [DeviceError, EvaluationError, SpecError]
     for module, name in (
         ("maskops.data.coco", "DatasetError"),
-        ("maskops.checkpoint", "CheckpointError"),
+        ("maskops.checkpoints.model_file", "CheckpointError"),
     ):
         try:
             errors.append(getattr(__import__(module, fromlist=[name]), name))

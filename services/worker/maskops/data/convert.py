@@ -38,6 +38,7 @@ from multiprocessing.pool import AsyncResult
 from pathlib import Path
 from typing import Any, TypeVar
 
+from maskops.atomic import atomic_write
 from maskops.data.coco import CocoAnnotation, CocoImage, DatasetError, load_coco
 from maskops.data.labels import LabelMap
 from maskops.data.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, manifest_path
@@ -271,9 +272,7 @@ def _convert(
         "warning_counts": warning_counts,
     }
     path = manifest_path(out_dir, tag)
-    partial_path = path.with_name(path.name + ".partial")
-    partial_path.write_text(json.dumps(manifest, indent=1))
-    partial_path.replace(path)
+    atomic_write(path, json.dumps(manifest, indent=1))
     return ConversionResult(
         tag=tag,
         out_dir=out_dir,

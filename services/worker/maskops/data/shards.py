@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from maskops.atomic import commit, temporary_sibling
+
 SHARD_EXTENSION = "tar"
 SHARD_NAME_RE = re.compile(r"^(?P<tag>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tar$")
 IMAGE_EXTENSIONS = {"jpeg": "jpg", "png": "png"}
@@ -69,7 +71,7 @@ class ShardWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._partial = path.with_name(path.name + ".partial")
+        self._partial = temporary_sibling(path)
         self._file = self._partial.open("wb")
         # The writer owns both handles until close()/abort(); no context manager fits.
         self._tar = tarfile.open(  # noqa: SIM115
@@ -95,10 +97,8 @@ class ShardWriter:
 
     def close(self) -> None:
         self._tar.close()
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
-        self._partial.replace(self.path)
+        commit(self._partial, self.path, durable=True)
 
     def abort(self) -> None:
         self._tar.close()

@@ -10,19 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from maskops.serving.triton_models.maskops_serving_ops import fit_scale, resized_hw
 
-def fit_scale(height: int, width: int, image_size: tuple[int, int]) -> float:
-    """The factor that makes an ``height x width`` image fit inside ``image_size`` (H, W)."""
-    return min(image_size[0] / height, image_size[1] / width)
-
-
-def resized_hw(height: int, width: int, image_size: tuple[int, int]) -> tuple[int, int]:
-    """The (height, width) an image occupies inside ``image_size`` after resizing."""
-    scale = fit_scale(height, width, image_size)
-    return (
-        min(image_size[0], max(1, round(height * scale))),
-        min(image_size[1], max(1, round(width * scale))),
-    )
+__all__ = ["fit_scale", "resize_and_pad", "resized_hw"]
 
 
 def resize_and_pad(image: torch.Tensor, image_size: tuple[int, int]) -> tuple[torch.Tensor, float]:

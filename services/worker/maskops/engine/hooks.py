@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from maskops.atomic import atomic_write
 from maskops.engine.errors import EvaluationAbandoned
 from maskops.engine.optim import l2_loss_value
 from maskops.engine.trainer import HookBase
@@ -50,9 +50,7 @@ def _due(step: int, period: int, max_steps: int) -> bool:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that readers see the old file or the new one, never a torn one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 class CancelHook(HookBase):

@@ -43,7 +43,7 @@ from maskops.engine.errors import (
     TrainingCancelled,
     TrainingError,
 )
-from maskops.engine.train import STATUS_FILE, TrainResult
+from maskops.engine.results import STATUS_FILE, TrainResult
 from maskops.spec.models import ExperimentSpec
 
 logger = logging.getLogger("maskops.train")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +34,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from maskops.checkpoints.rank_state import restore_rank_state, resumable_checkpoint, save_rank_state
+from maskops.checkpoints.run_directory import BEST_NAME, latest_checkpoint
 from maskops.data.labels import LabelMap
-from maskops.engine.checkpointing import (
-    BEST_NAME,
-    Checkpointer,
-    latest_checkpoint,
-    restore_rank_state,
-    resumable_checkpoint,
-    save_rank_state,
-)
+from maskops.engine.checkpointer import Checkpointer
 from maskops.engine.distributed import (
     EvalGroup,
     GroupTimeouts,
@@ -76,6 +71,7 @@ from maskops.engine.optim import (
     l1_regularized_parameters,
     regularized_parameters,
 )
+from maskops.engine.results import STATUS_FILE, TrainResult
 from maskops.engine.schedule import LRSchedule
 from maskops.engine.state import seed_everything
 from maskops.engine.trackers import RunEnd, check_trackers, tracker_writers
@@ -90,7 +86,6 @@ from maskops.spec.models import VALIDATION_LOSS, ExperimentSpec
 
 logger = logging.getLogger("maskops.train")
 
-STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
 EVENTS_DIR = "events"
 SUMMARY_IMAGES = 4
@@ -98,16 +93,6 @@ SUMMARY_IMAGES = 4
 LOG_PERIOD = 10
 """Steps between metric logs (and the device synchronisation they cost) when the spec's
 logging_frequency is 0."""
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    step: int
-    total_steps: int
-    checkpoint: Path | None
-    metrics: dict[str, float] = field(default_factory=dict)
-    stop_reason: str | None = None
-    """Why training ended before ``total_steps`` (an early-stop target), else None."""
 
 
 def resolve_total_steps(spec: ExperimentSpec, *, world_size: int = 1) -> int:
@@ -145,7 +130,8 @@ def build_training_model(
 ) -> nn.Module:
     """The starting model: the pruned one, or a fresh build; then ``checkpoint`` weights
     (unless ``load_checkpoint`` is False: a resumed run loads its own)."""
-    from maskops.checkpoint import CheckpointError, load_model, load_weights_into
+    from maskops.checkpoints.model_file import CheckpointError, load_model
+    from maskops.checkpoints.pretrained import load_weights_into
     from maskops.modeling import build_model
 
     try:

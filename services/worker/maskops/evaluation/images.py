@@ -12,9 +12,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from maskops.evaluation.errors import ImageReadError
-
-IMAGE_FORMATS: frozenset[str] = frozenset({"JPEG", "PNG", "MPO"})
-"""PIL format names accepted (MPO is what PIL calls JPEGs from many phone cameras)."""
+from maskops.serving.triton_models.maskops_serving_ops import IMAGE_FORMATS, to_rgb
 
 IMAGE_SUFFIXES: frozenset[str] = frozenset({".jpg", ".jpeg", ".png"})
 
@@ -46,7 +44,7 @@ def load_rgb(source: str | Path | bytes | BinaryIO, *, name: str | None = None) 
                     )
                 image.load()
                 upright = ImageOps.exif_transpose(image)
-                return _to_rgb(upright)
+                return to_rgb(upright)
     except ImageReadError:
         raise
     except FileNotFoundError:
@@ -59,20 +57,6 @@ def load_rgb(source: str | Path | bytes | BinaryIO, *, name: str | None = None) 
         Image.DecompressionBombError,
     ) as exc:
         raise ImageReadError(f"{label}: unreadable image ({exc})") from None
-
-
-def _to_rgb(image: Image.Image) -> Image.Image:
-    if image.mode == "RGB":
-        return image
-    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-        # 16/32-bit grey: scale to 8 bits rather than let PIL clip at 255.
-        array = np.asarray(image, dtype=np.float64)
-        peak = array.max() if array.size else 0.0
-        scaled = array * (255.0 / peak) if peak > 255 else array
-        image = Image.fromarray(scaled.clip(0, 255).astype(np.uint8), mode="L")
-    if image.mode == "P" and "transparency" in image.info:
-        image = image.convert("RGBA")
-    return image.convert("RGB")
 
 
 def pil_to_tensor(image: Image.Image) -> torch.Tensor:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from collections import Counter
@@ -17,6 +16,7 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from maskops.atomic import atomic_path, atomic_write
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.device import select_device
@@ -106,18 +106,15 @@ def _label_names(paths: Sequence[Path]) -> list[str]:
 
 
 def _save_image(image: Image.Image, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if path.suffix.lower() in (".jpg", ".jpeg"):
-        image.save(tmp, format="JPEG", quality=95)
-    else:
-        image.save(tmp, format="PNG")
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        if path.suffix.lower() in (".jpg", ".jpeg"):
+            image.save(tmp, format="JPEG", quality=95)
+        else:
+            image.save(tmp, format="PNG")
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data) + "\n")
-    tmp.replace(path)
+    atomic_write(path, json.dumps(data) + "\n")
 
 
 def _stderr(message: str) -> None:

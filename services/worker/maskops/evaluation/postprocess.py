@@ -18,19 +18,23 @@ check this on random inputs and require equality, not just a high IoU).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pycocotools.mask as mask_util
 import torch
 import torch.nn.functional as F
 
 from maskops.data.labels import LabelMap
 from maskops.evaluation.threads import run_single_threaded
+from maskops.serving.triton_models.maskops_serving_ops import (
+    RLE,
+    compress_counts,
+    crop_to_counts,
+    runs_to_counts,
+)
 
-RLE = dict[str, Any]
-"""A compressed COCO RLE: ``{"size": [h, w], "counts": str}``."""
+__all__ = ["RLE", "compress_counts", "crop_to_counts", "detections_to_coco", "paste_masks_rle"]
 
 _PADDING = 1
 """Pixels of zero padding around each mask map, as torchvision's ``expand_masks``."""
@@ -53,69 +57,6 @@ def expand_boxes(boxes: torch.Tensor, scale: float) -> torch.Tensor:
     w_half *= scale
     h_half *= scale
     return torch.stack([x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half], dim=1)
-
-
-def _runs_to_counts(transitions: np.ndarray, num_pixels: int) -> np.ndarray:
-    """COCO's uncompressed counts from sorted run boundaries in column-major pixel order.
-
-    Args:
-        transitions: ``[2R]`` int64, alternating start (inclusive) and end (exclusive)
-            flat indices of the foreground runs, ascending.
-        num_pixels: ``h * w``.
-
-    Returns:
-        ``uint32`` counts exactly as ``pycocotools.mask.encode`` produces them: the first
-        count is background (possibly 0) and a final background run of 0 is not written.
-    """
-    if transitions.size == 0:
-        return np.array([num_pixels], dtype=np.uint32)
-    counts = np.diff(transitions, prepend=0, append=num_pixels)
-    if counts[-1] == 0:
-        counts = counts[:-1]
-    return counts.astype(np.uint32)
-
-
-def crop_to_counts(crop: np.ndarray, top: int, left: int, image_hw: tuple[int, int]) -> np.ndarray:
-    """Uncompressed COCO RLE counts of an image that is zero except for one crop.
-
-    Args:
-        crop: ``[ch, cw]`` bool, the foreground inside the crop.
-        top, left: position of the crop's top-left pixel in the image.
-        image_hw: ``(h, w)`` of the full image; the crop must lie inside it.
-
-    Returns:
-        ``uint32`` counts over the full image in column-major order (COCO's order).
-    """
-    height, width = image_hw
-    # Pixels of a column are consecutive in column-major order, so each crop column is a
-    # run-boundary problem of its own: pad every column with background at both ends and
-    # find where the value changes.
-    padded = np.zeros((crop.shape[0] + 2, crop.shape[1]), dtype=bool)
-    padded[1:-1] = crop
-    changes = padded[1:] != padded[:-1]
-    # Scanning the transposed view visits column by column, down each column, so the
-    # boundaries come out sorted and alternate start, end, start, end.
-    col, row = np.nonzero(changes.T)
-    transitions = (col.astype(np.int64) + left) * height + (row + top)
-    # A run ending at the bottom of one column and one starting at the top of the next
-    # are a single run in the flat order (only possible when the crop spans the height).
-    touching = transitions[1:] == transitions[:-1]
-    if touching.any():
-        drop = np.zeros(transitions.shape, dtype=bool)
-        drop[:-1] |= touching
-        drop[1:] |= touching
-        transitions = transitions[~drop]
-    return _runs_to_counts(transitions, height * width)
-
-
-def compress_counts(counts: Sequence[np.ndarray], image_hw: tuple[int, int]) -> list[RLE]:
-    """Compress uncompressed COCO counts into COCO's string RLEs (``counts`` as ``str``)."""
-    if not counts:
-        return []
-    height, width = image_hw
-    uncompressed = [{"size": [height, width], "counts": c} for c in counts]
-    encoded = mask_util.frPyObjects(uncompressed, height, width)
-    return [{"size": [height, width], "counts": r["counts"].decode("utf-8")} for r in encoded]
 
 
 def paste_masks_rle(
@@ -172,7 +113,7 @@ def _paste_and_encode(
         x0, x1 = max(bx0, 0), min(bx1 + 1, width)
         y0, y1 = max(by0, 0), min(by1 + 1, height)
         if x1 <= x0 or y1 <= y0:
-            all_counts.append(_runs_to_counts(np.zeros(0, np.int64), height * width))
+            all_counts.append(runs_to_counts(np.zeros(0, np.int64), height * width))
             continue
         box_h, box_w = max(by1 - by0 + 1, 1), max(bx1 - bx0 + 1, 1)
         resized = F.interpolate(

@@ -114,7 +114,7 @@ def register_predictor_loader(suffix: str, loader: PredictorLoader) -> None:
 
 
 def _load_checkpoint(path: Path, device: torch.device) -> LoadedPredictor:
-    from maskops.checkpoint import load_model
+    from maskops.checkpoints.model_file import load_model
 
     loaded = load_model(path, map_location=device)
     return LoadedPredictor(

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from maskops.atomic import atomic_write
 from maskops.device import select_device
 from maskops.evaluation.coco import IouType
 from maskops.evaluation.errors import EvaluationError
@@ -206,8 +206,6 @@ def run_evaluation(
             "seconds": round(seconds, 3),
         }
         out_json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_json.with_name(f".{out_json.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
-        tmp.replace(out_json)
+        atomic_write(out_json, json.dumps(report, indent=2) + "\n")
         log(f"Metrics written to {out_json}")
     return metrics

@@ -15,17 +15,17 @@ symmetric one TensorRT imports (:func:`maskops.export.precision.quantize_int8`).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import onnx
 import torch
 
+from maskops.atomic import atomic_path
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.evaluation.coco import IouType
@@ -34,14 +34,19 @@ from maskops.export.batching import batch_over_images
 from maskops.export.deepstream import write_deepstream_files
 from maskops.export.folding import fold_shape_arithmetic
 from maskops.export.graph import (
-    MAX_OPSET,
-    MIN_OPSET,
-    OPSET,
     GraphMetadata,
     describe_io,
     output_row_shapes,
     set_metadata,
     trace_to_onnx,
+)
+from maskops.export.options import (
+    DATA_TYPES,
+    INT8_MIN_OPSET,
+    MAX_OPSET,
+    MIN_OPSET,
+    TARGETS,
+    ExportOptions,
 )
 from maskops.export.parity import ParityReport, Tolerances, compare_detections
 from maskops.export.precision import convert_to_fp16, quantize_int8, write_calibration_cache
@@ -56,14 +61,9 @@ from maskops.export.tensorrt import (
     tensorrt_unavailable_reason,
 )
 from maskops.export.tensorrt_rules import check_tensorrt_graph, describe, required_plugins
+from maskops.modeling import SpecMaskRCNN
+from maskops.shape_rules import image_size_fits, image_stride
 from maskops.spec.models import ExperimentSpec
-
-DataType = Literal["fp32", "fp16", "int8"]
-DATA_TYPES: tuple[str, ...] = ("fp32", "fp16", "int8")
-TARGETS: tuple[str, ...] = ("onnxruntime", "tensorrt")
-"""What the graph is for: onnxruntime (portable; uint8 int8) or TensorRT (checked against
-its import rules; symmetric int8). Requesting an engine implies "tensorrt"."""
-INT8_MIN_OPSET = 13
 
 
 class ExportError(ValueError):
@@ -211,18 +211,13 @@ def _int8_metrics(
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        onnx.save(model, str(tmp))
 
 
-def _batch_sizes(
-    max_batch_size: int,
-    static_batch_size: int | None,
-    min_batch_size: int | None,
-    opt_batch_size: int | None,
-) -> tuple[int, BatchProfile]:
+def _batch_sizes(options: ExportOptions) -> tuple[int, BatchProfile]:
     """The export's max_batch_size and TensorRT profile, checked before any work."""
+    max_batch_size, static_batch_size = options.max_batch_size, options.static_batch_size
     if static_batch_size is not None:
         if static_batch_size < 1:
             raise ExportError(f"--static_batch_size must be at least 1, got {static_batch_size}")
@@ -233,8 +228,8 @@ def _batch_sizes(
         profile = batch_profile(
             static_batch_size,
             max_batch_size=max_batch_size,
-            min_batch_size=min_batch_size,
-            opt_batch_size=opt_batch_size,
+            min_batch_size=options.min_batch_size,
+            opt_batch_size=options.opt_batch_size,
         )
     except EngineBuildError as exc:
         raise ExportError(str(exc)) from None
@@ -251,6 +246,111 @@ def _check_opset(opset: int, data_type: str) -> None:
             f"--target_opset {opset}: int8 needs opset {INT8_MIN_OPSET} or later "
             "(per-channel QuantizeLinear)"
         )
+
+
+def _checked_options(options: ExportOptions) -> tuple[int, BatchProfile, str]:
+    """The max_batch_size, TensorRT profile and output layout ``options`` make, after
+    checking every option that needs no file (in the order the flags are documented).
+
+    Raises:
+        ExportError: an option out of range or contradicting another.
+    """
+    if options.data_type not in DATA_TYPES:
+        raise ExportError(
+            f"--data_type {options.data_type!r}: expected one of {', '.join(DATA_TYPES)}"
+        )
+    if options.target not in TARGETS:
+        raise ExportError(f"--target {options.target!r}: expected one of {', '.join(TARGETS)}")
+    if options.gpu_index < 0:
+        raise ExportError(f"--gpu_index must be at least 0, got {options.gpu_index}")
+    max_batch_size, profile = _batch_sizes(options)
+    if options.data_type == "int8" and (options.batches < 1 or options.batch_size < 1):
+        raise ExportError(
+            f"--batches and --batch_size must be >= 1, got {options.batches}, {options.batch_size}"
+        )
+    _check_opset(options.opset, options.data_type)
+    try:
+        layout = choose_output_layout(
+            options.output_layout,
+            engine=options.engine_file is not None,
+            gen_ds_config=options.gen_ds_config,
+        )
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
+    return max_batch_size, profile, layout
+
+
+@dataclass
+class _Export:
+    """One export's inputs, checked: the options, the model and what the graph will be."""
+
+    options: ExportOptions
+    model_path: Path
+    out: Path
+    model: SpecMaskRCNN
+    spec: ExperimentSpec
+    """The spec the export runs with (data patterns, image size)."""
+    stored_spec: ExperimentSpec
+    """The checkpoint's own spec (its architecture)."""
+    metadata: GraphMetadata
+    profile: BatchProfile
+
+    @property
+    def label_map(self) -> LabelMap:
+        return self.metadata.label_map
+
+    @property
+    def tensorrt_bound(self) -> bool:
+        # The TAO layout is for DeepStream, which builds a TensorRT engine from the ONNX.
+        return (
+            self.options.target == "tensorrt"
+            or self.options.engine_file is not None
+            or self.metadata.output_layout == "tao"
+        )
+
+
+def _prepare(
+    model_path: Path, spec: ExperimentSpec | None, out: Path | None, options: ExportOptions
+) -> _Export:
+    """Check the options, load the model and describe the graph, before any work is done.
+
+    Raises:
+        ExportError: a bad option, a missing model file, an image size the model cannot
+            take, or an output that is not an ``.onnx``.
+    """
+    from maskops.checkpoints.model_file import load_model
+
+    max_batch_size, profile, layout = _checked_options(options)
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise ExportError(f"-m {model_path}: model file not found")
+    loaded = load_model(model_path)
+    spec = spec or loaded.spec
+    image_size = tuple(spec.data_config.image_size)
+    if not image_size_fits(image_size, loaded.spec.maskrcnn_config.max_level):
+        stride = image_stride(loaded.spec.maskrcnn_config.max_level)
+        raise ExportError(
+            f"data_config.image_size {image_size}: must be multiples of 2**max_level = {stride}"
+        )
+    out = Path(out) if out is not None else default_output_path(model_path, options.data_type)
+    if out.suffix.lower() != ".onnx":
+        raise ExportError(f"-o {out}: the output file must end in .onnx")
+    # int8 calibration works next to the output, before anything is written there.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    metadata = GraphMetadata(
+        spec=spec,
+        label_map=loaded.label_map,
+        data_type=options.data_type,
+        image_size=(int(image_size[0]), int(image_size[1])),
+        max_detections=int(loaded.model.roi_heads.detections_per_img),
+        mask_resolution=int(loaded.spec.maskrcnn_config.mrcnn_resolution),
+        max_batch_size=max_batch_size,
+        batch_size=options.static_batch_size,
+        output_layout=layout,
+        input_convention=layout,  # the TAO layout takes TAO's input too (tao_layout)
+    )
+    model = loaded.model.eval()
+    return _Export(options, model_path, out, model, spec, loaded.spec, metadata, profile)
 
 
 @dataclass
@@ -315,33 +415,207 @@ def _check_for_tensorrt(graph: onnx.ModelProto, out: Path, log: Callable[[str], 
     return plugins
 
 
+def _trace(job: _Export, example: torch.Tensor, log: Callable[[str], None]) -> onnx.ModelProto:
+    """The fp32 graph of one image, its input-determined shape arithmetic folded."""
+    meta = job.metadata
+    log(
+        f"Tracing {job.model_path.name} at {meta.image_size[0]}x{meta.image_size[1]} "
+        f"({meta.data_type})"
+    )
+    graph = trace_to_onnx(
+        job.model,
+        image_size=meta.image_size,
+        max_detections=meta.max_detections,
+        example=example[None],
+        opset=job.options.opset,
+    )
+    # Input-determined shape arithmetic becomes constants (TopK's K among them).
+    return fold_shape_arithmetic(graph)
+
+
+def _to_precision(
+    job: _Export, graph: onnx.ModelProto, log: Callable[[str], None]
+) -> tuple[onnx.ModelProto, _Calibration | None]:
+    """The graph in the export's data type: fp32 as is, fp16 converted, int8 calibrated."""
+    options = job.options
+    if options.data_type == "fp16":
+        return convert_to_fp16(graph), None
+    if options.data_type != "int8":
+        return graph, None
+    return _quantize(
+        graph,
+        job.spec,
+        job.label_map,
+        job.metadata,
+        cal_image_dir=options.cal_image_dir,
+        count=(options.batches, options.batch_size),
+        work_dir=job.out.parent,
+        symmetric=job.tensorrt_bound,
+        log=log,
+    )
+
+
+def _batched(job: _Export, graph: onnx.ModelProto, log: Callable[[str], None]) -> onnx.ModelProto:
+    """The one-image graph run over a batch (static or dynamic)."""
+    meta = job.metadata
+    graph = batch_over_images(
+        graph,
+        row_shapes=output_row_shapes(meta.max_detections, meta.mask_resolution),
+        static_batch_size=meta.batch_size,
+    )
+    log(
+        f"Batch: {meta.batch_size} images per run (static)"
+        if meta.batch_size is not None
+        else f"Batch: 1 to {meta.max_batch_size} images per run (dynamic)"
+    )
+    return graph
+
+
+def _in_tao_layout(
+    job: _Export, graph: onnx.ModelProto, log: Callable[[str], None]
+) -> onnx.ModelProto:
+    """The graph with TAO's input and outputs (DeepStream's), checked to be that layout."""
+    sizes = {
+        "max_detections": job.metadata.max_detections,
+        "mask_resolution": job.metadata.mask_resolution,
+    }
+    graph = to_tao_layout(graph, num_classes=job.model.num_classes, **sizes)
+    log("TAO layout: Input (TAO's preprocessing), generate_detections, mask_fcn_logits")
+    if problems := tao_layout_problems(graph, num_classes=job.model.num_classes, **sizes):
+        raise ExportError(f"{job.out.name}: not the TAO layout: {'; '.join(problems)}")
+    return graph
+
+
+def _build_graph(
+    job: _Export, example: torch.Tensor, log: Callable[[str], None]
+) -> tuple[onnx.ModelProto, _Calibration | None, list[str]]:
+    """The finished graph, its int8 calibration (None unless int8) and the TensorRT plugins
+    it needs (TensorRT-bound exports only, after checking TensorRT's import rules)."""
+    graph, calibration = _to_precision(job, _trace(job, example, log), log)
+    graph = _batched(job, graph, log)
+    if job.metadata.output_layout == "tao":
+        graph = _in_tao_layout(job, graph, log)
+    set_metadata(graph, job.metadata)
+    plugins = _check_for_tensorrt(graph, job.out, log) if job.tensorrt_bound else []
+    return graph, calibration, plugins
+
+
+def _matching_pytorch(
+    job: _Export,
+    graph: onnx.ModelProto,
+    images: list[torch.Tensor],
+    tolerances: Tolerances | None,
+    log: Callable[[str], None],
+) -> tuple[ParityReport, OnnxPredictor]:
+    """The graph's detections compared with PyTorch's on ``images`` (onnxruntime, CPU).
+
+    Raises:
+        ExportError: they differ beyond the data type's tolerances.
+    """
+    predictor = OnnxPredictor(
+        graph.SerializeToString(), metadata=job.metadata, providers=["CPUExecutionProvider"]
+    )
+    reference = TorchPredictor(job.model)(images)
+    parity = compare_detections(
+        reference, predictor(images), data_type=job.options.data_type, tolerances=tolerances
+    )
+    log(parity.summary())
+    if not parity.passed:
+        raise ExportError(f"{job.out.name}: the ONNX does not match PyTorch: {parity.summary()}")
+    return parity, predictor
+
+
+def _logged_int8_metrics(
+    job: _Export, predictor: OnnxPredictor, log: Callable[[str], None]
+) -> dict[str, dict[str, float]]:
+    """Validation COCO metrics of the fp32 model and the int8 graph, the AP logged."""
+    include_mask = job.stored_spec.maskrcnn_config.include_mask
+    metrics = _int8_metrics(job.spec, job.label_map, job.model, predictor, include_mask)
+    if metrics:
+        key = "mask_AP" if "mask_AP" in metrics["fp32"] else "AP"
+        log(f"Validation {key}: fp32 {metrics['fp32'][key]:.4f}, int8 {metrics['int8'][key]:.4f}")
+    return metrics
+
+
+def _engine(job: _Export, result: ExportResult) -> None:
+    """Build the TensorRT engine where one was requested and TensorRT is here; the note says
+    what happened."""
+    options, reason = job.options, tensorrt_unavailable_reason()
+    if options.engine_file is None:
+        result.engine_note = "no --engine_file given: no TensorRT engine requested"
+    elif reason is None:
+        builder: dict[str, Any] = {"strict_types": options.strict_types}
+        if options.workspace_bytes is not None:
+            builder["workspace_bytes"] = options.workspace_bytes
+        result.engine_file = build_engine(
+            job.out,
+            options.engine_file,
+            data_type=options.data_type,
+            image_size=job.metadata.image_size,
+            profile=job.profile,
+            gpu_index=options.gpu_index,
+            **builder,
+        )
+        result.engine_note = f"TensorRT engine built: {result.engine_file}"
+    else:
+        result.engine_note = ENGINE_ELSEWHERE.format(reason=reason)
+
+
+def _deepstream(job: _Export) -> list[Path]:
+    """labels.txt and the nvinfer config next to the ONNX (``gen_ds_config``)."""
+    meta = job.metadata
+    return write_deepstream_files(
+        job.out.parent,
+        onnx_path=job.out,
+        engine_path=job.options.engine_file or job.out.with_suffix(".engine"),
+        label_map=meta.label_map,
+        num_classes=job.model.num_classes,
+        data_type=meta.data_type,
+        image_size=meta.image_size,
+        mask_resolution=meta.mask_resolution,
+        max_batch_size=meta.max_batch_size,
+        max_detections=meta.max_detections,
+    )
+
+
+def _write(
+    job: _Export,
+    graph: onnx.ModelProto,
+    calibration: _Calibration | None,
+    parity: ParityReport,
+) -> ExportResult:
+    """Write the ONNX (and the int8 calibration scales); the result describing them."""
+    _atomic_save(graph, job.out)
+    cal_cache_file = None
+    if calibration is not None:
+        cal_cache_file = job.options.cal_cache_file or job.out.with_suffix(".cal.json")
+        calibration.write(cal_cache_file)
+    return ExportResult(
+        onnx_path=job.out,
+        data_type=job.options.data_type,
+        metadata=job.metadata,
+        profile=job.profile,
+        parity=parity,
+        io=describe_io(graph),
+        report_path=job.out.with_suffix(".export.json"),
+        cal_cache_file=cal_cache_file,
+        calibration_images=calibration.count if calibration is not None else 0,
+        target="tensorrt" if job.tensorrt_bound else "onnxruntime",
+    )
+
+
 def export_onnx(
     model_path: Path,
     spec: ExperimentSpec | None,
     out: Path | None = None,
+    options: ExportOptions | None = None,
     *,
-    data_type: str = "fp32",
-    max_batch_size: int = 16,
-    static_batch_size: int | None = None,
-    min_batch_size: int | None = None,
-    opt_batch_size: int | None = None,
-    cal_image_dir: Path | None = None,
-    cal_cache_file: Path | None = None,
-    batches: int = 10,
-    batch_size: int = 8,
-    engine_file: Path | None = None,
-    gen_ds_config: bool = False,
     validation_images: Sequence[torch.Tensor] | None = None,
     num_validation_images: int = 4,
     tolerances: Tolerances | None = None,
     evaluate_int8: bool = True,
     log: Callable[[str], None] = print,
-    opset: int = OPSET,
-    workspace_bytes: int | None = None,
-    strict_types: bool = False,
-    output_layout: str | None = None,
-    target: str = "onnxruntime",
-    gpu_index: int = 0,
+    **option_values: Any,
 ) -> ExportResult:
     """Export a maskops checkpoint to a validated ONNX file.
 
@@ -351,214 +625,36 @@ def export_onnx(
             size and its data patterns supply validation/calibration images; None uses the
             checkpoint's own spec.
         out: the ``.onnx`` to write (default :func:`default_output_path`).
-        data_type: "fp32", "fp16" or "int8" (QDQ).
-        max_batch_size: the most images one batch may carry (the graph's batch is dynamic
-            up to it; Triton's max_batch_size at publish, DeepStream's batch-size).
-        static_batch_size: fix the graph's batch at this size instead (it then is the
-            max_batch_size too).
-        min_batch_size, opt_batch_size: the TensorRT profile's smallest and tuned batch
-            (default 1 and max_batch_size; see maskops.export.tensorrt.batch_profile).
-        cal_image_dir: int8 calibration images (default: the training shards).
-        cal_cache_file: where to write the int8 calibration scales (default: next to out).
-        batches, batch_size: int8 calibration uses ``batches * batch_size`` images.
-        engine_file: build a TensorRT engine here (only where TensorRT and a GPU exist).
-        gen_ds_config: write labels.txt and a DeepStream nvinfer config next to ``out``.
+        options: what to make (:class:`~maskops.export.options.ExportOptions`);
+            ``option_values`` (its field names) override single options.
         validation_images: ``[3, H, W]`` images for the parity check (default: the first
             ``num_validation_images`` of the spec's validation data).
-        tolerances: override the parity tolerances of ``data_type``.
+        tolerances: override the parity tolerances of the data type.
         evaluate_int8: for int8, compute fp32 vs int8 validation metrics (needs val_json_file).
         log: progress lines.
-        opset: the ONNX opset (TAO's ``--target_opset``), MIN_OPSET..MAX_OPSET; int8
-            needs 13 or later. The parity check runs on the graph of that opset.
-        workspace_bytes, strict_types: TensorRT builder settings (TAO's
-            ``--max_workspace_size``, ``-s``); used only when an engine is built.
-        output_layout: "maskops" or "tao" (maskops.export.tao_layout); default "tao" when
-            ``engine_file`` or ``gen_ds_config`` is given, else "maskops".
-        target: "onnxruntime" (portable) or "tensorrt": the graph is checked against
-            TensorRT's import rules and int8 is symmetric (zero points 0). An
-            ``engine_file`` implies "tensorrt".
-        gpu_index: the CUDA device that builds the engine (the parity check runs on the
-            CPU).
 
     Raises:
-        ExportError: bad arguments, no images, a graph that does not match PyTorch, or
+        ExportError: bad options, no images, a graph that does not match PyTorch, or
             (bound for TensorRT) a graph that breaks a TensorRT import rule.
     """
-    from maskops.checkpoint import load_model
-
     started = time.perf_counter()
-    if data_type not in DATA_TYPES:
-        raise ExportError(f"--data_type {data_type!r}: expected one of {', '.join(DATA_TYPES)}")
-    if target not in TARGETS:
-        raise ExportError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
-    if gpu_index < 0:
-        raise ExportError(f"--gpu_index must be at least 0, got {gpu_index}")
-    max_batch_size, profile = _batch_sizes(
-        max_batch_size, static_batch_size, min_batch_size, opt_batch_size
+    options = replace(options or ExportOptions(), **option_values)
+    job = _prepare(model_path, spec, out, options)
+    images = list(
+        validation_images or validation_batch(job.spec, job.label_map, num_validation_images)
     )
-    if data_type == "int8" and (batches < 1 or batch_size < 1):
-        raise ExportError(f"--batches and --batch_size must be >= 1, got {batches}, {batch_size}")
-    _check_opset(opset, data_type)
-    try:
-        layout = choose_output_layout(
-            output_layout, engine=engine_file is not None, gen_ds_config=gen_ds_config
-        )
-    except ValueError as exc:
-        raise ExportError(str(exc)) from None
-    # The TAO layout is for DeepStream, which builds a TensorRT engine from the ONNX.
-    tensorrt_bound = target == "tensorrt" or engine_file is not None or layout == "tao"
-    model_path = Path(model_path)
-    if not model_path.is_file():
-        raise ExportError(f"-m {model_path}: model file not found")
-    loaded = load_model(model_path)
-    model, label_map = loaded.model.eval(), loaded.label_map
-    spec = spec or loaded.spec
-    image_size = tuple(spec.data_config.image_size)
-    stride = 2**loaded.spec.maskrcnn_config.max_level
-    if image_size[0] % stride or image_size[1] % stride:
-        raise ExportError(
-            f"data_config.image_size {image_size}: must be multiples of 2**max_level = {stride}"
-        )
-    max_detections = int(model.roi_heads.detections_per_img)
-    mask_resolution = int(loaded.spec.maskrcnn_config.mrcnn_resolution)
-    out = Path(out) if out is not None else default_output_path(model_path, data_type)
-    if out.suffix.lower() != ".onnx":
-        raise ExportError(f"-o {out}: the output file must end in .onnx")
-    # int8 calibration works next to the output, before anything is written there.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    metadata = GraphMetadata(
-        spec=spec,
-        label_map=label_map,
-        data_type=data_type,
-        image_size=(int(image_size[0]), int(image_size[1])),
-        max_detections=max_detections,
-        mask_resolution=mask_resolution,
-        max_batch_size=max_batch_size,
-        batch_size=static_batch_size,
-        output_layout=layout,
-        input_convention=layout,  # the TAO layout takes TAO's input too (tao_layout)
-    )
-
-    images = list(validation_images or validation_batch(spec, label_map, num_validation_images))
-    log(f"Tracing {model_path.name} at {image_size[0]}x{image_size[1]} ({data_type})")
-    graph = trace_to_onnx(
-        model,
-        image_size=metadata.image_size,
-        max_detections=max_detections,
-        example=images[0][None],
-        opset=opset,
-    )
-    # Input-determined shape arithmetic becomes constants (TopK's K among them).
-    graph = fold_shape_arithmetic(graph)
-    calibration: _Calibration | None = None
-    if data_type == "fp16":
-        graph = convert_to_fp16(graph)
-    elif data_type == "int8":
-        graph, calibration = _quantize(
-            graph,
-            spec,
-            label_map,
-            metadata,
-            cal_image_dir=cal_image_dir,
-            count=(batches, batch_size),
-            work_dir=out.parent,
-            symmetric=tensorrt_bound,
-            log=log,
-        )
-    graph = batch_over_images(
-        graph,
-        row_shapes=output_row_shapes(max_detections, mask_resolution),
-        static_batch_size=static_batch_size,
-    )
-    log(
-        f"Batch: {static_batch_size} images per run (static)"
-        if static_batch_size is not None
-        else f"Batch: 1 to {max_batch_size} images per run (dynamic)"
-    )
-    if layout == "tao":
-        sizes = {"max_detections": max_detections, "mask_resolution": mask_resolution}
-        graph = to_tao_layout(graph, num_classes=model.num_classes, **sizes)
-        log("TAO layout: Input (TAO's preprocessing), generate_detections, mask_fcn_logits")
-        if problems := tao_layout_problems(graph, num_classes=model.num_classes, **sizes):
-            raise ExportError(f"{out.name}: not the TAO layout: {'; '.join(problems)}")
-    set_metadata(graph, metadata)
-    plugins = _check_for_tensorrt(graph, out, log) if tensorrt_bound else []
-
-    serialized = graph.SerializeToString()
-    predictor = OnnxPredictor(serialized, metadata=metadata, providers=["CPUExecutionProvider"])
-    reference = TorchPredictor(model)(images)
-    parity = compare_detections(
-        reference, predictor(images), data_type=data_type, tolerances=tolerances
-    )
-    log(parity.summary())
-    if not parity.passed:
-        raise ExportError(f"{out.name}: the ONNX does not match PyTorch: {parity.summary()}")
-
-    metrics: dict[str, dict[str, float]] = {}
-    if data_type == "int8" and evaluate_int8:
-        metrics = _int8_metrics(
-            spec, label_map, model, predictor, loaded.spec.maskrcnn_config.include_mask
-        )
-        if metrics:
-            key = "mask_AP" if "mask_AP" in metrics["fp32"] else "AP"
-            log(
-                f"Validation {key}: fp32 {metrics['fp32'][key]:.4f}, "
-                f"int8 {metrics['int8'][key]:.4f}"
-            )
-
-    _atomic_save(graph, out)
-    if calibration is not None:
-        cal_cache_file = cal_cache_file or out.with_suffix(".cal.json")
-        calibration.write(cal_cache_file)
-    result = ExportResult(
-        onnx_path=out,
-        data_type=data_type,
-        metadata=metadata,
-        profile=profile,
-        parity=parity,
-        io=describe_io(graph),
-        report_path=out.with_suffix(".export.json"),
-        cal_cache_file=cal_cache_file if calibration is not None else None,
-        calibration_images=calibration.count if calibration is not None else 0,
-        metrics=metrics,
-        target="tensorrt" if tensorrt_bound else "onnxruntime",
-        tensorrt_plugins=plugins,
-    )
-    engine_target = engine_file or out.with_suffix(".engine")
-    reason = tensorrt_unavailable_reason()
-    if engine_file is None:
-        result.engine_note = "no --engine_file given: no TensorRT engine requested"
-    elif reason is None:
-        builder: dict[str, Any] = {"strict_types": strict_types}
-        if workspace_bytes is not None:
-            builder["workspace_bytes"] = workspace_bytes
-        result.engine_file = build_engine(
-            out,
-            engine_file,
-            data_type=data_type,
-            image_size=metadata.image_size,
-            profile=profile,
-            gpu_index=gpu_index,
-            **builder,
-        )
-        result.engine_note = f"TensorRT engine built: {result.engine_file}"
-    else:
-        result.engine_note = ENGINE_ELSEWHERE.format(reason=reason)
+    graph, calibration, plugins = _build_graph(job, images[0], log)
+    parity, predictor = _matching_pytorch(job, graph, images, tolerances, log)
+    metrics = {}
+    if options.data_type == "int8" and evaluate_int8:
+        metrics = _logged_int8_metrics(job, predictor, log)
+    result = _write(job, graph, calibration, parity)
+    result.metrics, result.tensorrt_plugins = metrics, plugins
+    _engine(job, result)
     log(result.engine_note)
-    if gen_ds_config:
-        result.deepstream_files = write_deepstream_files(
-            out.parent,
-            onnx_path=out,
-            engine_path=engine_target,
-            label_map=label_map,
-            num_classes=model.num_classes,
-            data_type=data_type,
-            image_size=metadata.image_size,
-            mask_resolution=mask_resolution,
-            max_batch_size=max_batch_size,
-            max_detections=max_detections,
-        )
+    if options.gen_ds_config:
+        result.deepstream_files = _deepstream(job)
     result.seconds = time.perf_counter() - started
     result.report_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    log(f"Exported {out} ({out.stat().st_size / 1e6:.1f} MB) in {result.seconds:.1f} s")
+    log(f"Exported {job.out} ({job.out.stat().st_size / 1e6:.1f} MB) in {result.seconds:.1f} s")
     return result

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from maskops.data.labels import LabelMap
+from maskops.export.options import OPSET
 from maskops.export.rewrite import rewrite_for_export
 from maskops.spec.models import ExperimentSpec
 
@@ -57,12 +58,6 @@ TAO_INPUT_NAME = "Input"
 IMAGE_INPUT_NAMES: tuple[str, ...] = (INPUT_NAME, TAO_INPUT_NAME)
 """The names a maskops export's one input may have."""
 OUTPUT_NAMES: tuple[str, ...] = ("boxes", "scores", "labels", "masks", "num_detections")
-OPSET = 17
-"""The default ONNX opset (``--target_opset`` chooses another in MIN_OPSET..MAX_OPSET)."""
-MIN_OPSET = 11
-"""The oldest opset the graph traces to (RoiAlign, NonMaxSuppression); int8 needs 13."""
-MAX_OPSET = 20
-"""The newest opset torch.onnx's TorchScript exporter writes."""
 METADATA_FORMAT = "maskops-onnx/1"
 
 

@@ -79,8 +79,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from maskops.export.graph import INPUT_NAME, OUTPUT_NAMES, TAO_INPUT_NAME
+from maskops.export.options import OUTPUT_LAYOUTS
 
-OUTPUT_LAYOUTS: tuple[str, ...] = ("maskops", "tao")
 TAO_NET_SCALE_FACTOR = 0.017507
 """nvinfer's ``net-scale-factor`` in TAO's Mask R-CNN configs (one scale for all channels)."""
 TAO_OFFSETS: tuple[float, float, float] = (123.675, 116.28, 103.53)

@@ -16,6 +16,7 @@ import torch
 
 from maskops.export.batching import image_graph
 from maskops.export.graph import IMAGE_INPUT_NAMES, INPUT_NAME, TAO_INPUT_NAME
+from maskops.shape_rules import batch_order_error
 
 ENGINE_ELSEWHERE = (
     "TensorRT engine not built here ({reason}); the Triton service builds it on the GPU host "
@@ -93,11 +94,10 @@ def batch_profile(
     opt = max_batch_size if opt_batch_size is None else opt_batch_size
     if low < 1:
         raise EngineBuildError(f"--min_batch_size must be at least 1, got {low}")
-    if not low <= opt <= max_batch_size:
-        raise EngineBuildError(
-            "batch sizes must satisfy min <= opt <= max, got "
-            f"--min_batch_size {low}, --opt_batch_size {opt}, --max_batch_size {max_batch_size}"
-        )
+    flags = ("--min_batch_size", "--opt_batch_size", "--max_batch_size")
+    error = batch_order_error(low, opt, max_batch_size, names=flags)
+    if error is not None:
+        raise EngineBuildError(error)
     return BatchProfile(low, opt, max_batch_size)
 
 

@@ -2,7 +2,7 @@
 
 The one entry point is :func:`build_model`; :func:`resize_to_state_dict` reshapes a built
 model to a pruned checkpoint's tensor shapes. Checkpoint files are handled in
-:mod:`maskops.checkpoint`.
+:mod:`maskops.checkpoints`.
 """
 
 from .anchors import LevelAnchorGenerator, cell_anchors_for_level

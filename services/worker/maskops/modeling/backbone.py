@@ -4,7 +4,7 @@ Level ``l`` has stride ``2**l``: levels 2..5 are the FPN outputs over ResNet sta
 layer1..layer4 (C2..C5); levels above 5 are stride-2 subsamplings of the level below, as
 torchvision's ``LastLevelMaxPool`` does for its single extra level. Feature maps are named
 ``"p{level}"``. Weights are always randomly initialised here; pretrained weights come from a
-local file through :func:`maskops.checkpoint.load_weights_into`.
+local file through :func:`maskops.checkpoints.pretrained.load_weights_into`.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from torchvision.models.detection.faster_rcnn import TwoMLPHead
 from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
 from torchvision.models.detection.mask_rcnn import MaskRCNN, MaskRCNNHeads
 
+from maskops.shape_rules import image_size_fits, image_stride
 from maskops.spec.models import MaskRCNNConfig
 
 from .anchors import LevelAnchorGenerator
@@ -176,18 +177,7 @@ def build_model(
     Returns:
         A :class:`SpecMaskRCNN` in training mode.
     """
-    if config.arch != "resnet":
-        raise ValueError(f"maskrcnn_config.arch: only 'resnet' is supported, got {config.arch!r}")
-    if num_classes < 2:
-        raise ValueError(f"num_classes must be >= 2 (background + 1 category), got {num_classes}")
-    stride = 2**config.max_level
-    if image_size[0] % stride or image_size[1] % stride:
-        raise ValueError(
-            f"image_size {tuple(image_size)} must be a multiple of 2**max_level = {stride}"
-        )
-    if config.mrcnn_resolution % 2:
-        raise ValueError(f"mrcnn_resolution must be even, got {config.mrcnn_resolution}")
-
+    _check_buildable(config, num_classes=num_classes, image_size=image_size)
     backbone = build_resnet_fpn_backbone(
         nlayers=config.nlayers,
         min_level=config.min_level,
@@ -196,13 +186,52 @@ def build_model(
         freeze_blocks=config.freeze_blocks,
     )
     levels = list(range(config.min_level, config.max_level + 1))
+    transform = NoResizeTransform(
+        size_divisible=image_stride(config.max_level),
+        image_size=tuple(image_size),  # type: ignore[arg-type]
+    )
+    loss_weights = {
+        "loss_rpn_box_reg": config.rpn_box_loss_weight,
+        "loss_box_reg": config.fast_rcnn_box_loss_weight,
+        "loss_mask": config.mrcnn_weight_loss_mask,
+    }
+    return SpecMaskRCNN(
+        backbone=backbone,
+        rpn=_build_rpn(config, levels),
+        roi_heads=_build_roi_heads(config, levels, num_classes),
+        transform=transform,
+        loss_weights=loss_weights,
+        num_classes=num_classes,
+        image_size=(int(image_size[0]), int(image_size[1])),
+        config=config,
+    )
+
+
+def _check_buildable(
+    config: MaskRCNNConfig, *, num_classes: int, image_size: tuple[int, int]
+) -> None:
+    if config.arch != "resnet":
+        raise ValueError(f"maskrcnn_config.arch: only 'resnet' is supported, got {config.arch!r}")
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2 (background + 1 category), got {num_classes}")
+    if not image_size_fits(image_size, config.max_level):
+        stride = image_stride(config.max_level)
+        raise ValueError(
+            f"image_size {tuple(image_size)} must be a multiple of 2**max_level = {stride}"
+        )
+    if config.mrcnn_resolution % 2:
+        raise ValueError(f"mrcnn_resolution must be even, got {config.mrcnn_resolution}")
+
+
+def _build_rpn(config: MaskRCNNConfig, levels: list[int]) -> TrainTestRPN:
+    """The RPN over the FPN ``levels``, with the spec's training and testing settings."""
     anchor_generator = LevelAnchorGenerator(
         levels=levels,
         anchor_scale=config.anchor_scale,
         num_scales=config.num_scales,
         aspect_ratios=config.aspect_ratios,
     )
-    rpn = TrainTestRPN(
+    return TrainTestRPN(
         anchor_generator=anchor_generator,
         head=Float32RPNHead(FPN_CHANNELS, anchor_generator.num_anchors_per_location()[0]),
         fg_iou_thresh=config.rpn_positive_overlap,
@@ -224,6 +253,10 @@ def build_model(
         min_size=config.rpn_min_size,
     )
 
+
+def _build_roi_heads(config: MaskRCNNConfig, levels: list[int], num_classes: int) -> SpecRoIHeads:
+    """The box head and, with ``include_mask``, the mask head, pooling the FPN ``levels``
+    the backbone has."""
     roi_levels = [f"p{lvl}" for lvl in levels if lvl <= BACKBONE_LEVELS[-1]]
     mask_parts: dict[str, torch.nn.Module] = {}
     if config.include_mask:
@@ -236,7 +269,7 @@ def build_model(
                 MASK_HEAD_LAYERS[-1], MASK_PREDICTOR_DIM, num_classes
             ),
         }
-    roi_heads = SpecRoIHeads(
+    return SpecRoIHeads(
         box_roi_pool=GatherMultiScaleRoIAlign(
             roi_levels, output_size=BOX_ROI_SIZE, sampling_ratio=2
         ),
@@ -253,20 +286,4 @@ def build_model(
         detections_per_img=config.test_detections_per_image,
         gt_mask_size=config.gt_mask_size,
         **mask_parts,
-    )
-    transform = NoResizeTransform(size_divisible=stride, image_size=tuple(image_size))  # type: ignore[arg-type]
-    loss_weights = {
-        "loss_rpn_box_reg": config.rpn_box_loss_weight,
-        "loss_box_reg": config.fast_rcnn_box_loss_weight,
-        "loss_mask": config.mrcnn_weight_loss_mask,
-    }
-    return SpecMaskRCNN(
-        backbone=backbone,
-        rpn=rpn,
-        roi_heads=roi_heads,
-        transform=transform,
-        loss_weights=loss_weights,
-        num_classes=num_classes,
-        image_size=(int(image_size[0]), int(image_size[1])),
-        config=config,
     )

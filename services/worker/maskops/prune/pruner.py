@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -224,20 +225,93 @@ def prune_model(
     prunable = prunable_convs(model)
     excluded = _resolve_excluded(excluded_layers, prunable)
     channels_before = _layer_channels(model)
-    params_before = count_parameters(model)
-    dense_positions, roi_positions = output_positions(model, image_size)
-    macs_before = macs(model, dense_positions)
-    roi_macs_before = macs(model, roi_positions)
-    names = {m: n for n, m in model.named_modules()}
-    requires_grad = {n: p.requires_grad for n, p in model.named_parameters()}
-    was_training = model.training
+    before = _Cost.of(model, image_size)
+    restore = _restorer(model)
+    probe = _ChannelProbe(model)
+    graph = _dependency_graph(probe, batch)
+    rule = _Rule(norm, equalization, granularity, threshold, min_filters)
+    decisions, cuts = _decide(model, graph, set(prunable.values()), excluded, rule)
+    model.eval()
+    compensate_removed_channels(model, cuts, graph, run=lambda: probe(batch))
+    for cut in cuts:
+        cut.prune()
+    restore()
+    after = _Cost.of(model, image_size, positions=before.positions)
+    channels_after = _layer_channels(model)
+    layers = [
+        LayerChannels(name, *channels_before[name], *channels_after[name])
+        for name in channels_before
+    ]
+    return rule.report(list(excluded_layers), image_size, before, after, layers, decisions)
 
+
+@dataclass(frozen=True)
+class _Cost:
+    """A model's size: parameters, and MACs of the dense part and of the RoI heads."""
+
+    params: int
+    macs: int
+    roi_macs: int
+    positions: tuple[dict[str, int], dict[str, int]]
+    """Where the dense and RoI layers' outputs are counted (kept so that the pruned model
+    is counted at the same positions)."""
+
+    @classmethod
+    def of(
+        cls,
+        model: nn.Module,
+        image_size: tuple[int, int],
+        positions: tuple[dict[str, int], dict[str, int]] | None = None,
+    ) -> _Cost:
+        dense, roi = positions or output_positions(model, image_size)
+        return cls(count_parameters(model), macs(model, dense), macs(model, roi), (dense, roi))
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """TAO's pruning options (see :func:`prune_model`)."""
+
+    norm: Norm
+    equalization: Equalization
+    granularity: int
+    threshold: float
+    min_filters: int
+
+    def report(
+        self,
+        excluded_layers: list[str],
+        image_size: tuple[int, int],
+        before: _Cost,
+        after: _Cost,
+        layers: list[LayerChannels],
+        groups: list[GroupDecision],
+    ) -> PruneReport:
+        return PruneReport(
+            norm=self.norm,
+            equalization=self.equalization,
+            granularity=self.granularity,
+            threshold=self.threshold,
+            min_filters=self.min_filters,
+            excluded_layers=excluded_layers,
+            image_size=image_size,
+            params_before=before.params,
+            params_after=after.params,
+            macs_before=before.macs,
+            macs_after=after.macs,
+            roi_macs_before=before.roi_macs,
+            roi_macs_after=after.roi_macs,
+            layers=layers,
+            groups=groups,
+        )
+
+
+def _dependency_graph(probe: _ChannelProbe, batch: torch.Tensor) -> tp.DependencyGraph:
+    """torch-pruning's coupled-channel groups of the probe's layers."""
     # Frozen layers' outputs carry no autograd history, which is what torch-pruning traces:
     # an input that requires grad gives every layer one.
     traced = batch.detach().clone().requires_grad_(True)
-    probe = _ChannelProbe(model)
     with torch.enable_grad():
-        graph = tp.DependencyGraph().build_dependency(
+        return tp.DependencyGraph().build_dependency(
             probe,
             example_inputs=traced,
             # A bare tensor would be star-unpacked by torch-pruning (``model(*inputs)``).
@@ -246,13 +320,21 @@ def prune_model(
             verbose=False,
         )
 
-    prunable_modules = set(prunable.values())
+
+def _decide(
+    model: nn.Module,
+    graph: tp.DependencyGraph,
+    prunable_modules: set[nn.Module],
+    excluded: set[nn.Module],
+    rule: _Rule,
+) -> tuple[list[GroupDecision], list[tp.Group]]:
+    """What happens to each group of coupled channels, and the cuts of those pruned."""
+    names = {m: n for n, m in model.named_modules()}
     decisions: list[GroupDecision] = []
     cuts: list[tp.Group] = []
     for group in list(graph.get_all_groups(root_module_types=[nn.Conv2d, nn.Linear])):
         producers = [item for item in group if graph.is_out_channel_pruning_fn(item.dep.handler)]
-        producer_modules = {item.dep.target.module for item in producers}
-        if not producer_modules & prunable_modules:
+        if not {item.dep.target.module for item in producers} & prunable_modules:
             continue  # a group of the RoI heads' own layers: never pruned
         touched = {item.dep.target.module for item in group}
         # Parameterless ops (adds, activations) also appear as producers; weights decide.
@@ -265,55 +347,45 @@ def prune_model(
         if not {item.dep.target.module for item in weighted} <= prunable_modules:
             decisions.append(GroupDecision(members, size, size, "fixed"))
             continue
-        scores = []
-        for item in weighted:
-            normalised = normalize_norms(filter_norms(item.dep.target.module.weight), norm)
-            score = torch.zeros(size)
-            score[torch.tensor(item.root_idxs)] = normalised[torch.tensor(item.idxs)]
-            scores.append(score)
-        combined = equalize(scores, equalization)
-        keep = num_channels_to_keep(
-            combined, threshold=threshold, granularity=granularity, min_filters=min_filters
-        )
-        pruned = channels_to_prune(combined, keep)
+        keep, pruned = _channels(weighted, size, rule)
         decisions.append(GroupDecision(members, size, keep, "pruned" if pruned else "kept"))
         if pruned:
             root = group[0].dep
             cuts.append(graph.get_pruning_group(root.target.module, root.handler, pruned))
+    return decisions, cuts
 
-    model.eval()
-    compensate_removed_channels(model, cuts, graph, run=lambda: probe(batch))
-    for cut in cuts:
-        cut.prune()
 
-    # torch-pruning rebuilds pruned parameters as fresh (trainable) Parameters.
-    for name, param in model.named_parameters():
-        param.requires_grad_(requires_grad.get(name, True))
-    _sync_out_channels(model)
-    model.train(was_training)
-
-    channels_after = _layer_channels(model)
-    layers = [
-        LayerChannels(name, *channels_before[name], *channels_after[name])
-        for name in channels_before
-    ]
-    return PruneReport(
-        norm=norm,
-        equalization=equalization,
-        granularity=granularity,
-        threshold=threshold,
-        min_filters=min_filters,
-        excluded_layers=list(excluded_layers),
-        image_size=image_size,
-        params_before=params_before,
-        params_after=count_parameters(model),
-        macs_before=macs_before,
-        macs_after=macs(model, dense_positions),
-        roi_macs_before=roi_macs_before,
-        roi_macs_after=macs(model, roi_positions),
-        layers=layers,
-        groups=decisions,
+def _channels(weighted: Sequence[Any], size: int, rule: _Rule) -> tuple[int, list[int]]:
+    """How many of a group's ``size`` channels stay, and which go, by TAO's rules."""
+    scores = []
+    for item in weighted:
+        normalised = normalize_norms(filter_norms(item.dep.target.module.weight), rule.norm)
+        score = torch.zeros(size)
+        score[torch.tensor(item.root_idxs)] = normalised[torch.tensor(item.idxs)]
+        scores.append(score)
+    combined = equalize(scores, rule.equalization)
+    keep = num_channels_to_keep(
+        combined,
+        threshold=rule.threshold,
+        granularity=rule.granularity,
+        min_filters=rule.min_filters,
     )
+    return keep, channels_to_prune(combined, keep)
+
+
+def _restorer(model: nn.Module) -> Callable[[], None]:
+    """What puts back the model's parameters' requires_grad and its train/eval mode after
+    the cut (torch-pruning rebuilds pruned parameters as fresh, trainable Parameters)."""
+    requires_grad = {n: p.requires_grad for n, p in model.named_parameters()}
+    was_training = model.training
+
+    def restore() -> None:
+        for name, param in model.named_parameters():
+            param.requires_grad_(requires_grad.get(name, True))
+        _sync_out_channels(model)
+        model.train(was_training)
+
+    return restore
 
 
 def _sync_out_channels(model: nn.Module) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from maskops.checkpoint import CheckpointError, load_model, save_checkpoint
+from maskops.checkpoints.model_file import CheckpointError, load_model, save_checkpoint
 from maskops.prune.importance import Equalization, Norm
 from maskops.prune.pruner import PruneError, prune_model
 from maskops.prune.report import PruneReport

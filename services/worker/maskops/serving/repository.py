@@ -58,7 +58,6 @@ they serve at max_batch_size 1.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -66,6 +65,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, cast
 
+from maskops.atomic import atomic_write
 from maskops.data.labels import LabelMap
 from maskops.export.graph import GraphMetadata, read_metadata
 from maskops.serving.engines import TRITON_TENSORRT_VERSION, EngineError, check_engine
@@ -361,19 +361,6 @@ def _find_onnx(export: Path) -> Path:
     raise PublishError(f"{export}: no such export file or folder")
 
 
-def _write_atomic(path: Path, data: str | bytes) -> None:
-    """Replace ``path`` in one rename (a reader sees the old or the new file, never half)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 @dataclass
 class _Changes:
     """What a publish did to the repository so far, so that a failure can undo all of it."""
@@ -418,7 +405,7 @@ class _Changes:
     def write(self, path: Path, text: str) -> None:
         if path not in self.replaced:
             self.replaced[path] = path.read_bytes() if path.is_file() else None
-        _write_atomic(path, text)
+        atomic_write(path, text)
 
     def undo(self) -> None:
         """Put the repository back as it was (best effort: every step is attempted)."""
@@ -427,7 +414,7 @@ class _Changes:
                 if previous is None:
                     path.unlink(missing_ok=True)
                 else:
-                    _write_atomic(path, previous)
+                    atomic_write(path, previous)
         for final in reversed(self.moved):
             shutil.rmtree(final, ignore_errors=True)
         self.remove_staging()

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from maskops.shape_rules import image_size_fits, image_stride
 from maskops.spec.errors import FieldIssue
 from maskops.spec.literals import decode_literal
 
@@ -576,9 +577,9 @@ class ExperimentSpec(_SpecModel):
                 "is false",
                 related=("maskrcnn_config.include_mask",),
             )
-        stride = 2**self.maskrcnn_config.max_level
         height, width = self.data_config.image_size
-        if height % stride or width % stride:
+        if not image_size_fits((height, width), self.maskrcnn_config.max_level):
+            stride = image_stride(self.maskrcnn_config.max_level)
             raise FieldIssue(
                 "data_config.image_size",
                 f"({height}, {width}): height and width must be multiples of "

@@ -27,6 +27,12 @@ tests/unit/serving/test_serving_ops_parity.py):
   is within 1e-7 of the 0.5 threshold.
 
 Tensor names are those of :mod:`maskops.serving.protocol` (a test checks they agree).
+
+It is also the one home of the numpy helpers the engine shares with it (the engine imports
+them from here, never the other way): :func:`to_rgb` and :data:`IMAGE_FORMATS`
+(``maskops.evaluation.images``), :func:`fit_scale` and :func:`resized_hw`
+(``maskops.data.transforms``), and the RLE counting :func:`runs_to_counts`,
+:func:`crop_to_counts` and :func:`compress_counts` (``maskops.evaluation.postprocess``).
 """
 
 from __future__ import annotations
@@ -122,7 +128,7 @@ def load_rgb(
                 turned: Image.Image = image
                 if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
                     turned = ImageOps.exif_transpose(image)  # a copy: only when it turns
-                upright = _to_rgb(turned)
+                upright = to_rgb(turned)
                 if fit is not None:
                     upright = _reduce(upright, full_hw, fit)
                 return np.asarray(upright, dtype=np.uint8), full_hw
@@ -169,7 +175,9 @@ def _reduce(image: Image.Image, full_hw: tuple[int, int], fit: tuple[int, int]) 
     return image.reduce((factor_x, factor_y))
 
 
-def _to_rgb(image: Image.Image) -> Image.Image:
+def to_rgb(image: Image.Image) -> Image.Image:
+    """8-bit RGB from any mode: 16/32-bit grey scaled (not clipped) to 8 bits, a palette's
+    transparency through RGBA, alpha dropped (detection looks at the stored colours)."""
     if image.mode == "RGB":
         return image
     if image.mode in ("I;16", "I;16B", "I;16L", "I"):
@@ -353,7 +361,7 @@ def expand_boxes(boxes: np.ndarray, scale: float) -> np.ndarray:
     return np.stack([x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half], axis=1)
 
 
-def _runs_to_counts(transitions: np.ndarray, num_pixels: int) -> np.ndarray:
+def runs_to_counts(transitions: np.ndarray, num_pixels: int) -> np.ndarray:
     """COCO's uncompressed counts from sorted run boundaries (column-major flat indices).
 
     The first count is background (possibly 0); a final background run of 0 is not
@@ -388,7 +396,7 @@ def crop_to_counts(crop: np.ndarray, top: int, left: int, image_hw: tuple[int, i
         drop[:-1] |= touching
         drop[1:] |= touching
         transitions = transitions[~drop]
-    return _runs_to_counts(transitions, height * width)
+    return runs_to_counts(transitions, height * width)
 
 
 def paste_masks_rle(
@@ -411,12 +419,20 @@ def paste_masks_rle(
         x0, x1 = max(bx0, 0), min(bx1 + 1, width)
         y0, y1 = max(by0, 0), min(by1 + 1, height)
         if x1 <= x0 or y1 <= y0:
-            counts.append(_runs_to_counts(np.zeros(0, np.int64), height * width))
+            counts.append(runs_to_counts(np.zeros(0, np.int64), height * width))
             continue
         box_hw = (max(by1 - by0 + 1, 1), max(bx1 - bx0 + 1, 1))
         resized = resize_bilinear(padded[index], box_hw)
         crop = resized[y0 - by0 : y1 - by0, x0 - bx0 : x1 - bx0] > np.float32(threshold)
         counts.append(crop_to_counts(crop, y0, x0, (height, width)))
+    return compress_counts(counts, (height, width))
+
+
+def compress_counts(counts: Sequence[np.ndarray], image_hw: tuple[int, int]) -> list[RLE]:
+    """Compress uncompressed COCO counts into COCO's string RLEs (``counts`` as ``str``)."""
+    if not counts:
+        return []
+    height, width = image_hw
     uncompressed = [{"size": [height, width], "counts": c} for c in counts]
     encoded = mask_util.frPyObjects(uncompressed, height, width)
     return [{"size": [height, width], "counts": r["counts"].decode("utf-8")} for r in encoded]
