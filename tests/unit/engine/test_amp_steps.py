@@ -18,7 +18,7 @@ import torch
 from maskops.data.pipeline import build_train_loader
 from maskops.engine.errors import NonFiniteLossError, SkippedStepsError
 from maskops.engine.optim import build_optimizer
-from maskops.engine.state import seed_everything
+from maskops.engine.seeding import seed_everything
 from maskops.engine.train import build_training_model
 from maskops.engine.trainer import (
     MAX_SKIPPED_STEPS,

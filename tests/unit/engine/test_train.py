@@ -23,7 +23,7 @@ from maskops.engine import CancelHook, HookBase, TrainingCancelled, TrainingErro
 from maskops.engine.launcher import RankPlan, torchrun_command, train_under_torchrun
 from maskops.engine.optim import regularized_parameters
 from maskops.engine.schedule import LRSchedule
-from maskops.engine.state import seed_everything
+from maskops.engine.seeding import seed_everything
 from maskops.engine.train import build_training_model, check_num_classes
 from maskops.modeling import build_model, prunable_convs
 from maskops.spec import spec_to_text

@@ -73,7 +73,7 @@ from maskops.engine.optim import (
 )
 from maskops.engine.results import STATUS_FILE, TrainResult
 from maskops.engine.schedule import LRSchedule
-from maskops.engine.state import seed_everything
+from maskops.engine.seeding import seed_everything
 from maskops.engine.trackers import RunEnd, check_trackers, tracker_writers
 from maskops.engine.trainer import (
     AmpSettings,
