@@ -208,12 +208,7 @@ def run_inference(
         Counts and the skipped files with reasons.
     """
     started = time.perf_counter()
-    if not image_dir.is_dir():
-        raise EvaluationError(f"-i {image_dir}: not a directory")
-    if out_image_dir.resolve() == image_dir.resolve():
-        raise EvaluationError("the output image directory must differ from the input directory")
-    if spec.eval_batch_size < 1:
-        raise EvaluationError(f"eval_batch_size must be at least 1, got {spec.eval_batch_size}")
+    _check_inputs(spec, image_dir, out_image_dir)
     paths, others = list_images(image_dir)
     summary = InferenceSummary()
     for other in others:
@@ -225,66 +220,34 @@ def run_inference(
     if include_mask and not loaded.include_mask:
         warn(f"{model_path} predicts no masks (include_mask is off in its spec); drawing boxes")
     out_image_dir.mkdir(parents=True, exist_ok=True)
-    image_ids = assign_image_ids(paths, _known_ids(spec, annotations, log))
-    label_names = _label_names(paths)
-    index_images: list[dict[str, Any]] = []
-    names = category_names(loaded.label_map, class_names)
-    image_size = spec.data_config.image_size
+    writer = _ResultWriter(
+        paths=paths,
+        image_ids=assign_image_ids(paths, _known_ids(spec, annotations, log)),
+        label_names=_label_names(paths),
+        names=category_names(loaded.label_map, class_names),
+        out_image_dir=out_image_dir,
+        label_dir=label_dir,
+        include_mask=include_mask,
+        summary=summary,
+    )
     batch_size = spec.eval_batch_size
     with tqdm(total=len(paths), unit="img", disable=not progress, desc="inference") as bar:
         for start in range(0, len(paths), batch_size):
-            batch: list[tuple[int, Image.Image, float]] = []
-            inputs: list[torch.Tensor] = []
-            for index in range(start, min(start + batch_size, len(paths))):
-                try:
-                    image = load_rgb(paths[index])
-                except ImageReadError as exc:
-                    summary.skipped.append((paths[index], str(exc)))
-                    warn(f"skipped {exc}")
-                    continue
-                tensor, scale = resize_and_pad(pil_to_tensor(image), image_size)
-                batch.append((index, image, scale))
-                inputs.append(tensor)
+            indices = range(start, min(start + batch_size, len(paths)))
+            batch, inputs = _read_batch(paths, indices, spec.data_config.image_size, summary, warn)
             outputs = loaded.predictor(inputs) if inputs else []
             for (index, image, scale), output in zip(batch, outputs, strict=True):
                 detections = detections_to_coco(
                     output,
-                    image_id=image_ids[index],
+                    image_id=writer.image_ids[index],
                     scale=scale,
                     orig_hw=(image.height, image.width),
                     label_map=loaded.label_map,
                     score_threshold=threshold,
                 )
-                for detection in detections:
-                    detection["file_name"] = paths[index].name
-                annotated = draw_detections(
-                    image, detections, category_names=names, include_mask=include_mask
-                )
-                _save_image(annotated, out_image_dir / paths[index].name)
-                if label_dir is not None:
-                    label_dir.mkdir(parents=True, exist_ok=True)
-                    _write_json(label_dir / label_names[index], detections)
-                index_images.append(
-                    {
-                        "id": image_ids[index],
-                        "file_name": paths[index].name,
-                        "height": image.height,
-                        "width": image.width,
-                    }
-                )
-                summary.images += 1
-                summary.detections += len(detections)
-            bar.update(min(batch_size, len(paths) - start))
-    if label_dir is not None:
-        label_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(
-            label_dir / IMAGES_INDEX,
-            {
-                "images": index_images,
-                "categories": [{"id": i, "name": n} for i, n in names.items()],
-                "annotations": [],
-            },
-        )
+                writer.write(index, image, detections)
+            bar.update(len(indices))
+    writer.finish()
     summary.seconds = time.perf_counter() - started
     log(
         f"Annotated {summary.images} image(s) with {summary.detections} detection(s) "
@@ -292,3 +255,88 @@ def run_inference(
         + (f", results in {label_dir}" if label_dir is not None else "")
     )
     return summary
+
+
+def _check_inputs(spec: ExperimentSpec, image_dir: Path, out_image_dir: Path) -> None:
+    if not image_dir.is_dir():
+        raise EvaluationError(f"-i {image_dir}: not a directory")
+    if out_image_dir.resolve() == image_dir.resolve():
+        raise EvaluationError("the output image directory must differ from the input directory")
+    if spec.eval_batch_size < 1:
+        raise EvaluationError(f"eval_batch_size must be at least 1, got {spec.eval_batch_size}")
+
+
+def _read_batch(
+    paths: Sequence[Path],
+    indices: range,
+    image_size: tuple[int, int],
+    summary: InferenceSummary,
+    warn: Callable[[str], None],
+) -> tuple[list[tuple[int, Image.Image, float]], list[torch.Tensor]]:
+    """The readable images of ``indices``: ``(index, upright RGB image, scale)`` and the
+    network inputs (``[3, H, W]`` float 0..1, resized and padded); unreadable ones are
+    reported and skipped."""
+    batch: list[tuple[int, Image.Image, float]] = []
+    inputs: list[torch.Tensor] = []
+    for index in indices:
+        try:
+            image = load_rgb(paths[index])
+        except ImageReadError as exc:
+            summary.skipped.append((paths[index], str(exc)))
+            warn(f"skipped {exc}")
+            continue
+        tensor, scale = resize_and_pad(pil_to_tensor(image), image_size)
+        batch.append((index, image, scale))
+        inputs.append(tensor)
+    return batch, inputs
+
+
+@dataclass
+class _ResultWriter:
+    """Writes each image's annotated copy and, with ``label_dir``, its COCO results and
+    finally :data:`IMAGES_INDEX`; counts into ``summary``."""
+
+    paths: Sequence[Path]
+    image_ids: Sequence[int]
+    label_names: Sequence[str]
+    names: dict[int, str]
+    out_image_dir: Path
+    label_dir: Path | None
+    include_mask: bool
+    summary: InferenceSummary
+    index_images: list[dict[str, Any]] = field(default_factory=list)
+
+    def write(self, index: int, image: Image.Image, detections: list[dict[str, Any]]) -> None:
+        path = self.paths[index]
+        for detection in detections:
+            detection["file_name"] = path.name
+        annotated = draw_detections(
+            image, detections, category_names=self.names, include_mask=self.include_mask
+        )
+        _save_image(annotated, self.out_image_dir / path.name)
+        if self.label_dir is not None:
+            self.label_dir.mkdir(parents=True, exist_ok=True)
+            _write_json(self.label_dir / self.label_names[index], detections)
+        self.index_images.append(
+            {
+                "id": self.image_ids[index],
+                "file_name": path.name,
+                "height": image.height,
+                "width": image.width,
+            }
+        )
+        self.summary.images += 1
+        self.summary.detections += len(detections)
+
+    def finish(self) -> None:
+        if self.label_dir is None:
+            return
+        self.label_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(
+            self.label_dir / IMAGES_INDEX,
+            {
+                "images": self.index_images,
+                "categories": [{"id": i, "name": n} for i, n in self.names.items()],
+                "annotations": [],
+            },
+        )
