@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from maskops.atomic import atomic_write
-from maskops.data.coco import CocoAnnotation, CocoImage, DatasetError, load_coco
+from maskops.data.coco import CocoAnnotation, CocoFile, CocoImage, DatasetError, load_coco
 from maskops.data.labels import LabelMap
 from maskops.data.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, manifest_path
 from maskops.data.shards import SHARD_NAME_RE, ShardWriter, file_sha256, shard_name
@@ -192,39 +192,13 @@ def _convert(
     if not coco.images:
         raise DatasetError(f"{annotation_file.name}: images: empty")
     label_map = LabelMap.from_coco_categories(coco.categories)
-    labels = {c.id: c.label for c in label_map.categories}
-
-    warnings: dict[str, dict[str, list[Any]]] = {}
-    known_ids = {image.id for image in coco.images}
-    for image_id, anns in coco.annotations_by_image.items():
-        if image_id not in known_ids:
-            warnings[str(image_id)] = {"box": [], "mask": [], "missing_image": [a.id for a in anns]}
-    for key, found in extra_findings.items():
-        entry = warnings.setdefault(key, {"box": [], "mask": []})
-        for kind, items in found.items():
-            entry.setdefault(kind, []).extend(items)
-
+    warnings = _initial_findings(coco, extra_findings)
     out_dir.mkdir(parents=True, exist_ok=True)
     _remove_old_shards(out_dir, tag)
-    count = max(1, min(num_shards, len(coco.images) // MIN_IMAGES_PER_SHARD))
-    jobs = [(image, coco.annotations_by_image.get(image.id, [])) for image in coco.images]
+    labels = {c.id: c.label for c in label_map.categories}
     worker = partial(_process, image_dir=image_dir, labels=labels, include_masks=include_masks)
-
     tally = _Tally(drop_empty=drop_empty_images)
-    sink = _ShardSink(out_dir, tag, count)
-    try:
-        for position, outcome in enumerate(pool.map(worker, jobs)):
-            _record_findings(warnings, outcome)
-            keep = tally.add(outcome)
-            if keep and outcome.record is not None:
-                sink.write(position * count // len(jobs), f"{position:09d}", outcome)
-            if progress is not None:
-                progress(position + 1, len(jobs))
-        shards = sink.close()
-    except BaseException:
-        sink.abort()
-        _remove_old_shards(out_dir, tag)
-        raise
+    shards = _write_shards(coco, out_dir, tag, num_shards, pool, worker, tally, warnings, progress)
 
     tally.dropped += sum(len(w.get("missing_image", [])) for w in warnings.values())
     warnings_file = out_dir / f"{tag}_warnings.json"
@@ -237,17 +211,98 @@ def _convert(
     _fail_if_unusable(
         coco.annotations, tally, annotation_file, warning_counts, warnings_file, out_dir, tag
     )
+    source = {
+        "annotation_file": str(annotation_file.resolve()),
+        "annotation_sha256": file_sha256(annotation_file),
+        "image_dir": str(image_dir.resolve()),
+    } | source
+    manifest = _manifest(tag, source, include_masks, tally, label_map, shards, warnings_file)
+    manifest["warning_counts"] = warning_counts
+    path = manifest_path(out_dir, tag)
+    atomic_write(path, json.dumps(manifest, indent=1))
+    return ConversionResult(
+        tag=tag,
+        out_dir=out_dir,
+        shards=tuple(out_dir / s["file"] for s in shards),
+        manifest_path=path,
+        warnings_path=warnings_file,
+        label_map=label_map,
+        num_images=tally.images,
+        num_skipped_images=tally.skipped,
+        num_images_without_objects=tally.empty,
+        num_dropped_empty_images=tally.dropped_empty,
+        num_annotations=tally.annotations,
+        num_crowd=tally.crowd,
+        num_dropped_annotations=tally.dropped,
+        warning_counts=warning_counts,
+        category_counts=dict(tally.instances),
+        seconds=time.monotonic() - start,
+    )
 
-    manifest = {
+
+def _initial_findings(
+    coco: CocoFile, extra_findings: dict[str, dict[str, list[Any]]]
+) -> dict[str, dict[str, list[Any]]]:
+    """Findings before any image is read: annotations of images the file does not list,
+    and those made while reading another format."""
+    warnings: dict[str, dict[str, list[Any]]] = {}
+    known_ids = {image.id for image in coco.images}
+    for image_id, anns in coco.annotations_by_image.items():
+        if image_id not in known_ids:
+            warnings[str(image_id)] = {"box": [], "mask": [], "missing_image": [a.id for a in anns]}
+    for key, found in extra_findings.items():
+        entry = warnings.setdefault(key, {"box": [], "mask": []})
+        for kind, items in found.items():
+            entry.setdefault(kind, []).extend(items)
+    return warnings
+
+
+def _write_shards(
+    coco: CocoFile,
+    out_dir: Path,
+    tag: str,
+    num_shards: int,
+    pool: _OrderedPool,
+    worker: Callable[[tuple[CocoImage, list[CocoAnnotation]]], ImageOutcome],
+    tally: _Tally,
+    warnings: dict[str, dict[str, list[Any]]],
+    progress: ProgressFn | None,
+) -> list[dict[str, Any]]:
+    """Check every image in ``pool`` and write the kept ones to the shards, in the file's
+    order; returns the shards' manifest entries. On any failure no shard of ``tag`` is
+    left behind."""
+    count = max(1, min(num_shards, len(coco.images) // MIN_IMAGES_PER_SHARD))
+    jobs = [(image, coco.annotations_by_image.get(image.id, [])) for image in coco.images]
+    sink = _ShardSink(out_dir, tag, count)
+    try:
+        for position, outcome in enumerate(pool.map(worker, jobs)):
+            _record_findings(warnings, outcome)
+            keep = tally.add(outcome)
+            if keep and outcome.record is not None:
+                sink.write(position * count // len(jobs), f"{position:09d}", outcome)
+            if progress is not None:
+                progress(position + 1, len(jobs))
+        return sink.close()
+    except BaseException:
+        sink.abort()
+        _remove_old_shards(out_dir, tag)
+        raise
+
+
+def _manifest(
+    tag: str,
+    source: dict[str, str],
+    include_masks: bool,
+    tally: _Tally,
+    label_map: LabelMap,
+    shards: list[dict[str, Any]],
+    warnings_file: Path,
+) -> dict[str, Any]:
+    return {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
         "tag": tag,
-        "source": {
-            "annotation_file": str(annotation_file.resolve()),
-            "annotation_sha256": file_sha256(annotation_file),
-            "image_dir": str(image_dir.resolve()),
-        }
-        | source,
+        "source": source,
         "include_masks": include_masks,
         "num_images": tally.images,
         "num_skipped_images": tally.skipped,
@@ -269,28 +324,7 @@ def _convert(
         ],
         "shards": shards,
         "warnings_file": warnings_file.name,
-        "warning_counts": warning_counts,
     }
-    path = manifest_path(out_dir, tag)
-    atomic_write(path, json.dumps(manifest, indent=1))
-    return ConversionResult(
-        tag=tag,
-        out_dir=out_dir,
-        shards=tuple(out_dir / s["file"] for s in shards),
-        manifest_path=path,
-        warnings_path=warnings_file,
-        label_map=label_map,
-        num_images=tally.images,
-        num_skipped_images=tally.skipped,
-        num_images_without_objects=tally.empty,
-        num_dropped_empty_images=tally.dropped_empty,
-        num_annotations=tally.annotations,
-        num_crowd=tally.crowd,
-        num_dropped_annotations=tally.dropped,
-        warning_counts=warning_counts,
-        category_counts=dict(tally.instances),
-        seconds=time.monotonic() - start,
-    )
 
 
 def _process(
