@@ -96,6 +96,21 @@ async def infer(
     """Run the published model ``model`` on each image; ``image_id`` is the image's position."""
     # Client errors first, from the request alone: then whether the model exists; only
     # then Triton, which is asked about nothing the API could have answered itself.
+    payloads = await _checked_payloads(images, settings)
+    if not await run_in_threadpool(_is_published, factory, model, version):
+        which = f"version {version} of " if version else ""
+        raise NotFound(f"{which}model {model!r} is not published")
+    if not settings.has_triton:
+        raise Unavailable("no Triton is configured (MASKOPS_TRITON_URL, MASKOPS_TRITON_DNS)")
+    per_image = await _run_on_triton(request, model, version, payloads, score_threshold)
+    detections = [d for results in per_image for d in results]
+    if mask_format == "polygon":
+        detections = await run_in_threadpool(as_polygons, detections, polygon_tolerance)
+    return [CocoResult.model_validate(d) for d in detections]
+
+
+async def _checked_payloads(images: list[UploadFile], settings: Settings) -> list[bytes]:
+    """The images' bytes, each within the limits (413, 415 or 422 naming the image)."""
     if len(images) > settings.max_infer_images:
         raise TooLarge(f"at most {settings.max_infer_images} images per request")
     payloads: list[bytes] = []
@@ -105,16 +120,18 @@ async def infer(
             raise TooLarge(f"image {index} ({upload.filename}) is larger than the limit")
         _check_image(index, data, settings)
         payloads.append(data)
-    if not await run_in_threadpool(_is_published, factory, model, version):
-        which = f"version {version} of " if version else ""
-        raise NotFound(f"{which}model {model!r} is not published")
-    if not settings.has_triton:
-        raise Unavailable("no Triton is configured (MASKOPS_TRITON_URL, MASKOPS_TRITON_DNS)")
+    return payloads
+
+
+async def _run_on_triton(
+    request: Request, model: str, version: str, payloads: list[bytes], score_threshold: float
+) -> list[list[dict[str, Any]]]:
+    """Each image's COCO results from a Triton replica, Triton's errors as API errors."""
     from maskops.serving.client import InvalidImage, ModelNotFound, TritonError, TritonUnavailable
 
     try:
         # Round-robin over the replicas; one that does not answer is skipped.
-        per_image = await run_in_threadpool(
+        per_image: list[list[dict[str, Any]]] = await run_in_threadpool(
             replica_pool(request.app.state).infer,
             model,
             payloads,
@@ -139,10 +156,7 @@ async def infer(
         raise Unavailable((triton and triton.problem) or _readable(exc)) from None
     except TritonError as exc:
         raise BadGateway(_readable(exc)) from None
-    detections = [d for results in per_image for d in results]
-    if mask_format == "polygon":
-        detections = await run_in_threadpool(as_polygons, detections, polygon_tolerance)
-    return [CocoResult.model_validate(d) for d in detections]
+    return per_image
 
 
 def as_polygons(detections: list[dict[str, Any]], tolerance: float) -> list[dict[str, Any]]:

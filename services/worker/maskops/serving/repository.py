@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from maskops.atomic import atomic_write
 from maskops.data.labels import LabelMap
@@ -647,23 +647,30 @@ def publish(
         placement=placement,
         engine_cache=str(cache) if network.engine_cache else None,
     )
-    history.append(
-        {
-            "version": version,
-            "onnx": str(onnx_path),
-            "data_type": meta.data_type,
-            "image_size": list(meta.image_size),
-            "net_backend": network.backend,
-            "device": placement.device,
-        }
-        | ({"engine": str(network.graph)} if network.backend == "tensorrt" else {})
-    )
+    history.append(_history_entry(version, onnx_path, meta, network, placement))
     files = _version_files(names, meta, network)
     if image_limits is not None:
         _limit_images(files[names.preprocess], image_limits)
     _write_version(repository, names, version, files, configs, history, meta, activate)
     _remove_leftover_staging(repository, names)
     return version
+
+
+def _history_entry(
+    version: int, onnx_path: Path, meta: GraphMetadata, network: _Network, placement: Placement
+) -> dict[str, Any]:
+    """The version's line in ``versions.json``."""
+    entry: dict[str, Any] = {
+        "version": version,
+        "onnx": str(onnx_path),
+        "data_type": meta.data_type,
+        "image_size": list(meta.image_size),
+        "net_backend": network.backend,
+        "device": placement.device,
+    }
+    if network.backend == "tensorrt":
+        entry["engine"] = str(network.graph)
+    return entry
 
 
 def _write_version(
