@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from maskops.data.demo import DemoDataset
     from maskops.spec.models import ExperimentSpec
 
+pytest_plugins = ["tests.support.control_plane"]
+"""``settings`` and ``factory``: the control plane on a migrated SQLite database (the unit
+tests of the API, the worker's runner and the single-machine stack)."""
+
 POSTGRES_URL = os.environ.get(
     "MASKOPS_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )

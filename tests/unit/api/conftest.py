@@ -12,15 +12,11 @@ import tarfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.main import create_app
-from maskops_core.db.migrate import upgrade_head
-from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
 
 
@@ -33,43 +29,6 @@ class RecordingDispatcher:
         if self.fail:
             raise ConnectionError("broker down")
         self.sent.append((action, job_id, queue, task_id))
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return make_settings(tmp_path)
-
-
-def make_settings(tmp_path: Path) -> Settings:
-    """Settings on a migrated SQLite database under ``tmp_path`` whose data root holds the
-    empty ``shapes`` dataset of ``DATASET_BODY``."""
-    data_root = tmp_path / "data"
-    for split in ("train", "val"):
-        (data_root / "shapes" / "images" / split).mkdir(parents=True)
-    (data_root / "shapes" / "annotations").mkdir()
-    for split in ("train", "val"):
-        (data_root / "shapes" / "annotations" / f"{split}.json").write_text(
-            json.dumps({"images": [], "annotations": [], "categories": []})
-        )
-    result = Settings(
-        database_url=f"sqlite:///{tmp_path / 'maskops.db'}",
-        broker_url="memory://",
-        data_root=data_root,
-        queue_prefix="t_",
-        heartbeat_interval_s=0.05,
-        heartbeat_timeout_s=30,
-        redispatch_after_s=0,
-        _env_file=None,  # type: ignore[call-arg]
-    )
-    upgrade_head(result)
-    return result
-
-
-@pytest.fixture
-def factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(settings)
-    yield make_session_factory(engine)
-    engine.dispose()
 
 
 @pytest.fixture

@@ -27,7 +27,8 @@ from maskops_core import jobs as state
 from maskops_core.db.models import Dataset, Job, JobStatus
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
-from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher, make_settings
+from tests.support.control_plane import make_settings
+from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher
 
 REPO = Path(__file__).resolve().parents[3]
 MAX_FOLLOWERS = 24
