@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, get_args
 
-DatasetFormat = Literal["coco", "via", "labelme", "cvat", "labelstudio", "voc", "yolo-seg"]
-DATASET_FORMATS: tuple[str, ...] = get_args(DatasetFormat)
+from maskops.data.format_names import FORMAT_NAMES, DatasetFormat
+
+DATASET_FORMATS = FORMAT_NAMES
+__all__ = ["DATASET_FORMATS", "EXPECTED", "DatasetFormat", "format_problem"]
 FOLDER_FORMATS = frozenset({"labelme", "voc", "yolo-seg"})
 """Formats whose annotations are a folder (labelme also takes a single file)."""
 
