@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -99,10 +99,8 @@ def _field_type(path: str) -> type:
             raise SpaceError(path, f"the spec has no field {'.'.join(parts[: index + 1])!r}")
         annotation = field.annotation
         if index == len(parts) - 1:
-            scalars: tuple[type, ...] = (bool, int, float, str)
-            for scalar in scalars:
-                if annotation is scalar:
-                    return scalar
+            if annotation in (bool, int, float, str):
+                return cast(type, annotation)
             raise SpaceError(path, "only number, boolean and text fields can be searched")
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             raise SpaceError(path, f"{name!r} is not a config block")
