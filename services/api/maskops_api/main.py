@@ -18,7 +18,7 @@ from maskops_api.job_cache import JobCache
 from maskops_api.observability import install_metrics
 from maskops_api.origin_guard import OriginGuard
 from maskops_api.reconciler import ReconcilerThread
-from maskops_api.routers import datasets, experiments, health, infer, jobs, models
+from maskops_api.routers import automl, datasets, experiments, health, infer, jobs, models
 from maskops_api.status_shortcut import JobStatusShortcut
 from maskops_api.streams import StreamSlots
 from maskops_api.token_cache import CHANNEL as TOKEN_CHANNEL
@@ -98,7 +98,7 @@ def create_app(
         )
     # Last added, so outermost: nothing (not the status shortcut) answers a refused request.
     app.add_middleware(OriginGuard, settings=settings)
-    for module in (health, datasets, experiments, jobs, models, infer):
+    for module in (health, datasets, experiments, jobs, automl, models, infer):
         app.include_router(module.router)
     return app
 
