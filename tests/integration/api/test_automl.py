@@ -166,6 +166,7 @@ def test_sigkilled_stack_mid_search_resumes_and_loses_no_finished_trial(
     before = {t["id"]: t for t in _trial_jobs(client, job_id)}
     done_before = {i: t for i, t in before.items() if t["status"] == "succeeded"}
     interrupted = [i for i, t in before.items() if t["status"] == "running"]
+    assert done_before and interrupted, before
 
     # The heartbeats go stale; the reconciler (an hour "later") requeues and re-sends the
     # search's controller and its interrupted trials.
@@ -175,6 +176,7 @@ def test_sigkilled_stack_mid_search_resumes_and_loses_no_finished_trial(
     second = [workers(name) for name in ("w4", "w5", "w6")]
     job = wait_for(client, job_id, {"succeeded", "failed"}, timeout=420, worker=second[0])
     assert job["status"] == "succeeded", client.get(f"/jobs/{job_id}/logs").text
+    assert job["attempts"] == 2  # the controller, too, was killed and resumed
 
     search = _search(client, job_id)
     assert len(search["trials"]) == 4 and all(t["state"] != "running" for t in search["trials"])
