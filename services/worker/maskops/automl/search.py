@@ -43,6 +43,8 @@ class TrialOutcome:
     value: float | None
     results_dir: str
     checkpoint: str | None = None
+    steps: int = 0
+    """Steps the trial trained (fewer than the spec's for a pruned one)."""
 
 
 @dataclass
@@ -90,6 +92,7 @@ def _objective(
         trial.set_user_attr("results_dir", str(trial_dir))
         hook = PruningHook(settings.metric, spec.num_steps_per_eval, trial_reporter(trial))
         outcome = run_training(spec, trial_dir, extra_hooks=[hook])
+        trial.set_user_attr("steps", outcome.step)
         if outcome.checkpoint is not None:
             trial.set_user_attr("checkpoint", str(outcome.checkpoint))
         if outcome.stop_reason == PRUNED_REASON:
@@ -162,6 +165,7 @@ def summarize(study: optuna.Study, metric: str) -> SearchResult:
                 value=trial.value,
                 results_dir=str(trial.user_attrs.get("results_dir", "")),
                 checkpoint=trial.user_attrs.get("checkpoint"),
+                steps=int(trial.user_attrs.get("steps", 0)),
             )
         )
     completed = [t for t in result.trials if t.state == "complete"]
