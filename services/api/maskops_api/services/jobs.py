@@ -262,10 +262,11 @@ def cancel_job(session: Session, job_id: int) -> Job:
 
 
 def resume_job(session: Session, job_id: int) -> Job:
-    """Queue a failed or cancelled training job again; it continues from its checkpoint."""
+    """Queue a failed or cancelled training job again; it continues from its checkpoint.
+    A search resumes too: where it was, with its finished trials."""
     job = get_job(session, job_id)
-    if job.action != JobAction.train:
-        raise Conflict(f"job {job_id} is a {job.action} job; only train jobs resume")
+    if job.action not in (JobAction.train, JobAction.automl):
+        raise Conflict(f"job {job_id} is a {job.action} job; only train and automl jobs resume")
     if job.status not in (JobStatus.failed, JobStatus.cancelled):
         raise Conflict(f"job {job_id} is {job.status}; only failed or cancelled jobs resume")
     now = utcnow()

@@ -84,7 +84,8 @@ DEFAULT_SPACE: dict[str, dict[str, Any]] = {
     "maskrcnn_config.batch_size_per_im": {"choices": [128, 256, 512]},
 }
 """The fields searched when a search names none, with their ranges: the learning rate and
-its warm-up, weight decay, anchor scale and the RPN / RoI sampling batch sizes. A search
+its warm-up (at most a quarter of the spec's steps), weight decay, anchor scale and the
+RPN / RoI sampling batch sizes. A search
 that names a field without a range gets this range, or the field's value x0.1..x10 (log
 scale) for another float, x0.5..x2 for another integer."""
 
@@ -116,6 +117,9 @@ def _spec_value(spec: ExperimentSpec, path: str) -> Any:
 
 
 def _default_range(path: str, kind: type, base: ExperimentSpec) -> dict[str, Any]:
+    if path == "warmup_steps" and base.resolved_total_steps > 0:
+        # A warm-up as long as the run leaves no steps at the learning rate searched.
+        return {"min": 0, "max": max(1, min(1000, base.resolved_total_steps // 4))}
     if path in DEFAULT_SPACE:
         return DEFAULT_SPACE[path]
     value = _spec_value(base, path)
@@ -180,7 +184,7 @@ def resolve_space(
     ``remove`` drops fields (TAO's automl_range_override / automl_remove_hyperparameters)."""
     base = base or ExperimentSpec()
     if fields is None:
-        chosen: dict[str, Mapping[str, Any]] = dict(DEFAULT_SPACE)
+        chosen: dict[str, Mapping[str, Any]] = {path: {} for path in DEFAULT_SPACE}
     elif isinstance(fields, Mapping):
         chosen = dict(fields)
     else:
