@@ -346,6 +346,8 @@ const MaskOps = (() => {
       const wasFinished = finished;
       const job = await summary();
       if (job.action === "automl") {
+        // A search trains nothing itself: its trials' curves are on their own pages.
+        document.querySelector("main > section.charts").style.display = "none";
         search = search || automlView();
         await search.refresh();
       }
@@ -413,6 +415,7 @@ const MaskOps = (() => {
       $("automl").hidden = false;
       if (!trialChart) {
         trialChart = makeScatter($("trial-chart"), "trial", view.metric || "metric");
+        trialChart.options.scales.x.ticks = { precision: 0 };
         paramChart = makeScatter($("param-chart"), "parameter", view.metric || "metric");
       }
       latest = view.trials;
