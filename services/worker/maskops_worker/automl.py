@@ -130,13 +130,18 @@ class Search:
         from maskops_worker.celery_app import app
 
         task_id = dispatch_task_id(job.id, 1)
-        app.send_task(
-            JobAction.train.task_name,
-            args=[job.id],
-            kwargs=stack_kwargs(settings.stack_id),
-            queue=queue,
-            task_id=task_id,
-        )
+        try:
+            app.send_task(
+                JobAction.train.task_name,
+                args=[job.id],
+                kwargs=stack_kwargs(settings.stack_id),
+                queue=queue,
+                task_id=task_id,
+            )
+        except Exception as exc:
+            # The job stays queued and unsent: the next pass (or the reconciler) sends it.
+            log.warning("search %s: trial job %s not sent: %s", self.ctx.job.id, job.id, exc)
+            return
         searches.record_dispatch(self.ctx.factory, job.id, task_id)
         self._log(
             f"trial {number}: job {job.id} (experiment version {job.experiment_version}) {params}"
