@@ -67,3 +67,22 @@ def test_a_field_the_spec_lacks_is_refused(
     spec.write_text(spec_to_text(ExperimentSpec()))
     code = main(["automl", "-e", str(spec), "-d", str(tmp_path / "r"), "--param", "nope=1:2"])
     assert code != 0 and "nope" in capsys.readouterr().err
+
+
+def test_an_interrupted_trial_is_retried_in_its_folder_and_counted_once() -> None:
+    import optuna
+
+    from maskops.automl.search import _finished_trials, _retry_interrupted
+
+    study = optuna.create_study()
+    lr = optuna.distributions.FloatDistribution(0.001, 0.01)
+    killed = study.ask({"init_learning_rate": lr})  # left running by a killed search
+    killed.set_user_attr("results_dir", "/runs/trial_0")
+    _retry_interrupted(study)
+    retry = study.ask({"init_learning_rate": lr})
+    assert retry.params == killed.params
+    assert retry.user_attrs["results_dir"] == "/runs/trial_0"  # where its checkpoint is
+    assert _finished_trials(study) == 0
+    study.tell(retry, 1.0)
+    assert [t.state.name for t in study.trials] == ["FAIL", "COMPLETE"]
+    assert _finished_trials(study) == 1

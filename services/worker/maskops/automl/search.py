@@ -121,7 +121,7 @@ def run_search(
     storage = storage or f"sqlite:///{results_dir / 'automl.db'}"
     study = open_study(STUDY_NAME, storage, settings)
     _retry_interrupted(study)
-    done = sum(1 for t in study.trials if t.state.is_finished())
+    done = _finished_trials(study)
     if trials > done:
         study.optimize(
             _objective(base, space, settings, results_dir),
@@ -132,6 +132,20 @@ def run_search(
     result = summarize(study, settings.metric)
     (results_dir / RESULT_FILE).write_text(json.dumps(result.to_json(), indent=2))
     return result
+
+
+def _finished_trials(study: optuna.Study) -> int:
+    """Finished trials, leaving out the interrupted ones that a later trial retried (in the
+    same folder): each counts once, as its retry."""
+    counted: dict[str, bool] = {}
+    others = 0
+    for trial in study.trials:  # by number: a retry comes after what it retries
+        folder = trial.user_attrs.get("results_dir")
+        if folder is None:
+            others += trial.state.is_finished()
+        else:
+            counted[folder] = trial.state.is_finished()
+    return others + sum(counted.values())
 
 
 def _retry_interrupted(study: optuna.Study) -> None:
