@@ -113,6 +113,7 @@ def test_search_runs_trials_as_train_jobs_prunes_and_shows_the_best(
     ).json()
     assert wait_for(client, evaluate["id"], {"succeeded", "failed"})["status"] == "succeeded"
     assert job["result"]["best"]["job_id"] == best["job_id"]
+    assert client.get(f"/automl/{best['job_id']}").status_code == 404  # a train job
 
 
 def test_search_space_is_checked_at_the_door(

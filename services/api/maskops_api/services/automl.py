@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from maskops.spec.models import ExperimentSpec
-from maskops_api.errors import Conflict
+from maskops_api.errors import NotFound
 from maskops_api.schemas import AutomlOut, JobCreate, TrialOut
 from maskops_api.services import jobs
 from maskops_api.specs import spec_to_text
@@ -33,7 +33,7 @@ def search_body(experiment_id: int, **fields: Any) -> JobCreate:
 def get_search(session: Session, job_id: int) -> Job:
     job = jobs.get_job(session, job_id)
     if job.action != JobAction.automl:
-        raise Conflict(f"job {job_id} is a {job.action} job, not an automl search")
+        raise NotFound(f"no automl search {job_id}: job {job_id} is a {job.action} job")
     return job
 
 
