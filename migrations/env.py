@@ -22,6 +22,14 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 target_metadata = Base.metadata
 
 
+def _maskops_object(obj: object, name: str | None, type_: str, *_: object) -> bool:
+    """Autogenerate compares maskops' models only: Optuna's study tables (migration 0009)
+    are not among them."""
+    from maskops_core.automl import study_tables
+
+    return not (type_ == "table" and name in study_tables())
+
+
 def _run(connection: Connection) -> None:
     sqlite = connection.dialect.name == "sqlite"
     if sqlite:
@@ -33,7 +41,10 @@ def _run(connection: Connection) -> None:
         if connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
             raise RuntimeError("SQLite foreign keys could not be turned off for migrating")
     context.configure(
-        connection=connection, target_metadata=target_metadata, render_as_batch=sqlite
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=sqlite,
+        include_object=_maskops_object,
     )
     with context.begin_transaction():
         context.run_migrations()

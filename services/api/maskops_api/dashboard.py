@@ -1,4 +1,5 @@
-"""The dashboard at ``/ui``: jobs (live progress, loss and AP curves, log tail, artefacts),
+"""The dashboard at ``/ui``: jobs (live progress, loss and AP curves, log tail, artefacts;
+an AutoML search's trials: table, metric by trial, parameter against metric),
 datasets (counts, label map, conversion warnings) and models (versions, try an image).
 
 The pages are server-rendered shells that hold no data: ``static/dashboard/dashboard.js``
@@ -138,6 +139,15 @@ _JOB = """<section id="job-summary"><dl id="job-fields"></dl>
 <section id="per-class" hidden><h2>Per-class AP <span id="per-class-step" class="muted">
 </span></h2><table id="per-class-table"><thead><tr><th>Class</th><th>AP</th><th>mask AP</th>
 </tr></thead><tbody></tbody></table></section>
+<section id="automl" hidden><h2>AutoML trials <span id="automl-best" class="muted"></span></h2>
+<section class="charts">
+<figure><figcaption>Metric by trial</figcaption>
+<div class="chart"><canvas id="trial-chart"></canvas></div></figure>
+<figure><figcaption>Parameter vs metric <select id="param-select"></select></figcaption>
+<div class="chart"><canvas id="param-chart"></canvas></div></figure>
+</section>
+<table id="trials"><thead><tr><th>Trial</th><th>State</th><th>Value</th><th>Parameters</th>
+<th>Job</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Artefacts</h2><ul id="artifacts"></ul></section>
 <section><h2>Log</h2><pre id="log"></pre></section>"""
 

@@ -10,7 +10,7 @@ from celery import Celery
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core.actions import JobAction, stack_kwargs
+from maskops_core.actions import JobAction, dispatch_task_id, stack_kwargs
 from maskops_core.broker import make_celery
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import transaction
@@ -53,7 +53,7 @@ class CeleryDispatcher:
 def dispatch_job(factory: sessionmaker[Session], dispatcher: Dispatcher, job: Job) -> bool:
     """Send a message for a queued job and record it; False if the broker refused."""
     attempt = job.dispatch_count + 1
-    task_id = f"maskops-job-{job.id}-{attempt}"
+    task_id = dispatch_task_id(job.id, attempt)
     database = database_identity(factory)
     try:
         dispatcher.send(

@@ -21,7 +21,7 @@ from maskops_api.middleware.observability import install_metrics
 from maskops_api.middleware.origin_guard import OriginGuard
 from maskops_api.middleware.status_shortcut import JobStatusShortcut
 from maskops_api.reconciler import ReconcilerThread
-from maskops_api.routes import datasets, experiments, health, infer, jobs, models
+from maskops_api.routes import automl, datasets, experiments, health, infer, jobs, models
 from maskops_api.streams import StreamSlots
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings, get_settings
@@ -98,7 +98,7 @@ def create_app(
         )
     # Last added, so outermost: nothing (not the status shortcut) answers a refused request.
     app.add_middleware(OriginGuard, settings=settings)
-    for module in (health, datasets, experiments, jobs, models, infer):
+    for module in (health, datasets, experiments, jobs, automl, models, infer):
         app.include_router(module.router)
     return app
 

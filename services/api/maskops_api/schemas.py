@@ -432,3 +432,74 @@ class Health(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class AutomlCreate(_Body):
+    """An AutoML search of an experiment: its options are the ``automl`` job's (TAO API's
+    automl_* names are accepted too)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "experiment_id": 1,
+                    "options": {
+                        "algorithm": "asha",
+                        "max_recommendations": 8,
+                        "max_concurrent": 2,
+                        "metric": "mask_AP",
+                        "hyperparameters": {
+                            "init_learning_rate": {"min": 0.001, "max": 0.05, "log": True},
+                            "maskrcnn_config.anchor_scale": {"choices": [4.0, 8.0]},
+                        },
+                    },
+                },
+                {
+                    "experiment_id": 1,
+                    "options": {
+                        "automl_algorithm": "bayesian",
+                        "automl_max_recommendations": 10,
+                        "automl_hyperparameters": ["init_learning_rate", "l2_weight_decay"],
+                    },
+                },
+            ]
+        },
+    )
+
+    experiment_id: Id
+    experiment_version: Id | None = Field(
+        default=None, description="Defaults to the experiment's latest version."
+    )
+    dataset_id: Id | None = Field(default=None, description="Defaults to the experiment's dataset.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="The search (see the automl job's options)."
+    )
+
+
+class TrialOut(BaseModel):
+    number: int
+    state: str
+    """``running``, ``complete``, ``pruned`` or ``fail``."""
+    params: dict[str, Any]
+    value: float | None
+    intermediate: dict[str, float]
+    """The metric at each in-training evaluation (step -> value)."""
+    job_id: int | None
+    job_status: JobStatus | None
+    experiment_version: int | None
+
+
+class AutomlOut(BaseModel):
+    job: JobOut
+    algorithm: str | None
+    pruner: str | None
+    metric: str | None
+    direction: str | None
+    trials: list[TrialOut]
+    best: TrialOut | None
+    best_spec_text: str | None = Field(description="The best trial's spec in TAO's text format.")
+    best_checkpoint: str | None = Field(
+        description="The best trial's checkpoint (relative to the data root); evaluate, prune "
+        "or export it with parent_job_id = best.job_id."
+    )

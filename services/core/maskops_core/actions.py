@@ -15,6 +15,7 @@ from typing import Literal, Self
 
 from maskops_core.options import (
     ActionOptions,
+    AutomlOptions,
     EvaluateOptions,
     ExportOptions,
     InferenceOptions,
@@ -108,6 +109,17 @@ class JobAction(enum.StrEnum):
             options=ExportOptions,
         ),
     )
+    automl = (
+        "automl",
+        # The search's controller: it creates its trials (train jobs, on the GPU queue) and
+        # waits for them, using no device itself.
+        ActionSpec(
+            queue="cpu",
+            needs_experiment=True,
+            needs_converted_dataset=True,
+            options=AutomlOptions,
+        ),
+    )
     publish = (
         "publish",
         ActionSpec(
@@ -144,6 +156,11 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
     consumers route alike."""
     routes = {action.task_name: {"queue": action.queue(settings)} for action in JobAction}
     return routes | {TRAIN_NODE_TASK: {"queue": JobAction.train.queue(settings)}}
+
+
+def dispatch_task_id(job_id: int, attempt: int) -> str:
+    """The Celery task id of a job's ``attempt``-th message (the reconciler looks for it)."""
+    return f"maskops-job-{job_id}-{attempt}"
 
 
 def stack_kwargs(stack_id: str, database: str = "") -> dict[str, str]:

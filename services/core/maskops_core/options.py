@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from maskops.export.options import DEFAULTS as ENGINE_EXPORT
 from maskops.export.options import DataType, OutputLayout
@@ -64,6 +72,12 @@ class TrainOptions(ActionOptions):
         le=64,
         description="Workers (hosts) the job spans, each running `gpus` ranks; they gather "
         "in a c10d rendezvous hosted by the first worker to claim the job.",
+    )
+    trial: int | None = Field(
+        default=None,
+        ge=0,
+        description="Set by an AutoML search on the train jobs it creates: the number of the "
+        "study's trial the job runs (its parent_job_id is the search).",
     )
 
 
@@ -188,3 +202,121 @@ class ExportOptions(ModelSource):
 
 class PublishOptions(ActionOptions):
     name: str = Field(pattern=MODEL_NAME_PATTERN, description="The published model's name.")
+
+
+AUTOML_ALGORITHMS = ("bayesian", "hyperband", "asha", "random")
+"""As ``maskops.automl.study.ALGORITHMS`` (a test checks that the two agree)."""
+AUTOML_PRUNERS = ("none", "median", "hyperband", "asha")
+
+
+def _aliases(name: str, *tao: str) -> AliasChoices:
+    """The option's name, then TAO API's names for it."""
+    return AliasChoices(name, *tao)
+
+
+class RangeOverride(ActionOptions):
+    """One entry of TAO API's ``automl_range_override``."""
+
+    parameter: str = Field(min_length=1, max_length=200)
+    valid_min: float | None = None
+    valid_max: float | None = None
+    valid_options: list[bool | int | float | str] | None = Field(default=None, max_length=100)
+
+
+SpaceEntry = dict[str, bool | int | float | str | list[bool | int | float | str]]
+
+
+class AutomlOptions(ActionOptions):
+    """An AutoML search; TAO API's field names (``automl_algorithm``, ...) are accepted too.
+    The search space's fields are checked against the spec schema by the API (it knows the
+    schema), each trial is a train job with these fields sampled."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, populate_by_name=True, validate_by_alias=True
+    )
+
+    algorithm: Literal["bayesian", "hyperband", "asha", "random"] = Field(
+        default="bayesian",
+        validation_alias=_aliases("algorithm", "automl_algorithm"),
+        description="bayesian (TPE), hyperband, asha (successive halving) or random.",
+    )
+    max_recommendations: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        validation_alias=_aliases("max_recommendations", "automl_max_recommendations", "trials"),
+        description="Trials in all.",
+    )
+    max_concurrent: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        validation_alias=_aliases("max_concurrent", "automl_max_concurrent", "parallel"),
+        description="Trials (train jobs) queued or running at once.",
+    )
+    metric: str = Field(
+        default="mask_AP",
+        pattern=r"^[A-Za-z0-9_/ .-]{1,100}$",
+        description="The validation metric to maximise (a loss, e.g. 'val/Total loss', is "
+        "minimised).",
+    )
+    hyperparameters: dict[str, SpaceEntry] | list[str] | None = Field(
+        default=None,
+        max_length=100,
+        validation_alias=_aliases("hyperparameters", "automl_hyperparameters"),
+        description="Spec fields to search: {field: {min, max, log} | {choices}} or a list of "
+        "fields (default ranges); none: learning rate, warm-up, weight decay, anchor scale, "
+        "RPN/RoI batch sizes.",
+    )
+    add_hyperparameters: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        validation_alias=_aliases("add_hyperparameters", "automl_add_hyperparameters"),
+    )
+    remove_hyperparameters: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        validation_alias=_aliases("remove_hyperparameters", "automl_remove_hyperparameters"),
+    )
+    range_override: list[RangeOverride] = Field(
+        default_factory=list,
+        max_length=100,
+        validation_alias=_aliases("range_override", "automl_range_override"),
+    )
+    pruner: Literal["none", "median", "hyperband", "asha"] | None = Field(
+        default=None, description="Default: the algorithm's (bayesian/random: median)."
+    )
+    reduction_factor: int = Field(
+        default=3,
+        ge=2,
+        le=10,
+        validation_alias=_aliases("reduction_factor", "automl_nu"),
+        description="Hyperband / ASHA's eta: the share of trials promoted at each rung.",
+    )
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="The sampler's seed.")
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    def search_space(self) -> dict[str, SpaceEntry] | list[str] | None:
+        """The searched fields, as the engine's ``resolve_space`` takes them (with
+        ``add_hyperparameters`` added); overrides and removals are separate."""
+        base = self.hyperparameters
+        if not self.add_hyperparameters:
+            return base
+        if isinstance(base, dict):
+            added: dict[str, SpaceEntry] = {path: {} for path in self.add_hyperparameters}
+            return {**added, **base}
+        return [*(base or []), *self.add_hyperparameters]
+
+    def range_overrides(self) -> dict[str, dict[str, object]]:
+        """TAO's ``automl_range_override`` entries as ranges or choices."""
+        overrides: dict[str, dict[str, object]] = {}
+        for entry in self.range_override:
+            if entry.valid_options is not None:
+                overrides[entry.parameter] = {"choices": list(entry.valid_options)}
+            else:
+                overrides[entry.parameter] = {"min": entry.valid_min, "max": entry.valid_max}
+        return overrides

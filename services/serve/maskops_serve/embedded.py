@@ -132,12 +132,18 @@ def settings_environment(settings: Settings) -> dict[str, str]:
     return env
 
 
+EMBEDDED_CONCURRENCY = 2
+"""Jobs the embedded stack's one worker runs at once."""
+
+
 def start_worker(settings: Settings, log_file: Path) -> subprocess.Popen[bytes]:
     queues = f"{settings.gpu_queue},{settings.cpu_queue}"
     celery = Path(sys.executable).with_name("celery")
+    # Two jobs at once: an AutoML search's controller holds one slot for the whole search
+    # while its trials train in the other (one worker serves both queues here).
     command = [
         str(celery), "-A", "maskops_worker.celery_app:app", "worker", "-Q", queues,
-        "-c", "1", "--prefetch-multiplier", "1", "-n", "embedded@%h",
+        "-c", str(EMBEDDED_CONCURRENCY), "--prefetch-multiplier", "1", "-n", "embedded@%h",
         "--without-gossip", "--without-mingle", "-l", "INFO",
     ]  # fmt: skip
     handle = log_file.open("ab")

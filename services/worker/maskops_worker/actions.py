@@ -19,6 +19,7 @@ from maskops.spec.models import ExperimentSpec
 from maskops_core import jobs as state
 from maskops_core.options import (
     ActionOptions,
+    AutomlOptions,
     EvaluateOptions,
     ExportOptions,
     InferenceOptions,
@@ -230,6 +231,7 @@ def _train_ranks(
     from maskops.engine.launcher import train_under_torchrun
     from maskops.engine.train import logger as training_logger
     from maskops.engine.train import run_training
+    from maskops_worker.automl import trial_pruning_hook
     from maskops_worker.hooks import control_plane_hook, status_reporter
 
     if options.gpus == 1 and options.nodes == 1:
@@ -238,7 +240,10 @@ def _train_ranks(
                 spec,
                 results_dir,
                 gpu_index=options.gpu_index,
-                extra_hooks=[control_plane_hook(ctx, every_steps=spec.report_frequency)],
+                extra_hooks=[
+                    control_plane_hook(ctx, every_steps=spec.report_frequency),
+                    *trial_pruning_hook(ctx, spec, options),
+                ],
             )
     plan = _rank_plan(ctx, options, endpoint=_lead_nodes(ctx, options), leads=True)
     # torchrun's own lines (a rank failed, the group restarts) and the ranks' logs all go
@@ -569,6 +574,16 @@ def _replicas(ctx: JobContext) -> list[str]:
     return replicas
 
 
+def automl(ctx: JobContext) -> dict[str, Any]:
+    """An AutoML search's controller (:mod:`maskops_worker.automl`): runs until each of
+    its trials (train jobs) has ended; returns the best."""
+    from maskops_worker.automl import run_search
+
+    options = job_options(ctx, AutomlOptions)
+    job_spec(ctx)  # the experiment must train: data paths, a dataset (as its trials need)
+    return run_search(ctx, options)
+
+
 ACTIONS: dict[str, Action] = {
     "dataset_convert": dataset_convert,
     "train": train,
@@ -577,5 +592,6 @@ ACTIONS: dict[str, Action] = {
     "inference": inference,
     "export": export,
     "publish": publish,
+    "automl": automl,
 }
 """The function of every catalogue action (``maskops_core.actions.JobAction``)."""

@@ -14,6 +14,7 @@ still reads from it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,7 @@ from sqlalchemy.orm import Session
 from maskops.serving.protocol import EnsembleNames
 from maskops_api.errors import Conflict, NotFound
 from maskops_api.services import datasets, experiments, jobs
+from maskops_core import automl
 from maskops_core.actions import JobAction
 from maskops_core.db.models import (
     TERMINAL_STATUSES,
@@ -57,6 +59,15 @@ def delete_job(session: Session, settings: Settings, job_id: int) -> None:
     _delete_job_rows(session, [job_id])
     _commit(session, f"job {job_id}")
     _remove(settings.data_root, [settings.jobs_dir / str(job_id)])
+    if job.action == JobAction.automl:
+        _delete_study(settings, job_id)
+
+
+def _delete_study(settings: Settings, search_job_id: int) -> None:
+    """A deleted search's Optuna study goes with it (its trial jobs went before it)."""
+    storage = automl.study_storage(settings)
+    with contextlib.suppress(KeyError):  # none: the search never started
+        storage.delete_study(storage.get_study_id_from_name(automl.study_name(search_job_id)))
 
 
 def delete_dataset(session: Session, settings: Settings, dataset_id: int) -> list[int]:

@@ -24,7 +24,7 @@ from maskops_core.db.models import (
     utcnow,
 )
 from maskops_core.db.session import rowcount
-from maskops_core.options import TrainOptions
+from maskops_core.options import AutomlOptions, TrainOptions
 from maskops_core.settings import Settings
 
 ENDPOINT = "POST /jobs"
@@ -73,8 +73,12 @@ def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job
     _check_options(action, body.options)
     if action == JobAction.train:
         _check_ranks(session, settings, action, TrainOptions.model_validate(body.options))
-    if action == JobAction.train and version is not None:
+    if action in (JobAction.train, JobAction.automl) and version is not None:
         _check_trains(version)
+    if action == JobAction.train and body.options.get("trial") is not None:
+        raise Invalid("options.trial: set by an AutoML search on its own trials only")
+    if action == JobAction.automl and version is not None:
+        check_search_space(version, AutomlOptions.model_validate(body.options))
     return Job(
         action=action,
         status=JobStatus.queued,
@@ -197,6 +201,26 @@ def _check_trains(version: ExperimentVersion) -> None:
         )
 
 
+def check_search_space(version: ExperimentVersion, options: AutomlOptions) -> None:
+    """Every searched field must be a field of the spec schema with values it allows
+    (422 naming the field)."""
+    from maskops.automl.space import SpaceError, resolve_space
+
+    try:
+        base = ExperimentSpec.model_validate(version.spec)
+    except ValidationError:
+        return  # a version stored by an older engine: the worker names what is wrong
+    try:
+        resolve_space(
+            options.search_space(),
+            base,
+            overrides=options.range_overrides(),
+            remove=options.remove_hyperparameters,
+        )
+    except SpaceError as exc:
+        raise Invalid(f"options.hyperparameters.{exc}") from None
+
+
 def find_version(session: Session, experiment_id: int, version: int) -> ExperimentVersion | None:
     return session.scalars(
         select(ExperimentVersion).where(
@@ -238,10 +262,11 @@ def cancel_job(session: Session, job_id: int) -> Job:
 
 
 def resume_job(session: Session, job_id: int) -> Job:
-    """Queue a failed or cancelled training job again; it continues from its checkpoint."""
+    """Queue a failed or cancelled training job again; it continues from its checkpoint.
+    A search resumes too: where it was, with its finished trials."""
     job = get_job(session, job_id)
-    if job.action != JobAction.train:
-        raise Conflict(f"job {job_id} is a {job.action} job; only train jobs resume")
+    if job.action not in (JobAction.train, JobAction.automl):
+        raise Conflict(f"job {job_id} is a {job.action} job; only train and automl jobs resume")
     if job.status not in (JobStatus.failed, JobStatus.cancelled):
         raise Conflict(f"job {job_id} is {job.status}; only failed or cancelled jobs resume")
     now = utcnow()

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "demo_data",
     "dataset_convert",
     "train",
+    "automl",
     "evaluate",
     "inference",
     "prune",

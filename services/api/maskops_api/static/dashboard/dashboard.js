@@ -286,6 +286,7 @@ const MaskOps = (() => {
           evalEvery = 0; // no experiment to read: only the last step is known to evaluate
         }
       }
+      return job;
     }
 
     async function metrics() {
@@ -339,14 +340,105 @@ const MaskOps = (() => {
       }));
     }
 
+    let search = null; // the AutoML view, for a search job
+
     async function tick() {
       const wasFinished = finished;
-      await summary();
+      const job = await summary();
+      if (job.action === "automl") {
+        // A search trains nothing itself: its trials' curves are on their own pages.
+        document.querySelector("main > section.charts").style.display = "none";
+        search = search || automlView();
+        await search.refresh();
+      }
       await Promise.all([metrics(), logs(), artifacts()]);
       if (wasFinished) stopTimers(); // one last round after the job ended, then stop
     }
     await tick();
     every(2000, () => tick().catch(fail));
+  }
+
+  /* ---- AutoML: a search's trials ---- */
+
+  function makeScatter(canvas, xTitle, yTitle) {
+    return new Chart(canvas, {
+      type: "scatter",
+      data: { datasets: [] },
+      options: {
+        animation: false,
+        maintainAspectRatio: false,
+        scales: {
+          x: { type: "linear", title: { display: true, text: xTitle } },
+          y: { title: { display: true, text: yTitle } },
+        },
+      },
+    });
+  }
+
+  const TRIAL_STATES = ["complete", "pruned", "fail", "running"];
+
+  /* A trial's figure: its final value, else (pruned) the metric at its last evaluation. */
+  function trialValue(trial) {
+    if (typeof trial.value === "number") return trial.value;
+    const steps = Object.keys(trial.intermediate).map(Number).sort((a, b) => a - b);
+    return steps.length ? trial.intermediate[String(steps[steps.length - 1])] : null;
+  }
+
+  function scatter(chart, trials, x) {
+    chart.data.datasets = TRIAL_STATES.map((state, i) => ({
+      label: state,
+      backgroundColor: COLORS[i],
+      borderColor: COLORS[i],
+      data: trials.filter((t) => t.state === state && trialValue(t) !== null
+        && typeof x(t) === "number").map((t) => ({ x: x(t), y: trialValue(t) })),
+    })).filter((d) => d.data.length);
+    chart.update("none");
+  }
+
+  function automlView() {
+    const id = body.dataset.jobId;
+    let trialChart = null;
+    let paramChart = null;
+    const select = $("param-select");
+    let latest = [];
+    select.addEventListener("change", () => paramChart && draw());
+
+    function draw() {
+      const param = select.value;
+      paramChart.options.scales.x.title.text = param;
+      scatter(trialChart, latest, (t) => t.number);
+      scatter(paramChart, latest, (t) => t.params[param]);
+    }
+
+    async function refresh() {
+      const view = await getJson(`/automl/${id}`);
+      $("automl").hidden = false;
+      if (!trialChart) {
+        trialChart = makeScatter($("trial-chart"), "trial", view.metric || "metric");
+        trialChart.options.scales.x.ticks = { precision: 0 };
+        paramChart = makeScatter($("param-chart"), "parameter", view.metric || "metric");
+      }
+      latest = view.trials;
+      const params = [...new Set(latest.flatMap((t) => Object.keys(t.params)))].sort();
+      if (params.join() !== [...select.options].map((o) => o.value).join()) {
+        const chosen = select.value;
+        select.replaceChildren(...params.map((p) => el("option", { text: p, value: p })));
+        if (params.includes(chosen)) select.value = chosen;
+      }
+      $("automl-best").textContent = view.best
+        ? `best: trial ${view.best.number}, ${view.metric} ${number(view.best.value, 4)}` : "";
+      $("trials").querySelector("tbody").replaceChildren(...latest.map((t) => el("tr", {}, [
+        el("td", { text: String(t.number) }),
+        el("td", {}, statusBadge(t.state)),
+        el("td", { text: trialValue(t) === null ? "" : number(trialValue(t), 4) }),
+        el("td", { text: Object.entries(t.params).map(([k, v]) => `${k}=${v}`).join(", ") }),
+        el("td", {}, t.job_id
+          ? el("a", { href: `${ROOT}/ui/jobs/${t.job_id}`, text: `#${t.job_id}` }) : ""),
+      ])));
+      $("trials").dataset.rows = String(latest.length);
+      draw();
+    }
+    return { refresh };
   }
 
   /* ---- datasets ---- */
