@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import ValidationError
 
 from maskops.spec.models import ExperimentSpec
-from maskops_core import jobs as state
+from maskops_core import job_state
 from maskops_core.options import (
     ActionOptions,
     AutomlOptions,
@@ -123,7 +123,7 @@ def dataset_convert(ctx: JobContext) -> dict[str, Any]:
             }
         )
     relative_out = str(out_dir.relative_to(root))
-    state.record_dataset(
+    job_state.record_dataset(
         ctx.factory,
         job.dataset_id,
         shards_dir=relative_out,
@@ -536,7 +536,7 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     except RolloutFailed as failed:
         raise JobInputError(str(failed)) from None
     note = "" if replicas else "no Triton configured; the version is in the repository"
-    state.record_published_model(
+    job_state.record_published_model(
         ctx.factory, name=name, version=version, export_job_id=job.parent_job_id
     )
     ctx.report(1, 1)

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core import jobs as state
+from maskops_core import job_state
 from maskops_core.paths import relative_data_path
 from maskops_core.settings import Settings
 from maskops_worker.job_log import JobLog
@@ -47,7 +47,7 @@ class JobInputError(Exception):
 class JobContext:
     """What an action gets: its job, a working directory, and ways to report back."""
 
-    job: state.JobSnapshot
+    job: job_state.JobSnapshot
     settings: Settings
     work_dir: Path
     log_file: Path
@@ -71,7 +71,7 @@ class JobContext:
     ) -> None:
         """Record progress; never raises for a database hiccup (the heartbeat carries on)."""
         try:
-            kept = state.report_progress(
+            kept = job_state.report_progress(
                 self.factory,
                 self.job.id,
                 owner=self.owner,

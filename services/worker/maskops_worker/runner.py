@@ -17,7 +17,7 @@ import uuid
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core import jobs as state
+from maskops_core import job_state
 from maskops_core.db.models import JobStatus
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.paths import relative_to_root
@@ -47,7 +47,7 @@ class _HeartbeatThread(threading.Thread):
     def run(self) -> None:
         while not self.done.wait(self.interval_s):
             try:
-                beat = state.heartbeat(self.ctx.factory, self.ctx.job.id, owner=self.ctx.owner)
+                beat = job_state.heartbeat(self.ctx.factory, self.ctx.job.id, owner=self.ctx.owner)
             except SQLAlchemyError as exc:
                 log.warning("job %s: heartbeat failed: %s", self.ctx.job.id, exc)
                 continue
@@ -86,11 +86,11 @@ def run_job(
         actions = ACTIONS
     factory = session_factory(settings)
     owner = _owner()
-    job = state.claim(factory, job_id, owner=owner, worker_id=socket.gethostname())
+    job = job_state.claim(factory, job_id, owner=owner, worker_id=socket.gethostname())
     if job is None:
         log.info("job %s is not queued; skipping this delivery", job_id)
         return "skipped"
-    work_dir = state.job_dir(settings.data_root, job_id)
+    work_dir = job_state.job_dir(settings.data_root, job_id)
     work_dir.mkdir(parents=True, exist_ok=True)
     ctx = JobContext(
         job=job,
@@ -125,9 +125,11 @@ def run_job(
         return "lease_lost"
     ctx.job_log.write(f"attempt {job.attempts}: {status}" + (f": {error}" if error else ""))
     if status == JobStatus.queued:
-        kept = state.requeue(factory, job_id, owner=owner, reason=str(error))
+        kept = job_state.requeue(factory, job_id, owner=owner, reason=str(error))
     else:
-        kept = state.finish(factory, job_id, owner=owner, status=status, error=error, result=result)
+        kept = job_state.finish(
+            factory, job_id, owner=owner, status=status, error=error, result=result
+        )
     return str(status) if kept else "lease_lost"
 
 
@@ -147,11 +149,11 @@ def run_node(job_id: int, attempt: int, endpoint: str, *, settings: Settings | N
 
     settings = settings or get_settings()
     factory = session_factory(settings)
-    job = state.running_snapshot(factory, job_id)
+    job = job_state.running_snapshot(factory, job_id)
     if job is None or job.attempts != attempt:
         log.info("job %s attempt %s is not running; skipping this node", job_id, attempt)
         return "skipped"
-    work_dir = state.job_dir(settings.data_root, job_id)
+    work_dir = job_state.job_dir(settings.data_root, job_id)
     ctx = JobContext(job, settings, work_dir, work_dir / "job.log", factory, owner=_owner())
     ctx.job_log.write(f"attempt {attempt}: a node joins on {socket.gethostname()}")
     try:

@@ -23,7 +23,7 @@ from sqlalchemy import text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.main import create_app
-from maskops_core import jobs as state
+from maskops_core import job_state
 from maskops_core.db.models import Dataset, Job, JobStatus
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
@@ -246,9 +246,9 @@ def test_a_pool_timeout_is_a_503_with_retry_after(settings: Settings) -> None:
 
 def _finish(factory: sessionmaker[Session], job_id: int) -> None:
     """What a worker does: claim the job and record it succeeded."""
-    job = state.claim(factory, job_id, owner="w", worker_id="w")
+    job = job_state.claim(factory, job_id, owner="w", worker_id="w")
     assert job is not None
-    assert state.finish(factory, job_id, owner="w", status=JobStatus.succeeded, error=None)
+    assert job_state.finish(factory, job_id, owner="w", status=JobStatus.succeeded, error=None)
 
 
 def test_ids_are_never_reused_after_a_delete(
