@@ -44,7 +44,12 @@ FORBIDDEN = {
     "maskops_worker": {"maskops_api", "maskops_serve"},
     "maskops_triton": {"maskops", "maskops_core", "maskops_api", "maskops_worker", "maskops_serve"},
 }
-LIGHT_ENGINE_MODULES = {"maskops.atomic", "maskops.export.options", "maskops.shape_rules"}
+LIGHT_ENGINE_MODULES = {
+    "maskops.atomic",
+    "maskops.export.options",
+    "maskops.prune.options",
+    "maskops.shape_rules",
+}
 """Engine modules that import the standard library alone: the one home of a rule or helper
 that the control plane's core needs too (the core may import these, and nothing else of
 the engine)."""

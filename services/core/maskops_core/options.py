@@ -3,7 +3,7 @@
 One model per action, referenced from the catalogue (``JobAction.<action>.spec.options``):
 the API validates a job's options with it at the door (422 naming the option) and the
 worker reads them through the same model, so each option is defined once. The values
-mirror what the engine accepts (``maskops.export.export_onnx``, ``maskops.prune.run_prune``,
+mirror what the engine accepts (``maskops.export.export_onnx``, ``maskops.prune.run.run_prune``,
 ``maskops.evaluation.inference.run_inference``, ``maskops.engine.train.run_training``);
 defaults are left to the engine (read options with ``model_dump(exclude_unset=True)``).
 Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are not 0).
@@ -17,6 +17,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from maskops.export.options import DEFAULTS as ENGINE_EXPORT
 from maskops.export.options import DataType, OutputLayout
+from maskops.prune.options import DEFAULTS as ENGINE_PRUNE
+from maskops.prune.options import Equalization, Norm
 from maskops.shape_rules import batch_order_error
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
@@ -91,12 +93,13 @@ class EvaluateOptions(_FromModel):
     pass
 
 
+# The engine's maskops.prune.options.PruneOptions, with its names, choices and defaults.
 class PruneOptions(ModelSource):
-    norm: Literal["max", "L2"] = "max"
-    equalization: Literal["union", "intersection", "arithmetic_mean", "geometric_mean"] = "union"
-    granularity: int = Field(default=8, ge=1, le=4096)
-    threshold: Score = 0.1
-    min_filters: int = Field(default=16, ge=1, le=4096)
+    norm: Norm = ENGINE_PRUNE.norm
+    equalization: Equalization = ENGINE_PRUNE.equalization
+    granularity: int = Field(default=ENGINE_PRUNE.granularity, ge=1, le=4096)
+    threshold: Score = ENGINE_PRUNE.threshold
+    min_filters: int = Field(default=ENGINE_PRUNE.min_filters, ge=1, le=4096)
     excluded_layers: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
         default_factory=list, max_length=1000
     )

@@ -380,16 +380,16 @@ def evaluate(ctx: JobContext) -> dict[str, Any]:
 
 
 def prune(ctx: JobContext) -> dict[str, Any]:
+    from maskops.prune.options import PruneOptions as EnginePruneOptions
     from maskops.prune.run import run_prune
 
     options = job_options(ctx, PruneOptions)
     out_dir = ctx.work_dir / "pruned"
-    report = run_prune(
-        parent_model(ctx, options),
-        out_dir,
+    engine_options = EnginePruneOptions(
         excluded_layers=tuple(options.excluded_layers),
         **options.given(exclude={*options.SOURCE_FIELDS, "excluded_layers"}),
     )
+    report = run_prune(parent_model(ctx, options), out_dir, engine_options)
     _append(ctx, f"params {report.params_before} -> {report.params_after}")
     ctx.report(1, 1, {"params_ratio": report.params_ratio})
     model = Path(report.output_model) if report.output_model else out_dir / "model.pth"
