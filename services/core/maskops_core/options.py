@@ -3,7 +3,8 @@
 One model per action, referenced from the catalogue (``JobAction.<action>.spec.options``):
 the API validates a job's options with it at the door (422 naming the option) and the
 worker reads them through the same model, so each option is defined once. The values
-mirror what the engine accepts (``maskops.export.export_onnx``, ``maskops.prune.run.run_prune``,
+mirror what the engine accepts (``maskops.export.export_onnx``,
+``maskops.prune.run.run_prune``, ``maskops.evaluation.runner.run_evaluation``,
 ``maskops.evaluation.inference.run_inference``, ``maskops.engine.train.run_training``);
 defaults are left to the engine (read options with ``model_dump(exclude_unset=True)``).
 Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are not 0).
@@ -15,6 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from maskops.evaluation.options import GPU_INDEX as ENGINE_EVALUATE_GPU_INDEX
 from maskops.export.options import DEFAULTS as ENGINE_EXPORT
 from maskops.export.options import DataType, OutputLayout
 from maskops.prune.options import DEFAULTS as ENGINE_PRUNE
@@ -89,8 +91,10 @@ class _FromModel(ModelSource):
     gpu_index: GpuIndex = 0
 
 
+# The engine's maskops.evaluation.options.EvaluateOptions that a job may set, with its
+# defaults (the images are the dataset's validation shards).
 class EvaluateOptions(_FromModel):
-    pass
+    gpu_index: GpuIndex = ENGINE_EVALUATE_GPU_INDEX
 
 
 # The engine's maskops.prune.options.PruneOptions, with its names, choices and defaults.

@@ -361,6 +361,7 @@ def _logger(ctx: JobContext) -> Callable[[str], None]:
 
 
 def evaluate(ctx: JobContext) -> dict[str, Any]:
+    from maskops.evaluation.options import EvaluateOptions as EngineEvaluateOptions
     from maskops.evaluation.runner import run_evaluation
 
     spec = job_spec(ctx, need="validation_file_pattern")
@@ -370,8 +371,8 @@ def evaluate(ctx: JobContext) -> dict[str, Any]:
     metrics = run_evaluation(
         spec,
         model,
+        EngineEvaluateOptions(gpu_index=options.gpu_index),
         out_json=report,
-        gpu_index=options.gpu_index,
         progress=False,
         log=_logger(ctx),
     )
