@@ -46,6 +46,7 @@ FORBIDDEN = {
 }
 LIGHT_ENGINE_MODULES = {
     "maskops.atomic",
+    "maskops.evaluation.inference_options",
     "maskops.evaluation.options",
     "maskops.export.options",
     "maskops.prune.options",

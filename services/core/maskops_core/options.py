@@ -16,6 +16,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from maskops.evaluation.inference_options import GPU_INDEX as ENGINE_INFERENCE_GPU_INDEX
+from maskops.evaluation.inference_options import THRESHOLD as ENGINE_INFERENCE_THRESHOLD
 from maskops.evaluation.options import GPU_INDEX as ENGINE_EVALUATE_GPU_INDEX
 from maskops.export.options import DEFAULTS as ENGINE_EXPORT
 from maskops.export.options import DataType, OutputLayout
@@ -109,11 +111,15 @@ class PruneOptions(ModelSource):
     )
 
 
+# The engine's maskops.evaluation.inference_options.InferenceOptions that a job may set, with
+# its defaults, except that a job draws masks unless told not to (the images are the job's
+# image_dir; the exports are the labelling tools' files written after the inference).
 class InferenceOptions(_FromModel):
     image_dir: DataPath | None = Field(
         default=None, description="Images under the data root (default: the dataset's val)."
     )
-    threshold: Score = 0.6
+    gpu_index: GpuIndex = ENGINE_INFERENCE_GPU_INDEX
+    threshold: Score = ENGINE_INFERENCE_THRESHOLD
     include_mask: bool = True
     exports: list[Literal["coco", "cvat", "labelstudio"]] = Field(
         default_factory=list,

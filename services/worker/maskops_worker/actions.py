@@ -405,6 +405,7 @@ def prune(ctx: JobContext) -> dict[str, Any]:
 
 def inference(ctx: JobContext) -> dict[str, Any]:
     from maskops.evaluation.inference import run_inference
+    from maskops.evaluation.inference_options import InferenceOptions as EngineInferenceOptions
 
     spec = job_spec(ctx, need="")
     options = job_options(ctx, InferenceOptions)
@@ -420,10 +421,12 @@ def inference(ctx: JobContext) -> dict[str, Any]:
         parent_model(ctx, options),
         image_dir,
         out_images,
+        EngineInferenceOptions(
+            threshold=options.threshold,
+            include_mask=options.include_mask,
+            gpu_index=options.gpu_index,
+        ),
         label_dir=labels,
-        threshold=options.threshold,
-        include_mask=options.include_mask,
-        gpu_index=options.gpu_index,
         progress=False,
         log=_logger(ctx),
         warn=_logger(ctx),

@@ -5,7 +5,8 @@
 - :class:`COCOEvaluator` + :func:`evaluate_model`: the 24 TAO-named COCO metrics.
 - :func:`run_evaluation` / :func:`run_inference`: ``maskops evaluate`` / ``inference``.
 - :mod:`~maskops.evaluation.predictor`: the ``Predictor`` protocol a model file becomes.
-- :mod:`~maskops.evaluation.options`: what an evaluation does (standard library only).
+- :mod:`~maskops.evaluation.options` / :mod:`~maskops.evaluation.inference_options`: what an
+  evaluation and an inference do (standard library only).
 
 Importing this package imports nothing heavy: the names below are imported from their
 modules on first use, so that the options modules are what the control plane imports of
