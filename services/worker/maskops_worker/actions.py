@@ -69,6 +69,7 @@ def _split_coco(root: Path, shards_dir: str | None, splits: dict[str, Any]) -> P
 
 
 def dataset_convert(ctx: JobContext) -> dict[str, Any]:
+    from maskops.data.convert_options import ConvertOptions
     from maskops.data.format_names import DEFAULT_FORMAT
     from maskops.data.formats import coco_path, convert_labelled_dataset
 
@@ -85,18 +86,22 @@ def dataset_convert(ctx: JobContext) -> dict[str, Any]:
         if ctx.cancel_requested:
             raise JobCancelled()
         format_name = paths.get("format", DEFAULT_FORMAT)
-        result = convert_labelled_dataset(
-            ctx.input_path(paths["image_dir"], f"the {split} images"),
-            ctx.input_path(paths["annotation_file"], f"the {split} annotations"),
-            out_dir,
+        labels = paths.get("labels")
+        options = ConvertOptions(
             format_name=format_name,
-            labels=paths.get("labels"),
+            labels=tuple(labels) if labels is not None else None,
             tag=split,
             num_shards=job.dataset_num_shards,
             include_masks=job.dataset_include_masks,
             # No process pool: forking a process that runs a heartbeat thread can copy a held
             # lock into the children and hang them. CPU workers scale by Celery concurrency.
             workers=1,
+        )
+        result = convert_labelled_dataset(
+            ctx.input_path(paths["image_dir"], f"the {split} images"),
+            ctx.input_path(paths["annotation_file"], f"the {split} annotations"),
+            out_dir,
+            options,
             progress=_split_progress(ctx, index, len(splits)),
         )
         _append(ctx, result.summary())
