@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from maskops.data.convert import DEFAULT_NUM_SHARDS, convert_dataset
+from maskops.data.convert import convert_dataset
+from maskops.data.convert_options import DEFAULT_NUM_SHARDS
 from maskops.data.demo import generate_demo_dataset
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 

@@ -46,8 +46,11 @@ FORBIDDEN = {
 }
 LIGHT_ENGINE_MODULES = {
     "maskops.atomic",
-    "maskops.data.format_names",
+    "maskops.data.convert_options",
+    "maskops.evaluation.inference_options",
+    "maskops.evaluation.options",
     "maskops.export.options",
+    "maskops.prune.options",
     "maskops.shape_rules",
 }
 """Engine modules that import the standard library alone: the one home of a rule or helper

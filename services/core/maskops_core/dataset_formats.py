@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from maskops.data.format_names import FORMAT_NAMES, DatasetFormat
+from maskops.data.convert_options import FORMAT_NAMES, DatasetFormat
 
 DATASET_FORMATS = FORMAT_NAMES
 __all__ = ["DATASET_FORMATS", "EXPECTED", "DatasetFormat", "format_problem"]

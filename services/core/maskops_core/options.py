@@ -3,7 +3,8 @@
 One model per action, referenced from the catalogue (``JobAction.<action>.spec.options``):
 the API validates a job's options with it at the door (422 naming the option) and the
 worker reads them through the same model, so each option is defined once. The values
-mirror what the engine accepts (``maskops.export.export_onnx``, ``maskops.prune.run_prune``,
+mirror what the engine accepts (``maskops.export.export_onnx``,
+``maskops.prune.run.run_prune``, ``maskops.evaluation.runner.run_evaluation``,
 ``maskops.evaluation.inference.run_inference``, ``maskops.engine.train.run_training``);
 defaults are left to the engine (read options with ``model_dump(exclude_unset=True)``).
 Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are not 0).
@@ -23,8 +24,13 @@ from pydantic import (
     model_validator,
 )
 
+from maskops.evaluation.inference_options import GPU_INDEX as ENGINE_INFERENCE_GPU_INDEX
+from maskops.evaluation.inference_options import THRESHOLD as ENGINE_INFERENCE_THRESHOLD
+from maskops.evaluation.options import GPU_INDEX as ENGINE_EVALUATE_GPU_INDEX
 from maskops.export.options import DEFAULTS as ENGINE_EXPORT
 from maskops.export.options import DataType, OutputLayout
+from maskops.prune.options import DEFAULTS as ENGINE_PRUNE
+from maskops.prune.options import Equalization, Norm
 from maskops.shape_rules import batch_order_error
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
@@ -101,26 +107,33 @@ class _FromModel(ModelSource):
     gpu_index: GpuIndex = 0
 
 
+# The engine's maskops.evaluation.options.EvaluateOptions that a job may set, with its
+# defaults (the images are the dataset's validation shards).
 class EvaluateOptions(_FromModel):
-    pass
+    gpu_index: GpuIndex = ENGINE_EVALUATE_GPU_INDEX
 
 
+# The engine's maskops.prune.options.PruneOptions, with its names, choices and defaults.
 class PruneOptions(ModelSource):
-    norm: Literal["max", "L2"] = "max"
-    equalization: Literal["union", "intersection", "arithmetic_mean", "geometric_mean"] = "union"
-    granularity: int = Field(default=8, ge=1, le=4096)
-    threshold: Score = 0.1
-    min_filters: int = Field(default=16, ge=1, le=4096)
+    norm: Norm = ENGINE_PRUNE.norm
+    equalization: Equalization = ENGINE_PRUNE.equalization
+    granularity: int = Field(default=ENGINE_PRUNE.granularity, ge=1, le=4096)
+    threshold: Score = ENGINE_PRUNE.threshold
+    min_filters: int = Field(default=ENGINE_PRUNE.min_filters, ge=1, le=4096)
     excluded_layers: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
         default_factory=list, max_length=1000
     )
 
 
+# The engine's maskops.evaluation.inference_options.InferenceOptions that a job may set, with
+# its defaults, except that a job draws masks unless told not to (the images are the job's
+# image_dir; the exports are the labelling tools' files written after the inference).
 class InferenceOptions(_FromModel):
     image_dir: DataPath | None = Field(
         default=None, description="Images under the data root (default: the dataset's val)."
     )
-    threshold: Score = 0.6
+    gpu_index: GpuIndex = ENGINE_INFERENCE_GPU_INDEX
+    threshold: Score = ENGINE_INFERENCE_THRESHOLD
     include_mask: bool = True
     exports: list[Literal["coco", "cvat", "labelstudio"]] = Field(
         default_factory=list,

@@ -60,7 +60,7 @@ def job_options(ctx: JobContext, model: type[OptionsT]) -> OptionsT:
 
 def _split_coco(root: Path, shards_dir: str | None, splits: dict[str, Any]) -> Path:
     """The val split's COCO file: as registered, or converted from its format."""
-    from maskops.data.format_names import DEFAULT_FORMAT
+    from maskops.data.convert_options import DEFAULT_FORMAT
     from maskops.data.formats import coco_path
 
     val = splits["val"]
@@ -70,7 +70,7 @@ def _split_coco(root: Path, shards_dir: str | None, splits: dict[str, Any]) -> P
 
 
 def dataset_convert(ctx: JobContext) -> dict[str, Any]:
-    from maskops.data.format_names import DEFAULT_FORMAT
+    from maskops.data.convert_options import DEFAULT_FORMAT, ConvertOptions
     from maskops.data.formats import coco_path, convert_labelled_dataset
 
     job = ctx.job
@@ -86,18 +86,22 @@ def dataset_convert(ctx: JobContext) -> dict[str, Any]:
         if ctx.cancel_requested:
             raise JobCancelled()
         format_name = paths.get("format", DEFAULT_FORMAT)
-        result = convert_labelled_dataset(
-            ctx.input_path(paths["image_dir"], f"the {split} images"),
-            ctx.input_path(paths["annotation_file"], f"the {split} annotations"),
-            out_dir,
+        labels = paths.get("labels")
+        options = ConvertOptions(
             format_name=format_name,
-            labels=paths.get("labels"),
+            labels=tuple(labels) if labels is not None else None,
             tag=split,
             num_shards=job.dataset_num_shards,
             include_masks=job.dataset_include_masks,
             # No process pool: forking a process that runs a heartbeat thread can copy a held
             # lock into the children and hang them. CPU workers scale by Celery concurrency.
             workers=1,
+        )
+        result = convert_labelled_dataset(
+            ctx.input_path(paths["image_dir"], f"the {split} images"),
+            ctx.input_path(paths["annotation_file"], f"the {split} annotations"),
+            out_dir,
+            options,
             progress=_split_progress(ctx, index, len(splits)),
         )
         _append(ctx, result.summary())
@@ -366,6 +370,7 @@ def _logger(ctx: JobContext) -> Callable[[str], None]:
 
 
 def evaluate(ctx: JobContext) -> dict[str, Any]:
+    from maskops.evaluation.options import EvaluateOptions as EngineEvaluateOptions
     from maskops.evaluation.runner import run_evaluation
 
     spec = job_spec(ctx, need="validation_file_pattern")
@@ -375,8 +380,8 @@ def evaluate(ctx: JobContext) -> dict[str, Any]:
     metrics = run_evaluation(
         spec,
         model,
+        EngineEvaluateOptions(gpu_index=options.gpu_index),
         out_json=report,
-        gpu_index=options.gpu_index,
         progress=False,
         log=_logger(ctx),
     )
@@ -385,16 +390,16 @@ def evaluate(ctx: JobContext) -> dict[str, Any]:
 
 
 def prune(ctx: JobContext) -> dict[str, Any]:
+    from maskops.prune.options import PruneOptions as EnginePruneOptions
     from maskops.prune.run import run_prune
 
     options = job_options(ctx, PruneOptions)
     out_dir = ctx.work_dir / "pruned"
-    report = run_prune(
-        parent_model(ctx, options),
-        out_dir,
+    engine_options = EnginePruneOptions(
         excluded_layers=tuple(options.excluded_layers),
         **options.given(exclude={*options.SOURCE_FIELDS, "excluded_layers"}),
     )
+    report = run_prune(parent_model(ctx, options), out_dir, engine_options)
     _append(ctx, f"params {report.params_before} -> {report.params_after}")
     ctx.report(1, 1, {"params_ratio": report.params_ratio})
     model = Path(report.output_model) if report.output_model else out_dir / "model.pth"
@@ -409,6 +414,7 @@ def prune(ctx: JobContext) -> dict[str, Any]:
 
 def inference(ctx: JobContext) -> dict[str, Any]:
     from maskops.evaluation.inference import run_inference
+    from maskops.evaluation.inference_options import InferenceOptions as EngineInferenceOptions
 
     spec = job_spec(ctx, need="")
     options = job_options(ctx, InferenceOptions)
@@ -424,10 +430,12 @@ def inference(ctx: JobContext) -> dict[str, Any]:
         parent_model(ctx, options),
         image_dir,
         out_images,
+        EngineInferenceOptions(
+            threshold=options.threshold,
+            include_mask=options.include_mask,
+            gpu_index=options.gpu_index,
+        ),
         label_dir=labels,
-        threshold=options.threshold,
-        include_mask=options.include_mask,
-        gpu_index=options.gpu_index,
         progress=False,
         log=_logger(ctx),
         warn=_logger(ctx),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from maskops.cli.common import EXIT_OK, CLIError, add_key_argument, tee_log
-from maskops.data.format_names import DEFAULT_FORMAT, FORMAT_NAMES
+from maskops.data.convert_options import DEFAULT_FORMAT, DEFAULTS, FORMAT_NAMES, ConvertOptions
 
 RESULTS_LOG = "dataset_convert.log"
 """What ``-r RESULTS_DIR`` holds: the conversion summary (TAO writes its status log there)."""
@@ -37,26 +37,29 @@ def register(subparsers: Any) -> None:
         "--format",
         dest="format_name",
         choices=FORMAT_NAMES,
-        default=DEFAULT_FORMAT,
+        default=DEFAULTS.format_name,
         help="how -a is written (default coco); other formats are converted to "
         "OUT_DIR/<tag>_coco.json first",
     )
     parser.add_argument(
         "--labels",
-        default=None,
+        default=DEFAULTS.labels,
         help="category names in id order, comma-separated (id 1 first); objects with "
         "other labels are reported as unknown_label (default: names in order of "
         "appearance; voc: VOC's 20 classes; yolo-seg: data.yaml's names)",
     )
     parser.add_argument("-o", "--output_dir", required=True, type=Path, help="output directory")
     parser.add_argument(
-        "-t", "--tag", default=None, help="shard name prefix (default: the JSON file's stem)"
+        "-t",
+        "--tag",
+        default=DEFAULTS.tag,
+        help="shard name prefix (default: the JSON file's stem)",
     )
     parser.add_argument(
         "-s",
         "--num_shards",
         type=int,
-        default=256,
+        default=DEFAULTS.num_shards,
         help="number of shards (capped so each holds at least 16 images)",
     )
     parser.add_argument(
@@ -64,11 +67,14 @@ def register(subparsers: Any) -> None:
         "--include_masks",  # TAO's documentation spells it both ways
         dest="include_mask",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=DEFAULTS.include_masks,
         help="convert segmentation masks (default); --no-include_mask for boxes only",
     )
     parser.add_argument(
-        "--workers", type=int, default=None, help="image-checking processes (default: cores)"
+        "--workers",
+        type=int,
+        default=DEFAULTS.workers,
+        help="image-checking processes (default: cores)",
     )
     parser.add_argument(
         "--drop_empty_images",
@@ -93,22 +99,26 @@ def log_file(args: argparse.Namespace) -> Path | None:
     return args.results_dir / RESULTS_LOG if args.results_dir is not None else None
 
 
+def convert_options(args: argparse.Namespace) -> ConvertOptions:
+    """The :class:`ConvertOptions` the flags ask for."""
+    labels = tuple(n.strip() for n in args.labels.split(",")) if args.labels else None
+    return ConvertOptions(
+        format_name=args.format_name,
+        labels=labels,
+        tag=args.tag,
+        num_shards=args.num_shards,
+        include_masks=args.include_mask,
+        workers=args.workers,
+        drop_empty_images=args.drop_empty_images,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from maskops.data.formats import coco_path, convert_labelled_dataset
 
-    labels = [n.strip() for n in args.labels.split(",")] if args.labels else None
     try:
         result = convert_labelled_dataset(
-            args.image_dir,
-            args.annotations_file,
-            args.output_dir,
-            format_name=args.format_name,
-            labels=labels,
-            tag=args.tag,
-            num_shards=args.num_shards,
-            include_masks=args.include_mask,
-            workers=args.workers,
-            drop_empty_images=args.drop_empty_images,
+            args.image_dir, args.annotations_file, args.output_dir, convert_options(args)
         )
     except ValueError as exc:  # a DatasetError, or a --labels list with repeated names
         raise CLIError(str(exc)) from exc

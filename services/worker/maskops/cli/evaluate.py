@@ -19,6 +19,7 @@ from maskops.cli.common import (
     notice,
     tee_log,
 )
+from maskops.evaluation.options import DEFAULTS, EvaluateOptions
 
 if TYPE_CHECKING:
     from maskops.spec.models import ExperimentSpec
@@ -41,7 +42,9 @@ def register(subparsers: Any) -> None:
     )
     add_spec_argument(parser)
     add_model_argument(parser)
-    parser.add_argument("--gpu_index", type=int, default=0, help="CUDA device (CPU if none)")
+    parser.add_argument(
+        "--gpu_index", type=int, default=DEFAULTS.gpu_index, help="CUDA device (CPU if none)"
+    )
     parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
     parser.add_argument(
         "-o",
@@ -62,7 +65,7 @@ def register(subparsers: Any) -> None:
         "-i",
         "--image_dir",
         type=Path,
-        default=None,
+        default=DEFAULTS.image_dir,
         help="val_json_file's images, for a spec without validation_file_pattern",
     )
     add_key_argument(parser)
@@ -91,6 +94,12 @@ def image_dir(args: argparse.Namespace, spec: ExperimentSpec) -> Path | None:
     return Path(args.image_dir) if args.image_dir is not None else None
 
 
+def evaluate_options(args: argparse.Namespace, spec: ExperimentSpec) -> EvaluateOptions:
+    """The :class:`EvaluateOptions` the flags ask for (a notice for an ``-i`` the spec's
+    shards make useless)."""
+    return EvaluateOptions(gpu_index=args.gpu_index, image_dir=image_dir(args, spec))
+
+
 def run(args: argparse.Namespace) -> int:
     from maskops.evaluation.runner import run_evaluation
 
@@ -102,11 +111,10 @@ def run(args: argparse.Namespace) -> int:
             run_evaluation(
                 spec,
                 args.model,
+                evaluate_options(args, spec),
                 out_json=out_json,
-                gpu_index=args.gpu_index,
                 progress=True,
                 log=log,
-                image_dir=image_dir(args, spec),
             )
         except engine_errors() as exc:
             raise CLIError(str(exc)) from None

@@ -21,6 +21,7 @@ from maskops.cli.common import (
     load_resolved_spec,
     model_argument,
 )
+from maskops.evaluation.inference_options import DEFAULTS, InferenceOptions
 
 ANNOTATED_DIR = "images_annotated"
 LABEL_DIR = "labels"
@@ -84,11 +85,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--annotations",
         type=Path,
-        default=None,
+        default=DEFAULTS.annotations,
         help="COCO JSON giving the ids of the images it lists (default: val_json_file)",
     )
     parser.add_argument(
-        "-t", "--threshold", type=_threshold, default=0.6, help="minimum score (default 0.6)"
+        "-t",
+        "--threshold",
+        type=_threshold,
+        default=DEFAULTS.threshold,
+        help=f"minimum score (default {DEFAULTS.threshold})",
     )
     parser.add_argument("--include_mask", action="store_true", help="draw instance masks")
     parser.add_argument(
@@ -109,7 +114,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--model_version", default="maskops", help="Label Studio's model_version (default maskops)"
     )
-    parser.add_argument("--gpu_index", type=int, default=0, help="CUDA device (CPU if none)")
+    parser.add_argument(
+        "--gpu_index", type=int, default=DEFAULTS.gpu_index, help="CUDA device (CPU if none)"
+    )
     add_key_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -124,6 +131,16 @@ def output_dirs(args: argparse.Namespace) -> tuple[Path, Path | None]:
     return images, labels
 
 
+def inference_options(args: argparse.Namespace) -> InferenceOptions:
+    """The :class:`InferenceOptions` the flags ask for."""
+    return InferenceOptions(
+        threshold=args.threshold,
+        include_mask=args.include_mask,
+        gpu_index=args.gpu_index,
+        annotations=args.annotations,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from maskops.evaluation.inference import read_class_map, run_inference
 
@@ -136,11 +153,8 @@ def run(args: argparse.Namespace) -> int:
             args.model,
             args.image_dir,
             out_images,
+            inference_options(args),
             label_dir=labels,
-            threshold=args.threshold,
-            include_mask=args.include_mask,
-            gpu_index=args.gpu_index,
-            annotations=args.annotations,
             class_names=read_class_map(args.class_map) if args.class_map else None,
         )
         if args.export:

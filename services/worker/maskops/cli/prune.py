@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import EXIT_OK, MODEL_HELP, CLIError, add_key_argument, model_argument
+from maskops.prune.options import DEFAULTS, PruneOptions
 
 if TYPE_CHECKING:
     from maskops.prune.report import PruneReport
@@ -52,24 +53,39 @@ def register(subparsers: Any) -> None:
         help="output directory, or a model file path ending in .pth/.pt/.tlt/.hdf5",
     )
     parser.add_argument(
-        "-n", "--normalizer", default="max", help="per-layer normaliser: max (default) or L2"
+        "-n",
+        "--normalizer",
+        default=DEFAULTS.norm,
+        help="per-layer normaliser: max (default) or L2",
     )
     parser.add_argument(
         "-eq",
         "--equalization_criterion",
-        default="union",
-        # Values are validated by the engine (one list of them, in maskops.prune.importance).
+        default=DEFAULTS.equalization,
+        # Values are validated by the engine (one list of them, in maskops.prune.options).
         help="how layers whose outputs are added combine their importances: union (default), "
         "intersection, arithmetic_mean or geometric_mean",
     )
     parser.add_argument(
-        "-pg", "--pruning_granularity", type=int, default=8, help="kept filters are a multiple"
+        "-pg",
+        "--pruning_granularity",
+        type=int,
+        default=DEFAULTS.granularity,
+        help="kept filters are a multiple",
     )
     parser.add_argument(
-        "-pth", "--pruning_threshold", type=float, default=0.1, help="normalised-norm threshold"
+        "-pth",
+        "--pruning_threshold",
+        type=float,
+        default=DEFAULTS.threshold,
+        help="normalised-norm threshold",
     )
     parser.add_argument(
-        "-nf", "--min_num_filters", type=int, default=16, help="minimum filters kept per layer"
+        "-nf",
+        "--min_num_filters",
+        type=int,
+        default=DEFAULTS.min_filters,
+        help="minimum filters kept per layer",
     )
     parser.add_argument(
         "-el",
@@ -98,6 +114,19 @@ def report_text(args: argparse.Namespace, report: PruneReport) -> str:
     return f"{text}\n\n{report.format_groups()}" if args.verbose else text
 
 
+def prune_options(args: argparse.Namespace) -> PruneOptions:
+    """The :class:`PruneOptions` the flags ask for."""
+    return PruneOptions(
+        norm=args.normalizer,
+        equalization=args.equalization_criterion,
+        granularity=args.pruning_granularity,
+        threshold=args.pruning_threshold,
+        min_filters=args.min_num_filters,
+        # TAO users also write -el a,b.
+        excluded_layers=tuple(n for arg in args.excluded_layers for n in arg.split(",") if n),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from maskops.prune import PruneError
     from maskops.prune.run import run_prune
@@ -106,20 +135,9 @@ def run(args: argparse.Namespace) -> int:
     out_dir, model_filename = output_location(args.output)
     if out_dir.exists() and not out_dir.is_dir():
         raise CLIError(f"-o {args.output}: {out_dir} exists and is not a directory")
-    options: dict[str, Any] = {} if model_filename is None else {"model_filename": model_filename}
+    where: dict[str, Any] = {} if model_filename is None else {"model_filename": model_filename}
     try:
-        report = run_prune(
-            args.model,
-            out_dir,
-            norm=args.normalizer,
-            equalization=args.equalization_criterion,
-            granularity=args.pruning_granularity,
-            threshold=args.pruning_threshold,
-            min_filters=args.min_num_filters,
-            # TAO users also write -el a,b.
-            excluded_layers=[n for arg in args.excluded_layers for n in arg.split(",") if n],
-            **options,
-        )
+        report = run_prune(args.model, out_dir, prune_options(args), **where)
     except PruneError as exc:
         raise CLIError(str(exc)) from None
     print(report_text(args, report))

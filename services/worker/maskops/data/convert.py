@@ -32,7 +32,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from multiprocessing.pool import AsyncResult
 from pathlib import Path
@@ -40,12 +40,12 @@ from typing import Any, TypeVar
 
 from maskops.atomic import atomic_write
 from maskops.data.coco import CocoAnnotation, CocoFile, CocoImage, DatasetError, load_coco
+from maskops.data.convert_options import ConvertOptions
 from maskops.data.labels import LabelMap
 from maskops.data.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, manifest_path
 from maskops.data.shards import SHARD_NAME_RE, ShardWriter, file_sha256, shard_name
 from maskops.data.validate import WARNING_KINDS, ImageOutcome, process_image
 
-DEFAULT_NUM_SHARDS = 256
 MIN_IMAGES_PER_SHARD = 16
 """TAO's 256 shards would leave a small set with one image per file; cap the count."""
 
@@ -115,15 +115,12 @@ def convert_dataset(
     image_dir: Path | str,
     annotation_file: Path | str,
     out_dir: Path | str,
+    options: ConvertOptions | None = None,
     *,
-    tag: str | None = None,
-    num_shards: int = DEFAULT_NUM_SHARDS,
-    include_masks: bool = True,
-    workers: int | None = None,
     progress: ProgressFn | None = None,
-    drop_empty_images: bool = False,
     extra_findings: dict[str, dict[str, list[Any]]] | None = None,
     source: dict[str, str] | None = None,
+    **option_values: Any,
 ) -> ConversionResult:
     """Validate a COCO dataset and write it as shards, a manifest and a warnings file.
 
@@ -131,15 +128,11 @@ def convert_dataset(
         image_dir: directory the images' ``file_name`` entries are relative to.
         annotation_file: COCO instances JSON (polygons, RLE, crowd, any integer ids).
         out_dir: output directory (created). Earlier shards of the same tag are replaced.
-        tag: shard name prefix; default the annotation file's stem.
-        num_shards: requested shard count, capped so each shard holds at least
-            ``MIN_IMAGES_PER_SHARD`` images (and at least one shard).
-        include_masks: convert segmentations; False writes boxes only.
-        workers: processes decoding and checking images; default the usable cores
-            (at most 4). Inside a daemonic process (a Celery prefork worker) always 1.
+        options: the tag, shards, masks, workers and empty images
+            (:class:`~maskops.data.convert_options.ConvertOptions`; its ``format_name`` and
+            ``labels`` are :func:`maskops.data.formats.convert_labelled_dataset`'s, this
+            reads COCO); ``option_values`` (its field names) override single options.
         progress: optional callback ``(done, total)``.
-        drop_empty_images: leave out images without objects (TAO's behaviour) instead of
-            keeping them as negatives.
         extra_findings: findings made before this conversion (reading another format,
             :mod:`maskops.data.formats`), merged into the warnings file by key.
         source: what the COCO file was converted from, added to the manifest's ``source``.
@@ -148,27 +141,28 @@ def convert_dataset(
         DatasetError: malformed JSON (key and index named) or nothing usable remains.
     """
     start = time.monotonic()
+    options = replace(options or ConvertOptions(), **option_values)
     image_dir, annotation_file, out_dir = Path(image_dir), Path(annotation_file), Path(out_dir)
-    if num_shards < 1:
-        raise DatasetError(f"num_shards must be >= 1, got {num_shards}")
+    if options.num_shards < 1:
+        raise DatasetError(f"num_shards must be >= 1, got {options.num_shards}")
     if not image_dir.is_dir():
         raise DatasetError(f"{image_dir}: image directory does not exist")
-    tag = tag or annotation_file.stem
+    tag = options.tag or annotation_file.stem
     if "/" in tag or not tag:
         raise DatasetError(f"tag {tag!r} must be a non-empty file name prefix")
     # The pool forks before the annotation index exists, so workers never hold a copy.
-    with _OrderedPool(_worker_count(workers)) as pool:
+    with _OrderedPool(_worker_count(options.workers)) as pool:
         return _convert(
             image_dir,
             annotation_file,
             out_dir,
             tag,
-            num_shards,
-            include_masks,
+            options.num_shards,
+            options.include_masks,
             progress,
             pool,
             start,
-            drop_empty_images,
+            options.drop_empty_images,
             extra_findings or {},
             source or {},
         )

@@ -8,7 +8,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from maskops.data.transforms import resize_and_pad
 from maskops.device import select_device
 from maskops.evaluation.errors import EvaluationError, ImageReadError
 from maskops.evaluation.images import list_images, load_rgb, pil_to_tensor
+from maskops.evaluation.inference_options import InferenceOptions
 from maskops.evaluation.postprocess import detections_to_coco
 from maskops.evaluation.predictor import LoadedPredictor, check_input_size, load_predictor
 from maskops.evaluation.visualize import draw_detections
@@ -165,17 +166,15 @@ def run_inference(
     model_path: str | Path,
     image_dir: Path,
     out_image_dir: Path,
+    options: InferenceOptions | None = None,
     *,
     label_dir: Path | None = None,
-    threshold: float = 0.6,
-    include_mask: bool = False,
-    gpu_index: int | None = 0,
     progress: bool = True,
     log: Callable[[str], None] = print,
     warn: Callable[[str], None] = _stderr,
     loaded: LoadedPredictor | None = None,
-    annotations: Path | None = None,
     class_names: Mapping[int, str] | None = None,
+    **option_values: Any,
 ) -> InferenceSummary:
     """Detect objects in every JPEG/PNG of ``image_dir`` and write annotated copies.
 
@@ -188,25 +187,24 @@ def run_inference(
         model_path: a maskops checkpoint (or a registered exported format).
         image_dir: the input images (not searched recursively).
         out_image_dir: annotated images, same file names and formats as the inputs.
+        options: the score threshold, masks, device and image ids
+            (:class:`~maskops.evaluation.inference_options.InferenceOptions`; the ids come
+            from its ``annotations``, see :func:`assign_image_ids`); ``option_values`` (its
+            field names) override single options.
         label_dir: if given, one COCO results JSON per image (``<stem>.json``: a list of
             ``image_id``, ``file_name``, ``category_id``, ``bbox`` ``[x, y, w, h]``,
             ``score`` and, for models with masks, ``segmentation`` RLE), plus
             :data:`IMAGES_INDEX`.
-        threshold: detections scoring below this are neither drawn nor written.
-        include_mask: draw instance masks.
-        gpu_index: CUDA device when available.
         progress: show a progress bar.
         log, warn: receive progress lines and per-file problems.
         loaded: an already opened model (then ``model_path`` is only used in messages).
-        annotations: a COCO JSON whose ``images`` give the ids of the files it lists
-            (default: the spec's ``val_json_file`` when it exists); see
-            :func:`assign_image_ids`.
         class_names: model class index (1..K, the order of the label map) -> the name to
             draw and write (TAO's ``-c`` class map); default: the label map's names.
 
     Returns:
         Counts and the skipped files with reasons.
     """
+    options = replace(options or InferenceOptions(), **option_values)
     started = time.perf_counter()
     _check_inputs(spec, image_dir, out_image_dir)
     paths, others = list_images(image_dir)
@@ -215,19 +213,19 @@ def run_inference(
         summary.skipped.append((other, "not a .jpg/.jpeg/.png file"))
         warn(f"skipped {other}: not a .jpg/.jpeg/.png file")
     if loaded is None:
-        loaded = load_predictor(model_path, device=select_device(gpu_index))
+        loaded = load_predictor(model_path, device=select_device(options.gpu_index))
     check_input_size(loaded, spec.data_config.image_size)
-    if include_mask and not loaded.include_mask:
+    if options.include_mask and not loaded.include_mask:
         warn(f"{model_path} predicts no masks (include_mask is off in its spec); drawing boxes")
     out_image_dir.mkdir(parents=True, exist_ok=True)
     writer = _ResultWriter(
         paths=paths,
-        image_ids=assign_image_ids(paths, _known_ids(spec, annotations, log)),
+        image_ids=assign_image_ids(paths, _known_ids(spec, options.annotations, log)),
         label_names=_label_names(paths),
         names=category_names(loaded.label_map, class_names),
         out_image_dir=out_image_dir,
         label_dir=label_dir,
-        include_mask=include_mask,
+        include_mask=options.include_mask,
         summary=summary,
     )
     batch_size = spec.eval_batch_size
@@ -243,7 +241,7 @@ def run_inference(
                     scale=scale,
                     orig_hw=(image.height, image.width),
                     label_map=loaded.label_map,
-                    score_threshold=threshold,
+                    score_threshold=options.threshold,
                 )
                 writer.write(index, image, detections)
             bar.update(len(indices))

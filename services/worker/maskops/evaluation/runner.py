@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from maskops.device import select_device
 from maskops.evaluation.coco import IouType
 from maskops.evaluation.errors import EvaluationError
 from maskops.evaluation.evaluator import COCOEvaluator
+from maskops.evaluation.options import EvaluateOptions
 from maskops.evaluation.predictor import (
     Predictor,
     TorchPredictor,
@@ -140,12 +142,12 @@ def image_dir_batches(
 def run_evaluation(
     spec: ExperimentSpec,
     model_path: str | Path,
+    options: EvaluateOptions | None = None,
     *,
     out_json: Path | None = None,
-    gpu_index: int | None = 0,
     progress: bool = True,
     log: Callable[[str], None] = print,
-    image_dir: Path | None = None,
+    **option_values: Any,
 ) -> dict[str, float]:
     """Evaluate a model file on the spec's validation data (``maskops evaluate``).
 
@@ -156,21 +158,22 @@ def run_evaluation(
     Args:
         spec: the experiment spec.
         model_path: a maskops checkpoint, or an exported model a loader is registered for.
+        options: the device and images (:class:`~maskops.evaluation.options.EvaluateOptions`);
+            ``option_values`` (its field names) override single options.
         out_json: where to write ``{"metrics": ..., ...}``; None writes nothing.
-        gpu_index: CUDA device to use when CUDA is available; CPU otherwise.
         progress: show a progress bar.
         log: receives the human-readable lines (the metrics table at the end).
-        image_dir: where val_json_file's images are, for a spec without
-            ``validation_file_pattern`` (TAO's ``-i``); the shards win when both are set.
 
     Returns:
         The metrics: 24 (boxes and masks) or 12 (``include_mask: false``).
     """
     from maskops.data.pipeline import build_eval_loader
 
+    options = replace(options or EvaluateOptions(), **option_values)
+    image_dir = options.image_dir
     check_eval_data(spec, image_dir=image_dir)
     started = time.perf_counter()
-    loaded = load_predictor(model_path, device=select_device(gpu_index))
+    loaded = load_predictor(model_path, device=select_device(options.gpu_index))
     check_input_size(loaded, spec.data_config.image_size)
     iou_types: tuple[IouType, ...] = ("bbox", "segm") if loaded.include_mask else ("bbox",)
     evaluator = COCOEvaluator(spec.data_config.val_json_file, loaded.label_map, iou_types=iou_types)

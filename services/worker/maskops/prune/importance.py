@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, get_args
 
 import torch
 
-Norm = Literal["max", "L2"]
-Equalization = Literal["union", "intersection", "arithmetic_mean", "geometric_mean"]
-
-NORMS: tuple[str, ...] = get_args(Norm)
-EQUALIZATIONS: tuple[str, ...] = get_args(Equalization)
+from maskops.prune.options import EQUALIZATIONS, NORMS, Equalization, Norm
 
 # Guards divisions and logs against all-zero layers (a layer of zero filters normalises to 0).
 _EPS = 1e-12

@@ -37,16 +37,13 @@ from maskops.modeling import prunable_convs
 from maskops.prune.compensation import compensate_removed_channels
 from maskops.prune.cost import count_parameters, macs, output_positions, roi_output_size
 from maskops.prune.importance import (
-    EQUALIZATIONS,
-    NORMS,
-    Equalization,
-    Norm,
     channels_to_prune,
     equalize,
     filter_norms,
     normalize_norms,
     num_channels_to_keep,
 )
+from maskops.prune.options import EQUALIZATIONS, NORMS, Equalization, Norm
 from maskops.prune.report import GroupDecision, LayerChannels, PruneReport
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from maskops.checkpoints.model_file import CheckpointError, load_model, save_checkpoint
-from maskops.prune.importance import Equalization, Norm
+from maskops.prune.options import PruneOptions
 from maskops.prune.pruner import PruneError, prune_model
 from maskops.prune.report import PruneReport
 from maskops.spec.models import MaskRCNNConfig
@@ -32,22 +33,20 @@ def trace_input(config: MaskRCNNConfig) -> torch.Tensor:
 def run_prune(
     model_path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
+    options: PruneOptions | None = None,
     *,
-    norm: Norm = "max",
-    equalization: Equalization = "union",
-    granularity: int = 8,
-    threshold: float = 0.1,
-    min_filters: int = 16,
-    excluded_layers: Sequence[str] = (),
     model_filename: str = MODEL_FILENAME,
+    **option_values: Any,
 ) -> PruneReport:
     """Prune the maskops checkpoint ``model_path`` into ``out_dir``.
 
     Writes ``out_dir/<model_filename>`` (a maskops checkpoint of the pruned architecture,
     step 0, with the source's spec and label map, so that a spec's ``pruned_model_path``
     rebuilds it without the original) and ``out_dir/prune_report.json``. MACs are counted
-    at the stored spec's ``data_config.image_size``. Options are those of
-    :func:`maskops.prune.prune_model`.
+    at the stored spec's ``data_config.image_size``. ``options``
+    (:class:`~maskops.prune.options.PruneOptions`) are those of
+    :func:`maskops.prune.prune_model`; ``option_values`` (its field names) override single
+    options.
 
     Retraining: put the written file in a spec's ``pruned_model_path`` (``checkpoint`` then
     only adds weights whose shapes match). As TAO advises for retraining a pruned model,
@@ -57,6 +56,7 @@ def run_prune(
     Raises:
         PruneError: bad options, or a file that is not a usable maskops checkpoint.
     """
+    options = replace(options or PruneOptions(), **option_values)
     source = Path(model_path)
     try:
         loaded = load_model(source, map_location="cpu")
@@ -65,12 +65,12 @@ def run_prune(
     report = prune_model(
         loaded.model,
         example_inputs=trace_input(loaded.spec.maskrcnn_config),
-        norm=norm,
-        equalization=equalization,
-        granularity=granularity,
-        threshold=threshold,
-        min_filters=min_filters,
-        excluded_layers=excluded_layers,
+        norm=options.norm,
+        equalization=options.equalization,
+        granularity=options.granularity,
+        threshold=options.threshold,
+        min_filters=options.min_filters,
+        excluded_layers=options.excluded_layers,
         macs_image_size=loaded.spec.data_config.image_size,
     )
     out = Path(out_dir)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from maskops.data.coco import DatasetError
-from maskops.data.convert import ConversionResult, convert_dataset
-from maskops.data.format_names import DEFAULT_FORMAT, FORMAT_NAMES
+from maskops.data.convert import ConversionResult, ProgressFn, convert_dataset
+from maskops.data.convert_options import DEFAULT_FORMAT, FORMAT_NAMES, ConvertOptions
 from maskops.data.formats import cvat, labelme, labelstudio, via, voc, yolo_seg
 from maskops.data.formats.builder import FORMAT_KINDS, CocoBuilder, FormatMismatch
 
@@ -52,7 +52,7 @@ FORMATS: dict[str, Format] = {
         Format("yolo-seg", yolo_seg.read, yolo_seg.EXPECTED, True),
     )
 }
-assert tuple(FORMATS) == FORMAT_NAMES, "format_names.py lists the registry's formats"
+assert tuple(FORMATS) == FORMAT_NAMES, "convert_options.py lists the registry's formats"
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -99,22 +99,26 @@ def convert_labelled_dataset(
     image_dir: Path | str,
     annotations: Path | str,
     out_dir: Path | str,
+    options: ConvertOptions | None = None,
     *,
-    format_name: str = DEFAULT_FORMAT,
-    labels: Sequence[str] | None = None,
-    tag: str | None = None,
-    **options: Any,
+    progress: ProgressFn | None = None,
+    **option_values: Any,
 ) -> ConversionResult:
     """:func:`~maskops.data.convert.convert_dataset` for a dataset in any of :data:`FORMATS`.
 
-    ``labels``: the category names in id order (id 1 first); names outside it are
-    reported as ``unknown_label``. Other ``options`` are ``convert_dataset``'s.
+    ``options`` (:class:`~maskops.data.convert_options.ConvertOptions`): its ``format_name``
+    says how ``annotations`` are written, its ``labels`` the category names in id order (id
+    1 first; names outside it are reported as ``unknown_label``); ``option_values`` (its
+    field names) override single options.
     """
+    options = replace(options or ConvertOptions(), **option_values)
     image_dir, annotations, out_dir = Path(image_dir), Path(annotations), Path(out_dir)
-    tag = tag or annotations.stem
+    tag = options.tag or annotations.stem
+    options = replace(options, tag=tag)
+    format_name = options.format_name
     if format_name == DEFAULT_FORMAT:
-        return convert_dataset(image_dir, annotations, out_dir, tag=tag, **options)
-    builder = to_coco(format_name, annotations, image_dir, labels)
+        return convert_dataset(image_dir, annotations, out_dir, options, progress=progress)
+    builder = to_coco(format_name, annotations, image_dir, options.labels)
     out_dir.mkdir(parents=True, exist_ok=True)
     converted = coco_path(out_dir, tag)
     partial = converted.with_name(converted.name + ".partial")
@@ -124,8 +128,8 @@ def convert_labelled_dataset(
         image_dir,
         converted,
         out_dir,
-        tag=tag,
+        options,
+        progress=progress,
         extra_findings=builder.findings,
         source={"format": format_name, "annotations": str(annotations.resolve())},
-        **options,
     )
