@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from maskops.engine.train_options import DEFAULTS as ENGINE_TRAIN
+from maskops.engine.train_options import TrainOptions as EngineTrainOptions
 from maskops.evaluation.inference_options import GPU_INDEX as ENGINE_INFERENCE_GPU_INDEX
 from maskops.evaluation.inference_options import THRESHOLD as ENGINE_INFERENCE_THRESHOLD
 from maskops.evaluation.options import GPU_INDEX as ENGINE_EVALUATE_GPU_INDEX
@@ -63,9 +65,13 @@ class NoOptions(ActionOptions):
 
 
 class TrainOptions(ActionOptions):
-    gpu_index: GpuIndex = 0
+    """The engine's :class:`maskops.engine.train_options.TrainOptions` a job sets (the
+    rendezvous is the workers', restarts the operator's ``MASKOPS_TRAIN_MAX_RESTARTS``),
+    with its defaults; plus ``trial``, an AutoML search's."""
+
+    gpu_index: GpuIndex = ENGINE_TRAIN.gpu_index
     gpus: int = Field(
-        default=1,
+        default=ENGINE_TRAIN.gpus,
         ge=1,
         le=64,
         description="Ranks (one per GPU) the job trains on, under torchrun; learning rates "
@@ -73,7 +79,7 @@ class TrainOptions(ActionOptions):
         "MASKOPS_CPU_RANKS gloo processes on a worker without a GPU).",
     )
     nodes: int = Field(
-        default=1,
+        default=ENGINE_TRAIN.nodes,
         ge=1,
         le=64,
         description="Workers (hosts) the job spans, each running `gpus` ranks; they gather "
@@ -85,6 +91,17 @@ class TrainOptions(ActionOptions):
         description="Set by an AutoML search on the train jobs it creates: the number of the "
         "study's trial the job runs (its parent_job_id is the search).",
     )
+
+    def engine(self, *, rdzv_endpoint: str = "", max_restarts: int = 0) -> EngineTrainOptions:
+        """The engine's options of this job (the worker adds the rendezvous it hosts or
+        joins and the restarts the operator allows)."""
+        return EngineTrainOptions(
+            gpus=self.gpus,
+            gpu_index=self.gpu_index,
+            nodes=self.nodes,
+            rdzv_endpoint=rdzv_endpoint,
+            max_restarts=max_restarts,
+        )
 
 
 class ModelSource(ActionOptions):

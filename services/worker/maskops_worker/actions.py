@@ -238,7 +238,7 @@ def _train_ranks(
     from maskops_worker.automl import trial_pruning_hook
     from maskops_worker.hooks import control_plane_hook, status_reporter
 
-    if options.gpus == 1 and options.nodes == 1:
+    if options.engine().in_process:
         with ctx.job_log.engine_lines(training_logger):
             return run_training(
                 spec,
@@ -271,15 +271,16 @@ def _rank_plan(ctx: JobContext, options: TrainOptions, *, endpoint: str, leads: 
     leader's agent serves the rendezvous store (the workers may share a host name)."""
     from maskops.engine.launcher import RankPlan
 
+    run = options.engine(rdzv_endpoint=endpoint, max_restarts=ctx.settings.train_max_restarts)
     return RankPlan(
-        nproc_per_node=options.gpus,
-        nnodes=options.nodes,
-        rdzv_endpoint=endpoint,
+        nproc_per_node=run.gpus,
+        nnodes=run.nodes,
+        rdzv_endpoint=run.rdzv_endpoint,
         rdzv_id=f"maskops-job-{ctx.job.id}-attempt-{ctx.job.attempts}",
         hosts_rendezvous=leads if endpoint else None,
-        max_restarts=ctx.settings.train_max_restarts,
+        max_restarts=run.max_restarts,
         join_timeout_s=ctx.settings.rendezvous_timeout_s,
-        gpu_index=options.gpu_index,
+        gpu_index=run.gpu_index,
     )
 
 

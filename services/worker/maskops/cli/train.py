@@ -15,6 +15,7 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import fields
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -27,10 +28,13 @@ from maskops.cli.common import (
     add_spec_argument,
     load_resolved_spec,
 )
+from maskops.engine.train_options import DEFAULTS, TrainOptions, cli_flag
 
 if TYPE_CHECKING:
     from maskops.engine import TrainResult
     from maskops.spec.models import ExperimentSpec
+
+TRAIN_OPTION_NAMES = tuple(field.name for field in fields(TrainOptions))
 
 
 def register(subparsers: Any) -> None:
@@ -53,36 +57,44 @@ def register(subparsers: Any) -> None:
         help="checkpoints, logs, status.json",
     )
     parser.add_argument(
-        "--gpus",
+        cli_flag("gpus"),
         "-np",
         "--num_processes",
         dest="gpus",
         type=int,
-        default=1,
+        default=DEFAULTS.gpus,
         help="ranks under torchrun (one per GPU; gloo on CPU); learning rates scale linearly",
     )
     parser.add_argument(
-        "--max_restarts",
+        cli_flag("max_restarts"),
         type=int,
-        default=0,
+        default=DEFAULTS.max_restarts,
         help="with --gpus > 1: times torchrun restarts the ranks (from the last checkpoint)",
     )
-    parser.add_argument("--gpu_index", type=int, default=0, help="first CUDA device to use")
     parser.add_argument(
-        "--nnodes",
+        cli_flag("gpu_index"),
         type=int,
-        default=1,
+        default=DEFAULTS.gpu_index,
+        help="first CUDA device to use",
+    )
+    parser.add_argument(
+        cli_flag("nodes"),
+        dest="nodes",
+        type=int,
+        default=DEFAULTS.nodes,
         help="hosts of the run: run this command on each, with the same --rdzv_endpoint and "
         "--rdzv_id (docs/operations.md)",
     )
     parser.add_argument(
-        "--rdzv_endpoint",
-        default="",
+        cli_flag("rdzv_endpoint"),
+        default=DEFAULTS.rdzv_endpoint,
         help="host:port of the c10d rendezvous, for --nnodes > 1 (served by that host)",
     )
-    parser.add_argument("--rdzv_id", default="maskops", help="names the run on every host")
     parser.add_argument(
-        "--use_amp",
+        cli_flag("rdzv_id"), default=DEFAULTS.rdzv_id, help="names the run on every host"
+    )
+    parser.add_argument(
+        cli_flag("use_amp"),
         action="store_true",
         help="mixed precision (overrides the spec's use_amp; declined on CPUs without bf16)",
     )
@@ -111,6 +123,11 @@ def _graceful_stop() -> threading.Event:
     return stop
 
 
+def train_options(args: argparse.Namespace) -> TrainOptions:
+    """The engine's options from the parsed flags."""
+    return TrainOptions(**{name: getattr(args, name) for name in TRAIN_OPTION_NAMES})
+
+
 def training_spec(args: argparse.Namespace) -> ExperimentSpec:
     """The spec to train: the file's, paths resolved, with ``--use_amp`` applied."""
     spec = load_resolved_spec(args.experiment_spec)
@@ -128,21 +145,16 @@ def run(args: argparse.Namespace) -> int:
     )
 
     spec = training_spec(args)
-    if args.gpus < 1:
-        raise CLIError(f"--gpus must be >= 1, got {args.gpus}")
-    if args.max_restarts < 0:
-        raise CLIError(f"--max_restarts must be >= 0, got {args.max_restarts}")
-    if args.nnodes < 1:
-        raise CLIError(f"--nnodes must be >= 1, got {args.nnodes}")
-    if args.nnodes > 1 and not args.rdzv_endpoint:
-        raise CLIError(f"--nnodes {args.nnodes} needs --rdzv_endpoint HOST:PORT")
+    options = train_options(args)
+    if (problem := options.problem()) is not None:
+        raise CLIError(problem)
     if args.log_file is not None:
         args.log_file.parent.mkdir(parents=True, exist_ok=True)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     stop = _graceful_stop()
     try:
-        result = _train(spec, args, stop)
+        result = _train(spec, options, args.results_dir, args.log_file, stop)
     except (NonFiniteLossError, RankFailed) as exc:
         # The run itself failed (exit 1); any other TrainingError is bad input (exit 2).
         raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None
@@ -157,28 +169,32 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _train(spec: ExperimentSpec, args: argparse.Namespace, stop: threading.Event) -> TrainResult:
+def _train(
+    spec: ExperimentSpec,
+    options: TrainOptions,
+    results_dir: Path,
+    log_file: Path | None,
+    stop: threading.Event,
+) -> TrainResult:
     """In this process for one rank on one host; otherwise through torchrun (the one
     launcher), also for one host of several."""
     from maskops.engine import CancelHook, run_training
     from maskops.engine.launcher import RankPlan, train_under_torchrun
 
-    if args.gpus == 1 and args.nnodes == 1 and not args.rdzv_endpoint:
+    if options.in_process:
         return run_training(
             spec,
-            args.results_dir,
-            gpu_index=args.gpu_index,
-            log_file=args.log_file,
+            results_dir,
+            gpu_index=options.gpu_index,
+            log_file=log_file,
             extra_hooks=[CancelHook(stop.is_set)],
         )
     plan = RankPlan(
-        nproc_per_node=args.gpus,
-        nnodes=args.nnodes,
-        rdzv_endpoint=args.rdzv_endpoint,
-        rdzv_id=args.rdzv_id,
-        max_restarts=args.max_restarts,
-        gpu_index=args.gpu_index,
+        nproc_per_node=options.gpus,
+        nnodes=options.nodes,
+        rdzv_endpoint=options.rdzv_endpoint,
+        rdzv_id=options.rdzv_id,
+        max_restarts=options.max_restarts,
+        gpu_index=options.gpu_index,
     )
-    return train_under_torchrun(
-        spec, args.results_dir, plan, log_file=args.log_file, should_stop=stop.is_set
-    )
+    return train_under_torchrun(spec, results_dir, plan, log_file=log_file, should_stop=stop.is_set)

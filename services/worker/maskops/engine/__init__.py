@@ -2,19 +2,44 @@
 start under torchrun: :mod:`maskops.engine.launcher`).
 
 :func:`run_training` is the entry point the CLI (``maskops train``) and the Celery task
-share; :class:`Trainer` and the hooks in :mod:`maskops.engine.hooks` are its parts.
+share; :class:`Trainer` and the hooks in :mod:`maskops.engine.hooks` are its parts; how it
+runs is :class:`~maskops.engine.train_options.TrainOptions`. Importing this package imports
+nothing heavy: the names below are imported from their modules on first use, so that the
+train options (standard library only) are what the control plane imports of the engine.
 """
 
-from maskops.engine.errors import (
-    NonFiniteLossError,
-    RankFailed,
-    TrainingCancelled,
-    TrainingError,
-)
-from maskops.engine.hooks import CancelHook
-from maskops.engine.schedule import LRSchedule
-from maskops.engine.train import STATUS_FILE, TrainResult, run_training
-from maskops.engine.trainer import HookBase, Trainer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from maskops.engine.errors import (
+        NonFiniteLossError,
+        RankFailed,
+        TrainingCancelled,
+        TrainingError,
+    )
+    from maskops.engine.hooks import CancelHook
+    from maskops.engine.schedule import LRSchedule
+    from maskops.engine.train import STATUS_FILE, TrainResult, run_training
+    from maskops.engine.train_options import TrainOptions
+    from maskops.engine.trainer import HookBase, Trainer
+
+_HOMES = {
+    "NonFiniteLossError": "errors",
+    "RankFailed": "errors",
+    "TrainingCancelled": "errors",
+    "TrainingError": "errors",
+    "CancelHook": "hooks",
+    "LRSchedule": "schedule",
+    "STATUS_FILE": "train",
+    "TrainResult": "train",
+    "run_training": "train",
+    "TrainOptions": "train_options",
+    "HookBase": "trainer",
+    "Trainer": "trainer",
+}
 
 __all__ = [
     "STATUS_FILE",
@@ -23,9 +48,16 @@ __all__ = [
     "LRSchedule",
     "NonFiniteLossError",
     "RankFailed",
+    "TrainOptions",
     "TrainResult",
     "Trainer",
     "TrainingCancelled",
     "TrainingError",
     "run_training",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"maskops.engine.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
