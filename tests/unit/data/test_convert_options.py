@@ -5,9 +5,8 @@ the options only through the engine's object."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any, get_args
 
 import pytest
@@ -23,6 +22,7 @@ from maskops.data.convert_options import (
 )
 from maskops.data.formats import convert_labelled_dataset
 from maskops_api.schemas import DatasetCreate
+from tests.support.options_agreement import TaskCli
 
 BASE = ["dataset_convert", "-i", "images", "-a", "train.json", "-o", "out"]
 OTHER_VALUES: dict[str, Any] = {
@@ -35,40 +35,13 @@ OTHER_VALUES: dict[str, Any] = {
     "drop_empty_images": True,
 }
 """A value other than the default for every option."""
-
-
-def _cli_options(*flags: str) -> ConvertOptions:
-    args: argparse.Namespace = build_parser().parse_args([*BASE, *flags])
-    return cli_convert.convert_options(args)
-
-
-def _flags(name: str, value: Any) -> list[str]:
-    if value is True:
-        return [cli_flag(name)]
-    if value is False:  # --include_mask is on by default; --no-include_mask turns it off
-        return [cli_flag(name).replace("--", "--no-", 1)]
-    return [cli_flag(name), ",".join(value) if isinstance(value, tuple) else str(value)]
-
-
-def test_other_values_cover_every_option() -> None:
-    assert set(OTHER_VALUES) == {f.name for f in fields(ConvertOptions)}
-    assert all(getattr(DEFAULTS, k) != v for k, v in OTHER_VALUES.items())
-
-
-def test_the_cli_defaults_are_the_engine_defaults() -> None:
-    assert _cli_options() == DEFAULTS
-
-
-@pytest.mark.parametrize("name", sorted(OTHER_VALUES))
-def test_each_option_has_its_cli_flag(name: str) -> None:
-    value = OTHER_VALUES[name]
-    assert _cli_options(*_flags(name, value)) == replace(DEFAULTS, **{name: value})
+CLI = TaskCli(BASE, cli_convert.convert_options, DEFAULTS, cli_flag, OTHER_VALUES)
 
 
 def test_the_format_flag_offers_the_engine_s_formats() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args([*BASE, cli_flag("format_name"), "not-a-format"])
-    assert {_cli_options(cli_flag("format_name"), f).format_name for f in FORMAT_NAMES} == set(
+    assert {CLI.options(cli_flag("format_name"), f).format_name for f in FORMAT_NAMES} == set(
         FORMAT_NAMES
     )
 

@@ -4,16 +4,15 @@ become the engine's unchanged."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import fields, replace
 from typing import Any
 
 import pytest
 
 from maskops.cli import train as cli_train
-from maskops.cli.main import build_parser
 from maskops.engine.train_options import DEFAULTS, TrainOptions, cli_flag
 from maskops_core.options import TrainOptions as JobTrainOptions
+from tests.support.options_agreement import TaskCli
 
 BASE = ["train", "-e", "spec.txt", "-d", "results"]
 OTHER_VALUES: dict[str, Any] = {
@@ -26,32 +25,12 @@ OTHER_VALUES: dict[str, Any] = {
     "use_amp": True,
 }
 """A value other than the default for every option."""
-
-
-def _cli_options(*flags: str) -> TrainOptions:
-    args: argparse.Namespace = build_parser().parse_args([*BASE, *flags])
-    return cli_train.train_options(args)
-
-
-def test_other_values_cover_every_option() -> None:
-    assert set(OTHER_VALUES) == {f.name for f in fields(TrainOptions)}
-    assert all(getattr(DEFAULTS, k) != v for k, v in OTHER_VALUES.items())
-
-
-def test_the_cli_defaults_are_the_engine_defaults() -> None:
-    assert _cli_options() == DEFAULTS
-
-
-@pytest.mark.parametrize("name", sorted(OTHER_VALUES))
-def test_each_option_has_its_cli_flag(name: str) -> None:
-    value = OTHER_VALUES[name]
-    flags = [cli_flag(name)] if value is True else [cli_flag(name), str(value)]
-    assert _cli_options(*flags) == replace(DEFAULTS, **{name: value})
+CLI = TaskCli(BASE, cli_train.train_options, DEFAULTS, cli_flag, OTHER_VALUES)
 
 
 def test_tao_s_process_flags_are_the_same_option() -> None:
-    assert _cli_options("-np", "3") == _cli_options("--num_processes", "3")
-    assert _cli_options("-np", "3") == replace(DEFAULTS, gpus=3)
+    assert CLI.options("-np", "3") == CLI.options("--num_processes", "3")
+    assert CLI.options("-np", "3") == replace(DEFAULTS, gpus=3)
 
 
 def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:
@@ -82,4 +61,4 @@ def test_a_job_s_options_become_engine_options_unchanged() -> None:
     ],
 )
 def test_options_that_cannot_run_name_the_flag(flags: list[str], problem: str) -> None:
-    assert _cli_options(*flags).problem() == problem
+    assert CLI.options(*flags).problem() == problem

@@ -4,46 +4,30 @@ run_evaluation takes the options only through the engine's object."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from maskops.cli import evaluate as cli_evaluate
-from maskops.cli.main import build_parser
 from maskops.evaluation.options import DEFAULTS, EvaluateOptions, cli_flag
 from maskops.evaluation.runner import run_evaluation
 from maskops.spec.text import parse_spec_text
 from maskops_core.options import EvaluateOptions as JobEvaluateOptions
+from tests.support.options_agreement import TaskCli
 
 BASE = ["evaluate", "-e", "spec.txt", "-m", "model.pth"]
 OTHER_VALUES: dict[str, Any] = {"gpu_index": 1, "image_dir": Path("images")}
 """A value other than the default for every option."""
 SPEC_WITHOUT_SHARDS = parse_spec_text('data_config { val_json_file: "val.json" }')
 """A spec whose validation images come from ``-i`` (no validation shards)."""
-
-
-def _cli_options(*flags: str) -> EvaluateOptions:
-    args: argparse.Namespace = build_parser().parse_args([*BASE, *flags])
-    return cli_evaluate.evaluate_options(args, SPEC_WITHOUT_SHARDS)
-
-
-def test_other_values_cover_every_option() -> None:
-    assert set(OTHER_VALUES) == {f.name for f in fields(EvaluateOptions)}
-    assert all(getattr(DEFAULTS, k) != v for k, v in OTHER_VALUES.items())
-
-
-def test_the_cli_defaults_are_the_engine_defaults() -> None:
-    assert _cli_options() == DEFAULTS
-
-
-@pytest.mark.parametrize("name", sorted(OTHER_VALUES))
-def test_each_option_has_its_cli_flag(name: str) -> None:
-    value = OTHER_VALUES[name]
-    assert _cli_options(cli_flag(name), str(value)) == replace(DEFAULTS, **{name: value})
+CLI = TaskCli(
+    BASE,
+    lambda args: cli_evaluate.evaluate_options(args, SPEC_WITHOUT_SHARDS),
+    DEFAULTS,
+    cli_flag,
+    OTHER_VALUES,
+)
 
 
 def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:

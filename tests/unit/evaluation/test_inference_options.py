@@ -5,19 +5,16 @@ object."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from maskops.cli import inference as cli_inference
-from maskops.cli.main import build_parser
 from maskops.evaluation.inference import run_inference
 from maskops.evaluation.inference_options import DEFAULTS, InferenceOptions, cli_flag
 from maskops_core.options import InferenceOptions as JobInferenceOptions
+from tests.support.options_agreement import TaskCli
 
 BASE = ["inference", "-i", "images", "-o", "out", "-e", "spec.txt", "-m", "model.pth"]
 OTHER_VALUES: dict[str, Any] = {
@@ -32,27 +29,7 @@ JOB_ONLY = {"image_dir", "exports", "polygon_tolerance", "model_version"}
 the labelling tools' files written after it."""
 JOB_DEFAULTS = {"include_mask": True}
 """Where a job's default differs from the engine's and the CLI's: it draws masks."""
-
-
-def _cli_options(*flags: str) -> InferenceOptions:
-    args: argparse.Namespace = build_parser().parse_args([*BASE, *flags])
-    return cli_inference.inference_options(args)
-
-
-def test_other_values_cover_every_option() -> None:
-    assert set(OTHER_VALUES) == {f.name for f in fields(InferenceOptions)}
-    assert all(getattr(DEFAULTS, k) != v for k, v in OTHER_VALUES.items())
-
-
-def test_the_cli_defaults_are_the_engine_defaults() -> None:
-    assert _cli_options() == DEFAULTS
-
-
-@pytest.mark.parametrize("name", sorted(OTHER_VALUES))
-def test_each_option_has_its_cli_flag(name: str) -> None:
-    value = OTHER_VALUES[name]
-    flags = [cli_flag(name)] if value is True else [cli_flag(name), str(value)]
-    assert _cli_options(*flags) == replace(DEFAULTS, **{name: value})
+CLI = TaskCli(BASE, cli_inference.inference_options, DEFAULTS, cli_flag, OTHER_VALUES)
 
 
 def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:

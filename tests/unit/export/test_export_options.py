@@ -4,19 +4,16 @@ export_onnx takes the options only through the engine's object."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, get_args, get_type_hints
-
-import pytest
+from typing import Any, get_type_hints
 
 from maskops.cli import export as cli_export
-from maskops.cli.main import build_parser
 from maskops.export.exporter import export_onnx
 from maskops.export.options import DEFAULTS, ExportOptions, cli_flag
 from maskops_core.options import ExportOptions as JobExportOptions
+from tests.support.options_agreement import TaskCli, literals
 
 BASE = ["export", "-m", "model.pth", "-e", "spec.txt"]
 OTHER_VALUES: dict[str, Any] = {
@@ -39,37 +36,7 @@ OTHER_VALUES: dict[str, Any] = {
     "gpu_index": 1,
 }
 """A value other than the default for every option."""
-
-
-def _cli_options(*flags: str) -> ExportOptions:
-    args: argparse.Namespace = build_parser().parse_args([*BASE, *flags])
-    return cli_export.export_options(args)
-
-
-def test_other_values_cover_every_option() -> None:
-    assert set(OTHER_VALUES) == {f.name for f in fields(ExportOptions)}
-    assert all(getattr(DEFAULTS, k) != v for k, v in OTHER_VALUES.items())
-
-
-def test_the_cli_defaults_are_the_engine_defaults() -> None:
-    assert _cli_options() == DEFAULTS
-
-
-@pytest.mark.parametrize("name", sorted(OTHER_VALUES))
-def test_each_option_has_its_cli_flag(name: str) -> None:
-    value = OTHER_VALUES[name]
-    flags = [cli_flag(name)] if value is True else [cli_flag(name), str(value)]
-    assert _cli_options(*flags) == replace(DEFAULTS, **{name: value})
-
-
-def _literals(annotation: Any) -> set[object]:
-    """The values of the Literal types inside ``annotation`` (``X | None`` included)."""
-    args = get_args(annotation)
-    if not args:
-        return set()
-    if all(not get_args(a) and not isinstance(a, type) for a in args):
-        return set(args)
-    return set().union(*(_literals(a) for a in args))
+CLI = TaskCli(BASE, cli_export.export_options, DEFAULTS, cli_flag, OTHER_VALUES)
 
 
 def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:
@@ -79,8 +46,8 @@ def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:
     for name in job_fields:
         job_field = JobExportOptions.model_fields[name]
         assert job_field.default == getattr(DEFAULTS, name), name
-        assert _literals(job_field.annotation) == _literals(engine_types[name]), name
-    assert _literals(engine_types["data_type"]) == {"fp32", "fp16", "int8"}
+        assert literals(job_field.annotation) == literals(engine_types[name]), name
+    assert literals(engine_types["data_type"]) == {"fp32", "fp16", "int8"}
 
 
 def test_a_job_s_options_become_engine_options_unchanged() -> None:

@@ -4,18 +4,15 @@ takes the options only through the engine's object."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
 from dataclasses import fields, replace
-from typing import Any, get_args, get_type_hints
-
-import pytest
+from typing import Any, get_type_hints
 
 from maskops.cli import prune as cli_prune
-from maskops.cli.main import build_parser
 from maskops.prune.options import DEFAULTS, PruneOptions, cli_flag
 from maskops.prune.run import run_prune
 from maskops_core.options import PruneOptions as JobPruneOptions
+from tests.support.options_agreement import TaskCli, literals
 
 BASE = ["prune", "-m", "model.pth", "-o", "out"]
 OTHER_VALUES: dict[str, Any] = {
@@ -27,37 +24,7 @@ OTHER_VALUES: dict[str, Any] = {
     "excluded_layers": ("backbone.body.layer4",),
 }
 """A value other than the default for every option."""
-
-
-def _cli_options(*flags: str) -> PruneOptions:
-    args: argparse.Namespace = build_parser().parse_args([*BASE, *flags])
-    return cli_prune.prune_options(args)
-
-
-def test_other_values_cover_every_option() -> None:
-    assert set(OTHER_VALUES) == {f.name for f in fields(PruneOptions)}
-    assert all(getattr(DEFAULTS, k) != v for k, v in OTHER_VALUES.items())
-
-
-def test_the_cli_defaults_are_the_engine_defaults() -> None:
-    assert _cli_options() == DEFAULTS
-
-
-@pytest.mark.parametrize("name", sorted(OTHER_VALUES))
-def test_each_option_has_its_cli_flag(name: str) -> None:
-    value = OTHER_VALUES[name]
-    flag_value = ",".join(value) if isinstance(value, tuple) else str(value)
-    assert _cli_options(cli_flag(name), flag_value) == replace(DEFAULTS, **{name: value})
-
-
-def _literals(annotation: Any) -> set[object]:
-    """The values of the Literal types inside ``annotation`` (``X | None`` included)."""
-    args = get_args(annotation)
-    if not args:
-        return set()
-    if all(not get_args(a) and not isinstance(a, type) for a in args):
-        return set(args)
-    return set().union(*(_literals(a) for a in args))
+CLI = TaskCli(BASE, cli_prune.prune_options, DEFAULTS, cli_flag, OTHER_VALUES)
 
 
 def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:
@@ -72,8 +39,8 @@ def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:
         assert (tuple(default) if isinstance(default, list) else default) == getattr(
             DEFAULTS, name
         ), name
-        assert _literals(job_field.annotation) == _literals(engine_types[name]), name
-    assert _literals(engine_types["norm"]) == {"max", "L2"}
+        assert literals(job_field.annotation) == literals(engine_types[name]), name
+    assert literals(engine_types["norm"]) == {"max", "L2"}
 
 
 def test_a_job_s_options_become_engine_options_unchanged() -> None:
