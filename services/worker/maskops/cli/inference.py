@@ -96,6 +96,16 @@ def register(subparsers: Any) -> None:
         help=f"minimum score (default {DEFAULTS.threshold})",
     )
     parser.add_argument("--include_mask", action="store_true", help="draw instance masks")
+    _add_export_arguments(parser)
+    parser.add_argument(
+        "--gpu_index", type=int, default=DEFAULTS.gpu_index, help="CUDA device (CPU if none)"
+    )
+    add_key_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    """The predictions written for review in a labelling tool."""
     parser.add_argument(
         "--export",
         action="append",
@@ -114,11 +124,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--model_version", default="maskops", help="Label Studio's model_version (default maskops)"
     )
-    parser.add_argument(
-        "--gpu_index", type=int, default=DEFAULTS.gpu_index, help="CUDA device (CPU if none)"
-    )
-    add_key_argument(parser)
-    parser.set_defaults(handler=run)
 
 
 def output_dirs(args: argparse.Namespace) -> tuple[Path, Path | None]:
