@@ -190,4 +190,7 @@ def test_sigkilled_stack_mid_search_resumes_and_loses_no_finished_trial(
     for trial_job_id in interrupted:
         logs = client.get(f"/jobs/{trial_job_id}/logs").text
         assert after[trial_job_id]["attempts"] == 2, logs
-        assert re.search(r"resuming from \S+model\.step-\d+\.pth", logs), logs
+        # One past its step-2 checkpoint resumes from it; the other trial running at the
+        # kill may have just started, with no checkpoint to resume from.
+        if (before[trial_job_id]["progress"]["step"] or 0) >= 3:
+            assert re.search(r"resuming from \S+model\.step-\d+\.pth", logs), logs
