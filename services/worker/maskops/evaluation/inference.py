@@ -207,11 +207,8 @@ def run_inference(
     options = replace(options or InferenceOptions(), **option_values)
     started = time.perf_counter()
     _check_inputs(spec, image_dir, out_image_dir)
-    paths, others = list_images(image_dir)
     summary = InferenceSummary()
-    for other in others:
-        summary.skipped.append((other, "not a .jpg/.jpeg/.png file"))
-        warn(f"skipped {other}: not a .jpg/.jpeg/.png file")
+    paths = _images_of(image_dir, summary, warn)
     if loaded is None:
         loaded = load_predictor(model_path, device=select_device(options.gpu_index))
     check_input_size(loaded, spec.data_config.image_size)
@@ -247,12 +244,19 @@ def run_inference(
             bar.update(len(indices))
     writer.finish()
     summary.seconds = time.perf_counter() - started
-    log(
-        f"Annotated {summary.images} image(s) with {summary.detections} detection(s) "
-        f"in {summary.seconds:.1f} s; skipped {len(summary.skipped)}; images in {out_image_dir}"
-        + (f", results in {label_dir}" if label_dir is not None else "")
-    )
+    log(writer.report())
     return summary
+
+
+def _images_of(
+    image_dir: Path, summary: InferenceSummary, warn: Callable[[str], None]
+) -> list[Path]:
+    """The JPEG/PNG files of ``image_dir``; the other files are reported as skipped."""
+    paths, others = list_images(image_dir)
+    for other in others:
+        summary.skipped.append((other, "not a .jpg/.jpeg/.png file"))
+        warn(f"skipped {other}: not a .jpg/.jpeg/.png file")
+    return list(paths)
 
 
 def _check_inputs(spec: ExperimentSpec, image_dir: Path, out_image_dir: Path) -> None:
@@ -325,6 +329,16 @@ class _ResultWriter:
         )
         self.summary.images += 1
         self.summary.detections += len(detections)
+
+    def report(self) -> str:
+        """The run in one line: counts, time, where the results are."""
+        summary = self.summary
+        return (
+            f"Annotated {summary.images} image(s) with {summary.detections} detection(s) "
+            f"in {summary.seconds:.1f} s; skipped {len(summary.skipped)}; images in "
+            f"{self.out_image_dir}"
+            + (f", results in {self.label_dir}" if self.label_dir is not None else "")
+        )
 
     def finish(self) -> None:
         if self.label_dir is None:
