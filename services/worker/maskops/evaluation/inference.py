@@ -225,27 +225,39 @@ def run_inference(
         include_mask=options.include_mask,
         summary=summary,
     )
-    batch_size = spec.eval_batch_size
     with tqdm(total=len(paths), unit="img", disable=not progress, desc="inference") as bar:
-        for start in range(0, len(paths), batch_size):
-            indices = range(start, min(start + batch_size, len(paths)))
-            batch, inputs = _read_batch(paths, indices, spec.data_config.image_size, summary, warn)
-            outputs = loaded.predictor(inputs) if inputs else []
-            for (index, image, scale), output in zip(batch, outputs, strict=True):
-                detections = detections_to_coco(
-                    output,
-                    image_id=writer.image_ids[index],
-                    scale=scale,
-                    orig_hw=(image.height, image.width),
-                    label_map=loaded.label_map,
-                    score_threshold=options.threshold,
-                )
-                writer.write(index, image, detections)
+        for start in range(0, len(paths), spec.eval_batch_size):
+            indices = range(start, min(start + spec.eval_batch_size, len(paths)))
+            _infer_batch(loaded, spec, options.threshold, indices, writer, warn)
             bar.update(len(indices))
     writer.finish()
     summary.seconds = time.perf_counter() - started
     log(writer.report())
     return summary
+
+
+def _infer_batch(
+    loaded: LoadedPredictor,
+    spec: ExperimentSpec,
+    threshold: float,
+    indices: range,
+    writer: _ResultWriter,
+    warn: Callable[[str], None],
+) -> None:
+    """Detect objects in the readable images of ``indices`` in one batch and write them."""
+    image_size = spec.data_config.image_size
+    batch, inputs = _read_batch(writer.paths, indices, image_size, writer.summary, warn)
+    outputs = loaded.predictor(inputs) if inputs else []
+    for (index, image, scale), output in zip(batch, outputs, strict=True):
+        detections = detections_to_coco(
+            output,
+            image_id=writer.image_ids[index],
+            scale=scale,
+            orig_hw=(image.height, image.width),
+            label_map=loaded.label_map,
+            score_threshold=threshold,
+        )
+        writer.write(index, image, detections)
 
 
 def _images_of(

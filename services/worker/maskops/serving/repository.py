@@ -470,23 +470,27 @@ def _read_history(path: Path) -> list[dict[str, object]]:
 
 
 def _version_files(
-    names: EnsembleNames, meta: GraphMetadata, network: _Network
+    names: EnsembleNames,
+    meta: GraphMetadata,
+    network: _Network,
+    image_limits: ImageLimits | None = None,
 ) -> dict[str, dict[str, Content]]:
-    """``{model: {filename: text or file to copy}}`` of the new version, ensemble last."""
-    settings = json.dumps(
-        {
-            "image_size": list(meta.image_size),
-            "data_type": meta.data_type,
-            "max_batch_size": network.batch,
-            "static_batch_size": meta.batch_size,
-        }
-    )
+    """``{model: {filename: text or file to copy}}`` of the new version, ensemble last; the
+    preprocess model's settings also hold ``image_limits`` (its ``initialize`` reads them)."""
+    shared: dict[str, object] = {
+        "image_size": list(meta.image_size),
+        "data_type": meta.data_type,
+        "max_batch_size": network.batch,
+        "static_batch_size": meta.batch_size,
+    }
+    settings = json.dumps(shared)
+    limits = image_limits.as_settings() if image_limits is not None else {}
     label_json = json.dumps(meta.label_map.to_json(), indent=1)
     files: dict[str, dict[str, Content]] = {
         names.preprocess: {
             "model.py": MODELS_DIR / "preprocess" / "model.py",
             OPS_FILE.name: OPS_FILE,
-            "settings.json": settings,
+            "settings.json": json.dumps(shared | limits),
         },
         names.net: {network.filename: network.graph, "settings.json": settings},
         names.postprocess: {
@@ -502,13 +506,6 @@ def _version_files(
         files[names.net]["model.py"] = MODELS_DIR / "network" / "model.py"
         files[names.net][OPS_FILE.name] = OPS_FILE
     return files
-
-
-def _limit_images(preprocess: dict[str, Content], limits: ImageLimits) -> None:
-    """Add the image limits to the preprocess model's settings.json (its ``initialize``
-    reads them)."""
-    settings = json.loads(str(preprocess["settings.json"]))
-    preprocess["settings.json"] = json.dumps(settings | limits.as_settings())
 
 
 @dataclass(frozen=True)
@@ -618,10 +615,7 @@ def publish(
     """
     _check_name(name)
     placement = placement or Placement()
-    onnx_path = _find_onnx(Path(export))
-    meta = _read_metadata(onnx_path)
-    if label_map is not None or spec is not None:
-        meta = replace(meta, spec=spec or meta.spec, label_map=label_map or meta.label_map)
+    onnx_path, meta = _export_metadata(Path(export), label_map, spec)
     network = _resolve_network(
         onnx_path,
         meta,
@@ -631,13 +625,10 @@ def publish(
         engine=engine,
         triton_tensorrt_version=triton_tensorrt_version or TRITON_TENSORRT_VERSION,
     )
-    names = EnsembleNames(name)
-    repository = Path(repository)
-    history_path = repository / name / "versions.json"
-    history = _read_history(history_path)
+    names, repository = EnsembleNames(name), Path(repository)
+    history = _read_history(repository / name / "versions.json")
     version = _next_version(repository, names)
-    seen_by_triton = Path(triton_repository or repository.resolve())
-    cache = seen_by_triton / names.net / str(version) / ENGINE_CACHE_DIR
+    net_dir_in_triton = Path(triton_repository or repository.resolve()) / names.net / str(version)
     configs = render_configs(
         names,
         meta,
@@ -645,15 +636,25 @@ def publish(
         max_batch_size=max_batch_size,
         instances=instances,
         placement=placement,
-        engine_cache=str(cache) if network.engine_cache else None,
+        engine_cache=str(net_dir_in_triton / ENGINE_CACHE_DIR) if network.engine_cache else None,
     )
     history.append(_history_entry(version, onnx_path, meta, network, placement))
-    files = _version_files(names, meta, network)
-    if image_limits is not None:
-        _limit_images(files[names.preprocess], image_limits)
+    files = _version_files(names, meta, network, image_limits)
     _write_version(repository, names, version, files, configs, history, meta, activate)
     _remove_leftover_staging(repository, names)
     return version
+
+
+def _export_metadata(
+    export: Path, label_map: LabelMap | None, spec: ExperimentSpec | None
+) -> tuple[Path, GraphMetadata]:
+    """The export's ONNX file and its metadata, with ``label_map`` and ``spec`` in place of
+    the export's own where given."""
+    onnx_path = _find_onnx(export)
+    meta = _read_metadata(onnx_path)
+    if label_map is not None or spec is not None:
+        meta = replace(meta, spec=spec or meta.spec, label_map=label_map or meta.label_map)
+    return onnx_path, meta
 
 
 def _history_entry(
