@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from maskops.data.demo import DemoDataset
     from maskops.spec.models import ExperimentSpec
 
-pytest_plugins = ["tests.support.control_plane"]
+pytest_plugins = ["tests.support.control_plane", "tests.support.tiny_model"]
 """``settings`` and ``factory``: the control plane on a migrated SQLite database (the unit
-tests of the API, the worker's runner and the single-machine stack)."""
+tests of the core, the API, the worker's runner and the single-machine stack);
+``tiny_config`` and ``make_targets``: small models and their targets."""
 
 POSTGRES_URL = os.environ.get(
     "MASKOPS_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -230,6 +230,24 @@ def test_engine_subpackages_import_each_other_without_a_cycle() -> None:
     assert cycle is None, "subpackage import cycle: " + " -> ".join(cycle or [])
 
 
+TESTS_OF_PACKAGE = {
+    "maskops_core": "tests/unit/core",
+    "maskops_api": "tests/unit/api",
+    "maskops_worker": "tests/unit/worker",
+    "maskops_serve": "tests/unit/serve",
+    "maskops_triton": "tests/integration/triton",
+}
+"""Where each package's tests live (the engine's: ``tests/unit/<subpackage>``)."""
+
+
+def test_the_unit_tests_mirror_the_packages() -> None:
+    assert set(TESTS_OF_PACKAGE) == set(PACKAGES) - {"maskops"}
+    subpackages = {p.name for p in PACKAGES["maskops"].iterdir() if (p / "__init__.py").is_file()}
+    folders = [*TESTS_OF_PACKAGE.values(), *(f"tests/unit/{name}" for name in subpackages)]
+    missing = [f for f in folders if not any((REPO / f).glob("test_*.py"))]
+    assert not missing, f"packages without a test folder of their own: {missing}"
+
+
 def test_the_triton_launcher_loads_only_what_the_triton_image_has() -> None:
     code = (
         "import sys; before = set(sys.modules); import maskops_triton.launcher; "

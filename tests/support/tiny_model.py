@@ -1,4 +1,5 @@
-"""Small models and synthetic targets for the modeling tests (CPU-sized on purpose)."""
+"""Small models and synthetic targets for the modeling and checkpoint tests (CPU-sized on
+purpose; the root conftest registers the fixtures)."""
 
 from __future__ import annotations
 
