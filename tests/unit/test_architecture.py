@@ -12,7 +12,7 @@
 - no package's modules import each other in a cycle, and the engine's subpackages do not
   either (``maskops.export`` <-> ``maskops.serving`` would be one);
 - every module of the API imports without a model library (torch, torchvision, onnx,
-  onnxruntime), with the engine modules it imports, also inside functions;
+  onnxruntime, scipy), with the engine modules it imports, also inside functions;
 - every action of the catalogue has a worker function and a Celery task, and nothing else.
 
 Imports are read from the source (every ``import``, also inside functions), so a lazy
@@ -64,7 +64,8 @@ ALLOWED = {"maskops_core": LIGHT_ENGINE_MODULES, "maskops_triton": TRITON_CORE_M
 TRITON_IMAGE_LIBRARIES = {"numpy", "PIL", "pycocotools", "onnxruntime", "pydantic", "google"}
 """What the Triton image installs besides the standard library (the ``triton`` extra and
 the project's base dependencies, pydantic and protobuf)."""
-MODEL_LIBRARIES = ("torch", "torchvision", "onnx", "onnxruntime")
+MODEL_LIBRARIES = ("torch", "torchvision", "onnx", "onnxruntime", "scipy")
+"""Not in the API image; scipy fits the AutoML Gaussian process, on the workers only."""
 
 
 def _forbidden(package: str, name: str) -> bool:
@@ -286,7 +287,7 @@ print(repr(failed))
 
 def test_every_api_module_imports_without_model_libraries() -> None:
     """Each API module, and each engine module it imports (also inside a function), imports
-    with torch, torchvision, onnx and onnxruntime absent (the API image has none of them;
+    with torch, torchvision, onnx, onnxruntime and scipy absent (the API image has none of them;
     what needs them, such as the demo walk's drawing, is the single-machine stack's)."""
     engine = _sources("maskops")
     targets = {}
@@ -351,7 +352,7 @@ def test_the_api_loads_no_model_library() -> None:
     code = (
         "import sys, maskops_api.main; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'torch', 'torchvision', 'onnx', 'onnxruntime', 'PIL', 'maskops_worker'}))"
+        "{'torch', 'torchvision', 'onnx', 'onnxruntime', 'scipy', 'PIL', 'maskops_worker'}))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO

@@ -122,7 +122,7 @@ def test_the_gpu_extras_resolve_to_wheels(tmp_path: Path, python: str) -> None:
 
 def test_api_extra_has_no_model_library() -> None:
     api = " ".join(_extras()["api"] + _extras()["core"])
-    for heavy in ("torch", "onnx", "pillow", "pycocotools", "nvidia-pytriton"):
+    for heavy in ("torch", "onnx", "scipy", "pillow", "pycocotools", "nvidia-pytriton"):
         assert not re.search(rf"(^|[\s\"']){re.escape(heavy)}([\[<>=\s\"']|$)", api), heavy
 
 

@@ -493,6 +493,7 @@ class TrialOut(BaseModel):
 class AutomlOut(BaseModel):
     job: JobOut
     algorithm: str | None
+    sampler: str | None = Field(description="gp, tpe or random (null before the search starts).")
     pruner: str | None
     metric: str | None
     direction: str | None

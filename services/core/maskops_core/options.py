@@ -235,7 +235,10 @@ class PublishOptions(ActionOptions):
 
 
 AUTOML_ALGORITHMS = ("bayesian", "hyperband", "asha", "random")
-"""As ``maskops.automl.study.ALGORITHMS`` (a test checks that the two agree)."""
+"""As ``maskops.automl.study.ALGORITHMS`` (a test checks that the two agree, and so for the
+samplers and pruners): the API checks the names without importing the engine's Optuna
+samplers (torch, scipy)."""
+AUTOML_SAMPLERS = ("gp", "tpe", "random")
 AUTOML_PRUNERS = ("none", "median", "hyperband", "asha")
 
 
@@ -268,7 +271,13 @@ class AutomlOptions(ActionOptions):
     algorithm: Literal["bayesian", "hyperband", "asha", "random"] = Field(
         default="bayesian",
         validation_alias=_aliases("algorithm", "automl_algorithm"),
-        description="bayesian (TPE), hyperband, asha (successive halving) or random.",
+        description="bayesian (Gaussian process, TAO's), hyperband, asha (successive "
+        "halving) or random.",
+    )
+    sampler: Literal["gp", "tpe", "random"] | None = Field(
+        default=None,
+        description="The sampler instead of the algorithm's: gp (Gaussian process with "
+        "expected improvement; bayesian's), tpe (hyperband's and asha's) or random.",
     )
     max_recommendations: int = Field(
         default=10,
@@ -325,7 +334,7 @@ class AutomlOptions(ActionOptions):
     )
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="The sampler's seed.")
 
-    @field_validator("algorithm", mode="before")
+    @field_validator("algorithm", "sampler", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value

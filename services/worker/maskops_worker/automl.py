@@ -44,6 +44,7 @@ POLL_INTERVAL_S = 1.0
 def search_settings(options: AutomlOptions, base: ExperimentSpec) -> SearchSettings:
     return SearchSettings(
         algorithm=options.algorithm,
+        sampler=options.sampler or "",
         pruner=options.pruner or "",
         metric=options.metric,
         min_resource=max(1, base.num_steps_per_eval),

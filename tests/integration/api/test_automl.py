@@ -135,6 +135,11 @@ def test_search_space_is_checked_at_the_door(
         "/automl", json={"experiment_id": experiment_id, "options": {"automl_algorithm": "grid"}}
     )
     assert unknown.status_code == 422 and "options.automl_algorithm" in unknown.text
+    sampler = client.post(
+        "/automl", json={"experiment_id": experiment_id, "options": {"sampler": "cmaes"}}
+    )
+    assert sampler.status_code == 422 and "options.sampler" in sampler.text, sampler.text
+    assert "'gp', 'tpe' or 'random'" in sampler.text, sampler.text
     trial = client.post(
         "/jobs", json={"action": "train", "experiment_id": experiment_id, "options": {"trial": 0}}
     )

@@ -1,5 +1,7 @@
 """``maskops serve``: the embedded stack (SQLite, Celery's SQLAlchemy broker, a real worker
-process) starts, registers and converts the demo dataset, and stops cleanly on SIGTERM."""
+process) starts, registers and converts the demo dataset, runs an AutoML search (its
+controller and its trials in the one worker's two slots, the study in SQLite), and stops
+cleanly on SIGTERM. The tests share one stack and run in order: the last one stops it."""
 
 from __future__ import annotations
 
@@ -8,12 +10,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from maskops_serve.demo import DEMO_IMAGES
+from tests.integration.api.test_workflow import create_experiment
 
 pytestmark = pytest.mark.integration
 
@@ -26,41 +32,119 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_serve_runs_the_stack_and_stops_cleanly(tmp_path: Path) -> None:
+@dataclass
+class Served:
+    """A running ``maskops serve``, its output file, and its demo dataset once converted."""
+
+    process: subprocess.Popen[bytes]
+    out: Path
+    client: httpx.Client
+    dataset: dict[str, Any]
+
+    def output(self) -> str:
+        return self.out.read_text()
+
+
+def _converted_demo_dataset(served: Served) -> dict[str, Any]:
+    deadline = time.monotonic() + 240
+    dataset: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            datasets = served.client.get("/datasets").json()["items"]
+        except httpx.HTTPError:
+            datasets = []
+        if datasets:
+            dataset = datasets[0]
+            if dataset["status"] in ("succeeded", "failed"):
+                break
+        assert served.process.poll() is None, served.output()
+        time.sleep(1)
+    assert dataset.get("status") == "succeeded", served.output()
+    return dataset
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``maskops serve`` without Redis nor Triton, its demo dataset converted."""
+    root = tmp_path_factory.mktemp("serve")
     port = _free_port()
-    out = tmp_path / "serve.out"
+    out = root / "serve.out"
     with out.open("wb") as handle:
         process = subprocess.Popen(
-            [str(MASKOPS), "serve", "--port", str(port), "--state-dir", str(tmp_path / "state"),
+            [str(MASKOPS), "serve", "--port", str(port), "--state-dir", str(root / "state"),
              "--no-redis", "--no-triton"],
             stdout=handle,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    stack = Served(process, out, client, {})
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 240
-        dataset = None
-        while time.monotonic() < deadline:
-            try:
-                datasets = httpx.get(f"{base}/datasets", timeout=5).json()["items"]
-            except httpx.HTTPError:
-                datasets = []
-            if datasets:
-                dataset = datasets[0]
-                if dataset["status"] in ("succeeded", "failed"):
-                    break
-            assert process.poll() is None, out.read_text()
-            time.sleep(1)
-        assert dataset is not None and dataset["status"] == "succeeded", out.read_text()
-        counts = dataset["counts"]
-        assert counts["train"]["images"] + counts["val"]["images"] == DEMO_IMAGES
-        assert httpx.get(f"{base}/readyz", timeout=10).json()["checks"]["broker"] == "ok"
-        text = out.read_text()
-        assert f"Swagger UI: {base}/docs" in text and "sqla+sqlite" in text
+        stack.dataset = _converted_demo_dataset(stack)
+        yield stack
     finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(90)
-    text = out.read_text()
+        client.close()
+        if process.poll() is None:  # a test failed before the last one stopped it
+            process.send_signal(signal.SIGTERM)
+            process.wait(90)
+
+
+def test_serve_runs_the_stack(served: Served) -> None:
+    counts = served.dataset["counts"]
+    assert counts["train"]["images"] + counts["val"]["images"] == DEMO_IMAGES
+    assert served.client.get("/readyz").json()["checks"]["broker"] == "ok"
+    base = str(served.client.base_url).rstrip("/")
+    text = served.output()
+    assert f"Swagger UI: {base}/docs" in text and "sqla+sqlite" in text
+
+
+def test_a_search_runs_on_the_embedded_stack(served: Served) -> None:
+    """The controller holds one of the worker's two slots for the whole search; the trials
+    train in the other, one after the other, each reporting its evaluation at step 1 to
+    the study's pruner in the same SQLite database the controller polls."""
+    client = served.client
+    experiment_id = create_experiment(client, served.dataset["id"], steps=2, every=1)
+    options = {
+        "algorithm": "bayesian",
+        "max_recommendations": 2,
+        "max_concurrent": 2,
+        "metric": "val/Total loss",  # apart from trial to trial, even after 2 steps
+        "seed": 0,
+    }
+    response = client.post("/automl", json={"experiment_id": experiment_id, "options": options})
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job"]["id"]
+    deadline = time.monotonic() + 180
+    while (job := client.get(f"/jobs/{job_id}").json())["status"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, client.get(f"/jobs/{job_id}/logs").text
+        assert served.process.poll() is None, served.output()
+        time.sleep(1)
+    assert job["status"] == "succeeded", client.get(f"/jobs/{job_id}/logs").text
+
+    search = client.get(f"/automl/{job_id}").json()
+    assert (search["algorithm"], search["sampler"], search["pruner"]) == (
+        "bayesian",
+        "gp",
+        "median",
+    )
+    trials = search["trials"]
+    assert [t["number"] for t in trials] == [0, 1], trials
+    assert all(t["state"] in ("complete", "pruned") for t in trials), trials
+    assert all(t["job_status"] == "succeeded" for t in trials), trials
+    # The first trial cannot be pruned (the median of no finished trial).
+    assert trials[0]["state"] == "complete" and "1" in trials[0]["intermediate"], trials
+    best = search["best"]
+    complete = [t for t in trials if t["state"] == "complete"]
+    assert best == min(complete, key=lambda t: t["value"]), search
+    assert job["result"]["best"]["job_id"] == best["job_id"]
+    assert search["best_checkpoint"].endswith(".pth"), search
+    child = client.get(f"/jobs/{best['job_id']}").json()
+    assert child["result"]["checkpoint"] == search["best_checkpoint"]
+
+
+def test_serve_stops_cleanly(served: Served) -> None:
+    served.process.send_signal(signal.SIGTERM)
+    code = served.process.wait(90)
+    text = served.output()
     assert code == 0, text
     assert "stopping: worker" in text
     worker_pid = int(text.split("worker:   pid ")[1].split()[0])

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import optuna
 import pytest
 
-from maskops.automl.search import RESULT_FILE
+from maskops.automl.search import RESULT_FILE, STUDY_NAME
 from maskops.cli.automl import BEST_SPEC_FILE, parse_params
 from maskops.cli.common import CLIError
 from maskops.cli.main import main
@@ -26,8 +27,10 @@ def test_cli_search_prunes_keeps_the_best_and_continues(
     spec.write_text(spec_to_text(tiny_spec.model_copy(update={"num_steps_per_eval": 2})))
     results = tmp_path / "search"
     args = [
-        "automl", "-e", str(spec), "-d", str(results), "--algorithm", "random",
-        "--pruner", "asha", "--reduction_factor", "2", "--metric", "val/Total loss",
+        # bayesian's GP and median pruner replaced: a seeded random search with ASHA.
+        "automl", "-e", str(spec), "-d", str(results), "--algorithm", "bayesian",
+        "--sampler", "random", "--pruner", "asha", "--reduction_factor", "2",
+        "--metric", "val/Total loss",
         "--param", f"init_learning_rate={GOOD_LR},{BAD_LR}", "--seed", "0",
     ]  # fmt: skip
     # Seed 0 samples BAD, GOOD, BAD: the last one is worse than the good one at step 2.
@@ -40,6 +43,8 @@ def test_cli_search_prunes_keeps_the_best_and_continues(
     best_spec = parse_spec_text((results / BEST_SPEC_FILE).read_text())
     assert best_spec.init_learning_rate == GOOD_LR
     assert "best: trial 1" in capsys.readouterr().out
+    study = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{results / 'automl.db'}")
+    assert (study.user_attrs["sampler"], study.user_attrs["pruner"]) == ("random", "asha")
 
     # The same command with more trials continues the study: the 3 finished are kept.
     assert main([*args, "--trials", "4"]) == 0
@@ -70,8 +75,6 @@ def test_a_field_the_spec_lacks_is_refused(
 
 
 def test_an_interrupted_trial_is_retried_in_its_folder_and_counted_once() -> None:
-    import optuna
-
     from maskops.automl.search import _finished_trials, _retry_interrupted
 
     study = optuna.create_study()

@@ -3,7 +3,7 @@ AutoML option names, and the algorithms as Optuna samplers and pruners."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import optuna
 import pytest
@@ -12,13 +12,20 @@ from maskops.automl.space import DEFAULT_SPACE, SpaceError, apply_params, resolv
 from maskops.automl.study import (
     ALGORITHMS,
     PRUNERS,
+    SAMPLERS,
     SearchSettings,
     direction,
     make_pruner,
     make_sampler,
 )
 from maskops.spec.models import ExperimentSpec
-from maskops_core.options import AUTOML_ALGORITHMS, AUTOML_PRUNERS, AutomlOptions
+from maskops_core.options import (
+    AUTOML_ALGORITHMS,
+    AUTOML_PRUNERS,
+    AUTOML_SAMPLERS,
+    AutomlOptions,
+)
+from maskops_worker.automl import search_settings
 
 
 def test_no_space_searches_the_mask_rcnn_defaults() -> None:
@@ -98,12 +105,17 @@ def test_apply_params_validates_the_whole_spec() -> None:
 
 def test_the_catalogue_and_the_engine_name_the_same_algorithms() -> None:
     assert AUTOML_ALGORITHMS == ALGORITHMS and AUTOML_PRUNERS == PRUNERS
+    assert AUTOML_SAMPLERS == SAMPLERS
+    fields = AutomlOptions.model_fields
+    assert set(get_args(fields["algorithm"].annotation)) == set(ALGORITHMS)
+    (samplers, _) = get_args(fields["sampler"].annotation)  # Literal[...] | None
+    assert set(get_args(samplers)) == set(SAMPLERS)
 
 
 @pytest.mark.parametrize(
     ("algorithm", "sampler", "pruner"),
     [
-        ("bayesian", optuna.samplers.TPESampler, optuna.pruners.MedianPruner),
+        ("bayesian", optuna.samplers.GPSampler, optuna.pruners.MedianPruner),
         ("random", optuna.samplers.RandomSampler, optuna.pruners.MedianPruner),
         ("hyperband", optuna.samplers.TPESampler, optuna.pruners.HyperbandPruner),
         ("asha", optuna.samplers.TPESampler, optuna.pruners.SuccessiveHalvingPruner),
@@ -116,8 +128,30 @@ def test_algorithms_map_to_optuna(algorithm: str, sampler: type, pruner: type) -
     none = SearchSettings(algorithm=algorithm, pruner="none")
     assert isinstance(make_pruner(none), optuna.pruners.NopPruner)
     assert SearchSettings.from_attributes(settings.attributes()) == SearchSettings(
-        algorithm=algorithm, pruner=settings.resolved_pruner, min_resource=2, max_resource=8
+        algorithm=algorithm,
+        sampler=settings.resolved_sampler,
+        pruner=settings.resolved_pruner,
+        min_resource=2,
+        max_resource=8,
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "sampler"),
+    [
+        ("tpe", optuna.samplers.TPESampler),
+        ("gp", optuna.samplers.GPSampler),
+        ("random", optuna.samplers.RandomSampler),
+    ],
+)
+def test_a_named_sampler_replaces_the_algorithms(name: str, sampler: type) -> None:
+    options = AutomlOptions.model_validate(
+        {"automl_algorithm": "bayesian", "sampler": name.upper()}
+    )
+    assert options.sampler == name
+    settings = search_settings(options, ExperimentSpec())  # the search controller's
+    assert isinstance(make_sampler(settings), sampler)
+    assert settings.attributes()["sampler"] == name
 
 
 def test_losses_are_minimised_and_ap_maximised() -> None:

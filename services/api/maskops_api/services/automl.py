@@ -70,6 +70,7 @@ def search_view(session: Session, settings: Settings, job_id: int) -> AutomlOut:
     return AutomlOut(
         job=jobs.job_out(job),
         algorithm=attrs.get("algorithm"),
+        sampler=attrs.get("sampler"),
         pruner=attrs.get("pruner"),
         metric=attrs.get("metric"),
         direction=direction,

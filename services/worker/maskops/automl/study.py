@@ -2,14 +2,16 @@
 that reports a trial's in-training evaluations to its pruner.
 
 One place maps each algorithm name (TAO's ``bayesian`` and ``hyperband``, plus ``asha``
-and ``random``) to Optuna: the CLI search and the service's search controller both build
-their study here.
+and ``random``) to an Optuna sampler and pruner: the CLI search and the service's search
+controller both build their study here. ``bayesian`` is a Gaussian process with expected
+improvement, as TAO's is (Optuna's GPSampler, which needs scipy and torch).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -24,7 +26,22 @@ logger = logging.getLogger(__name__)
 Algorithm = Literal["bayesian", "hyperband", "asha", "random"]
 PrunerName = Literal["none", "median", "hyperband", "asha"]
 ALGORITHMS: tuple[str, ...] = ("bayesian", "hyperband", "asha", "random")
+SAMPLERS: tuple[str, ...] = ("gp", "tpe", "random")
 PRUNERS: tuple[str, ...] = ("none", "median", "hyperband", "asha")
+
+DEFAULT_SAMPLER: dict[str, str] = {
+    "bayesian": "gp",
+    "random": "random",
+    "hyperband": "tpe",
+    "asha": "tpe",
+}
+"""The sampler of each algorithm unless a search names one: bayesian is a Gaussian process
+(TAO's); Hyperband and ASHA pick configurations with TPE, cheaper per trial than fitting a
+GP, for the many short trials they start."""
+STARTUP_TRIALS = 2
+"""Trials sampled at random before the GP (counting completed trials) or TPE (completed and
+pruned) models the metric: a search is a few trials of costly training, so the model takes
+over early."""
 
 DEFAULT_PRUNER: dict[str, str] = {
     "bayesian": "median",
@@ -55,6 +72,8 @@ class SearchSettings:
     any process (a trial's worker) rebuilds the same pruner."""
 
     algorithm: str = "bayesian"
+    sampler: str = ""
+    """"" = the algorithm's (:data:`DEFAULT_SAMPLER`)."""
     pruner: str = ""
     """"" = the algorithm's (:data:`DEFAULT_PRUNER`)."""
     metric: str = DEFAULT_METRIC
@@ -67,12 +86,17 @@ class SearchSettings:
     seed: int | None = None
 
     @property
+    def resolved_sampler(self) -> str:
+        return self.sampler or DEFAULT_SAMPLER[self.algorithm]
+
+    @property
     def resolved_pruner(self) -> str:
         return self.pruner or DEFAULT_PRUNER[self.algorithm]
 
     def attributes(self) -> dict[str, object]:
         return {
             "algorithm": self.algorithm,
+            "sampler": self.resolved_sampler,
             "pruner": self.resolved_pruner,
             "metric": self.metric,
             "min_resource": self.min_resource,
@@ -88,12 +112,21 @@ class SearchSettings:
 
 
 def make_sampler(settings: SearchSettings) -> optuna.samplers.BaseSampler:
+    """The settings' sampler, seeded by them (its random start included)."""
     import optuna
 
-    if settings.algorithm == "random":
+    name = settings.resolved_sampler
+    if name == "random":
         return optuna.samplers.RandomSampler(seed=settings.seed)
-    # Hyperband and ASHA pick configurations as bayesian does and stop the poor ones early.
-    return optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=2)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=STARTUP_TRIALS)
+    if name == "gp":
+        # Optuna marks GPSampler experimental: the lock pins its version, and the warning
+        # would repeat in the log of every trial that rebuilds the study.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.GPSampler(seed=settings.seed, n_startup_trials=STARTUP_TRIALS)
+    raise ValueError(f"unknown sampler {name!r} (one of {', '.join(SAMPLERS)})")
 
 
 def make_pruner(settings: SearchSettings) -> optuna.pruners.BasePruner:

@@ -1,5 +1,5 @@
-"""``maskops automl -e SPEC -d RESULTS_DIR [--algorithm A] [--trials N] [--parallel P]
-[--metric M] [--param FIELD=MIN:MAX[:log] | FIELD=A,B,C ...]``.
+"""``maskops automl -e SPEC -d RESULTS_DIR [--algorithm A] [--sampler S] [--trials N]
+[--parallel P] [--metric M] [--param FIELD=MIN:MAX[:log] | FIELD=A,B,C ...]``.
 
 A hyperparameter search in this process, without the service: each trial trains the spec
 with its sampled fields into ``RESULTS_DIR/trial_<n>``; the pruner stops poor trials at
@@ -28,7 +28,7 @@ BEST_SPEC_FILE = "best_spec.txt"
 
 
 def register(subparsers: Any) -> None:
-    from maskops.automl.study import ALGORITHMS, DEFAULT_METRIC, PRUNERS
+    from maskops.automl.study import ALGORITHMS, DEFAULT_METRIC, PRUNERS, SAMPLERS
 
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "automl",
@@ -38,6 +38,13 @@ def register(subparsers: Any) -> None:
     add_spec_argument(parser)
     parser.add_argument("-d", "--results_dir", required=True, type=Path)
     parser.add_argument("--algorithm", choices=ALGORITHMS, default="bayesian")
+    parser.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default="",
+        help="default: the algorithm's (bayesian: gp, the Gaussian process; hyperband and "
+        "asha: tpe; random: random)",
+    )
     parser.add_argument("--pruner", choices=PRUNERS, default="", help="default: the algorithm's")
     parser.add_argument("--trials", type=int, default=8, help="trials in all")
     parser.add_argument("--parallel", type=int, default=1, help="trials at once (threads)")
@@ -105,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--param {exc}") from None
     settings = SearchSettings(
         algorithm=args.algorithm,
+        sampler=args.sampler,
         pruner=args.pruner,
         metric=args.metric,
         min_resource=max(1, base.num_steps_per_eval),
