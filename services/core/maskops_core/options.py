@@ -152,12 +152,13 @@ class InferenceOptions(_FromModel):
     gpu_index: GpuIndex = ENGINE_INFERENCE_GPU_INDEX
     threshold: Score = ENGINE_INFERENCE_THRESHOLD
     include_mask: bool = True
-    exports: list[Literal["coco", "cvat", "labelstudio"]] = Field(
+    exports: list[Literal["coco", "cvat", "labelstudio", "labelstudio-brush"]] = Field(
         default_factory=list,
-        max_length=3,
+        max_length=4,
         description="Also write the predictions for review in a labelling tool: coco "
         "(COCO documents with polygon and with RLE masks), cvat (CVAT for images 1.1 XML), "
-        "labelstudio (Label Studio pre-annotations); artifacts under exports/.",
+        "labelstudio (Label Studio pre-annotations, polygons), labelstudio-brush (the same "
+        "as brush masks); artifacts under exports/.",
     )
     polygon_tolerance: float = Field(
         default=1.0,

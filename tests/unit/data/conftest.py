@@ -1,4 +1,5 @@
-"""A crafted COCO dataset with one instance of every problem dataset_convert reports."""
+"""A crafted COCO dataset with one instance of every problem dataset_convert reports, and
+an inference label folder of the demo's ground truth (the prediction exports' input)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 from pycocotools import mask as mask_utils
+
+from maskops.data.demo import DemoDataset
 
 
 @dataclass(frozen=True)
@@ -127,3 +130,30 @@ def broken_dataset(tmp_path: Path) -> BrokenDataset:
     annotation_file = tmp_path / "broken.json"
     annotation_file.write_text(json.dumps(document))
     return BrokenDataset(images_dir, annotation_file, document)
+
+
+@pytest.fixture
+def label_dir(demo_dataset: DemoDataset, tmp_path: Path) -> Path:
+    """The demo val split's ground truth as an inference label folder (RLE, scores)."""
+    source = json.loads(demo_dataset.val_json.read_text())
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    names = {im["id"]: im["file_name"] for im in source["images"]}
+    per_image: dict[int, list[dict[str, Any]]] = {im["id"]: [] for im in source["images"]}
+    for k, ann in enumerate(source["annotations"]):
+        rle = mask_utils.merge(mask_utils.frPyObjects(ann["segmentation"], 128, 128))
+        per_image[ann["image_id"]].append(
+            {
+                "image_id": ann["image_id"],
+                "file_name": names[ann["image_id"]],
+                "category_id": ann["category_id"],
+                "bbox": ann["bbox"],
+                "score": round(0.5 + (k % 5) / 10, 2),
+                "segmentation": {"size": [128, 128], "counts": rle["counts"].decode()},
+            }
+        )
+    for image_id, detections in per_image.items():
+        (folder / f"{Path(names[image_id]).stem}.json").write_text(json.dumps(detections))
+    index = {"images": source["images"], "categories": source["categories"], "annotations": []}
+    (folder / "coco_images.json").write_text(json.dumps(index))
+    return folder

@@ -1,10 +1,11 @@
 """Predictions exported for review: COCO (polygons and RLE), CVAT XML and Label Studio
 pre-annotations, from an inference run's label folder.
 
-pycocotools loads the COCO exports. No library that reads CVAT XML or Label Studio JSON
-installs against the lock (Datumaro and label-studio-sdk need numpy 2), so those files
-are checked against the formats' documented layouts and read back with maskops' own
-readers; every polygon, rasterised, must cover its RLE mask with IoU >= 0.95.
+pycocotools loads the COCO exports. The CVAT and Label Studio files are checked here
+against the formats' documented layouts and read back with maskops' own readers: every
+polygon, rasterised, must cover its RLE mask with IoU >= 0.95, every brush mask come back
+exact. The tools' own libraries (Datumaro, label-studio-sdk: numpy 2, outside the lock)
+load them in test_export_interop.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
@@ -28,33 +28,6 @@ from maskops.spec import spec_to_text
 from maskops.spec.models import ExperimentSpec
 
 MIN_IOU = 0.95
-
-
-@pytest.fixture
-def label_dir(demo_dataset: DemoDataset, tmp_path: Path) -> Path:
-    """The demo val split's ground truth as an inference label folder (RLE, scores)."""
-    source = json.loads(demo_dataset.val_json.read_text())
-    folder = tmp_path / "labels"
-    folder.mkdir()
-    names = {im["id"]: im["file_name"] for im in source["images"]}
-    per_image: dict[int, list[dict[str, Any]]] = {im["id"]: [] for im in source["images"]}
-    for k, ann in enumerate(source["annotations"]):
-        rle = mask_utils.merge(mask_utils.frPyObjects(ann["segmentation"], 128, 128))
-        per_image[ann["image_id"]].append(
-            {
-                "image_id": ann["image_id"],
-                "file_name": names[ann["image_id"]],
-                "category_id": ann["category_id"],
-                "bbox": ann["bbox"],
-                "score": round(0.5 + (k % 5) / 10, 2),
-                "segmentation": {"size": [128, 128], "counts": rle["counts"].decode()},
-            }
-        )
-    for image_id, detections in per_image.items():
-        (folder / f"{Path(names[image_id]).stem}.json").write_text(json.dumps(detections))
-    index = {"images": source["images"], "categories": source["categories"], "annotations": []}
-    (folder / "coco_images.json").write_text(json.dumps(index))
-    return folder
 
 
 def _rles(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -75,7 +48,7 @@ def _ious(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[float]:
 def test_every_export_loads_and_matches_the_masks(label_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "exports"
     written = export_predictions(
-        label_dir, out, ["coco", "cvat", "labelstudio"], model_version="v7"
+        label_dir, out, ["coco", "cvat", "labelstudio", "labelstudio-brush"], model_version="v7"
     )
     assert {p.name for p in written} == {
         "predictions_coco_polygons.json",
@@ -83,6 +56,8 @@ def test_every_export_loads_and_matches_the_masks(label_dir: Path, tmp_path: Pat
         "predictions_cvat.xml",
         "predictions_labelstudio.json",
         "labelstudio_config.xml",
+        "predictions_labelstudio_brush.json",
+        "labelstudio_brush_config.xml",
     }
     rle_doc = json.loads((out / "predictions_coco_rle.json").read_text())
     polygon_doc = json.loads((out / "predictions_coco_polygons.json").read_text())
@@ -125,6 +100,27 @@ def test_every_export_loads_and_matches_the_masks(label_dir: Path, tmp_path: Pat
             assert all(0 <= v <= 100 for point in region["value"]["points"] for v in point)
     back = to_coco("labelstudio", out / "predictions_labelstudio.json", label_dir).document()
     assert min(_ious(masks, _rles(back))) >= MIN_IOU
+
+    # The same as brush masks: a BrushLabels interface, and every mask back pixel for pixel.
+    config = ET.fromstring((out / "labelstudio_brush_config.xml").read_text())
+    control = config.find("BrushLabels")
+    assert control is not None and control.get("name") == "label"
+    assert [e.get("value") for e in control] == [c["name"] for c in rle_doc["categories"]]
+    tasks = json.loads((out / "predictions_labelstudio_brush.json").read_text())
+    regions = [r for t in tasks for r in t["predictions"][0]["result"]]
+    assert {r["type"] for r in regions} == {"brushlabels"} and len(regions) == len(masks)
+    back = to_coco("labelstudio", out / "predictions_labelstudio_brush.json", label_dir).document()
+    assert _exact(back) == _exact(rle_doc)
+
+
+def _exact(document: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(file name, label, RLE counts) of every instance, sorted."""
+    names = {im["id"]: im["file_name"] for im in document["images"]}
+    labels = {c["id"]: c["name"] for c in document["categories"]}
+    return sorted(
+        (names[a["image_id"]], labels[a["category_id"]], a["segmentation"]["counts"])
+        for a in document["annotations"]
+    )
 
 
 def test_tolerance_trades_points_for_fidelity(label_dir: Path) -> None:

@@ -26,7 +26,7 @@ from maskops.evaluation.inference_options import DEFAULTS, InferenceOptions
 ANNOTATED_DIR = "images_annotated"
 LABEL_DIR = "labels"
 EXPORT_DIR = "exports"
-EXPORT_FORMATS = ("coco", "cvat", "labelstudio")
+EXPORT_FORMATS = ("coco", "cvat", "labelstudio", "labelstudio-brush")
 """``maskops.data.formats.predictions.EXPORT_FORMATS``, listed without importing numpy."""
 
 
@@ -112,7 +112,8 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
         choices=EXPORT_FORMATS,
         default=[],
         help="also write the predictions for review in a labelling tool (repeatable): coco "
-        "(polygons and RLE), cvat (CVAT 1.1 XML), labelstudio (pre-annotations); into "
+        "(polygons and RLE), cvat (CVAT 1.1 XML), labelstudio (pre-annotations: polygons), "
+        "labelstudio-brush (pre-annotations: brush masks); into "
         f"RESULTS_DIR/{EXPORT_DIR} (with -l only: beside the label directory)",
     )
     parser.add_argument(

@@ -122,11 +122,20 @@ class CocoBuilder:
                 self.note(image_id, "mask_polygon_mismatch", f"{label}: IoU {iou:.2f}")
         bbox = [float(v) for v in mask_utils.toBbox(rle)]
         segmentation = {"size": [height, width], "counts": rle["counts"].decode("ascii")}
-        return self._add(image_id, category, bbox, segmentation, False)
+        area = float(mask_utils.area(rle))
+        return self._add(image_id, category, bbox, segmentation, False, area)
 
     def _add(
-        self, image_id: int, category: int, bbox: list[float], segmentation: Any, iscrowd: bool
+        self,
+        image_id: int,
+        category: int,
+        bbox: list[float],
+        segmentation: Any,
+        iscrowd: bool,
+        area: float | None = None,
     ) -> int:
+        """``area``: the mask's pixel count; None: the box's (the COCO conversion computes
+        every area again from the rasterised shape)."""
         annotation_id = len(self.annotations) + 1
         self.annotations.append(
             {
@@ -134,7 +143,7 @@ class CocoBuilder:
                 "image_id": image_id,
                 "category_id": category,
                 "bbox": bbox,
-                "area": float(bbox[2] * bbox[3]),
+                "area": float(bbox[2] * bbox[3]) if area is None else area,
                 "iscrowd": int(iscrowd),
                 "segmentation": segmentation,
             }

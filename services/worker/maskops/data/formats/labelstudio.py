@@ -4,12 +4,13 @@ Layout (Label Studio's "JSON" export): a list of tasks ``{"id", "data": {"image"
 "annotations": [{"result": [region, ...]}]}``; a region is ``{"type": "polygonlabels",
 "original_width", "original_height", "value": {"points": [[x%, y%], ...],
 "polygonlabels": [label]}}`` or ``rectanglelabels`` (``x``, ``y``, ``width``, ``height``
-in percent). Coordinates are percent of the image. The first annotation of a task is used
+in percent) or ``brushlabels`` (``value: {"format": "rle", "rle": [...]}``, Label
+Studio's own bit-packed RLE of the RGBA image, :mod:`.labelstudio_rle`; one mask, one
+object). Coordinates are percent of the image. The first annotation of a task is used
 (a task's later annotations are other people's versions of the same objects); a task
-without annotations gives its first ``predictions`` (pre-annotations) instead. Brush
-masks (``brushlabels``, Label Studio's own bit-packed RLE) are not converted: export
-polygons or COCO for those. Label Studio has no object in several parts: regions sharing
-a ``group_id`` key (maskops writes one for an occluded object) and a label are one object.
+without annotations gives its first ``predictions`` (pre-annotations) instead. Label
+Studio has no polygon object in several parts: regions sharing a ``group_id`` key
+(maskops writes one for an occluded object) and a label are one object.
 
 The image is the base name of ``data.image``; Label Studio prefixes uploads with 8 hex
 digits and a dash (``3f2a1b2c-x.jpg``), dropped when only the plain name is on disk.
@@ -26,7 +27,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from maskops.data.formats import labelstudio_rle
 from maskops.data.formats.builder import CocoBuilder, FormatMismatch, rectangle
+from maskops.masks import rle_to_mask
 
 EXPECTED = "a Label Studio JSON export (a list of tasks with 'data' and 'annotations')"
 _UPLOAD_PREFIX = re.compile(r"^[0-9a-f]{8}-")
@@ -73,19 +76,21 @@ def _task(builder: CocoBuilder, file_name: str, results: list[Any]) -> None:
     for index, region in enumerate(results):
         try:
             kind = region["type"]
-            if kind not in ("polygonlabels", "rectanglelabels"):
+            if kind not in ("polygonlabels", "rectanglelabels", "brushlabels"):
                 builder.note(image_id, "unsupported_shape", kind)
                 continue
             value = region["value"]
             label = value[kind][0]
-            w, h = float(region["original_width"]) / 100, float(region["original_height"]) / 100
-            if kind == "polygonlabels":
-                polygon = [v for x, y in value["points"] for v in (float(x) * w, float(y) * h)]
-            else:
-                x, y = float(value["x"]) * w, float(value["y"]) * h
-                polygon = rectangle(
-                    x, y, x + float(value["width"]) * w, y + float(value["height"]) * h
-                )
+            w, h = float(region["original_width"]), float(region["original_height"])
+            if kind == "brushlabels":
+                # A brush stroke is one object; parts drawn apart are one mask already.
+                if value.get("format", "rle") != "rle":
+                    builder.note(image_id, "unsupported_shape", f"brush {value['format']}")
+                    continue
+                mask = labelstudio_rle.to_mask(value["rle"], int(w), int(h))
+                builder.add_mask(image_id, label, mask)
+                continue
+            polygon = _polygon(kind, value, w / 100, h / 100)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             builder.note(image_id, "malformed_record", f"result[{index}]: {exc!r}")
             continue
@@ -96,6 +101,14 @@ def _task(builder: CocoBuilder, file_name: str, results: list[Any]) -> None:
         builder.add_polygons(image_id, label, polygons)
 
 
+def _polygon(kind: str, value: dict[str, Any], w: float, h: float) -> list[float]:
+    """A polygon or rectangle region in pixels (``w``, ``h``: pixels per percent)."""
+    if kind == "polygonlabels":
+        return [v for x, y in value["points"] for v in (float(x) * w, float(y) * h)]
+    x, y = float(value["x"]) * w, float(value["y"]) * h
+    return rectangle(x, y, x + float(value["width"]) * w, y + float(value["height"]) * h)
+
+
 def tasks(
     images: Sequence[dict[str, Any]],
     annotations: Sequence[dict[str, Any]],
@@ -103,18 +116,21 @@ def tasks(
     *,
     image_url: str = "/data/local-files/?d=",
     model_version: str | None = None,
+    brush: bool = False,
 ) -> list[dict[str, Any]]:
-    """COCO images and polygon annotations as Label Studio tasks: ``annotations`` when no
+    """COCO images and annotations as Label Studio tasks: ``annotations`` when no
     ``model_version`` is given, else ``predictions`` (pre-annotations) carrying it, each
-    region's ``score`` and the task's mean score."""
+    region's ``score`` and the task's mean score. Regions are polygons (polygon
+    segmentations), or with ``brush`` brush masks (RLE segmentations; empty ones left out)."""
     names = {c["id"]: c["name"] for c in categories}
     by_image: dict[int, list[dict[str, Any]]] = {}
     for ann in annotations:
         by_image.setdefault(ann["image_id"], []).append(ann)
+    regions = _brush_regions if brush else _regions
     out = []
     for image in images:
         anns = by_image.get(image["id"], [])
-        results = [r for ann in anns for r in _regions(ann, names, image)]
+        results = [r for ann in anns for r in regions(ann, names, image)]
         entry: dict[str, Any] = {"result": results}
         task: dict[str, Any] = {"data": {"image": image_url + image["file_name"]}}
         if model_version is None:
@@ -127,6 +143,22 @@ def tasks(
     return out
 
 
+def _region(kind: str, ann: dict[str, Any], image: dict[str, Any], value: dict[str, Any]) -> Any:
+    region = {
+        "id": uuid.uuid4().hex[:10],
+        "type": kind,
+        "from_name": "label",
+        "to_name": "image",
+        "original_width": image["width"],
+        "original_height": image["height"],
+        "image_rotation": 0,
+        "value": value,
+    }
+    if "score" in ann:
+        region["score"] = float(ann["score"])
+    return region
+
+
 def _regions(ann: dict[str, Any], names: dict[int, str], image: dict[str, Any]) -> list[Any]:
     width, height = image["width"], image["height"]
     group = {"group_id": str(ann["id"])} if len(ann["segmentation"]) > 1 else {}
@@ -136,35 +168,30 @@ def _regions(ann: dict[str, Any], names: dict[int, str], image: dict[str, Any]) 
             [100 * x / width, 100 * y / height]
             for x, y in zip(polygon[0::2], polygon[1::2], strict=True)
         ]
-        region = {
-            "id": uuid.uuid4().hex[:10],
-            "type": "polygonlabels",
-            "from_name": "label",
-            "to_name": "image",
-            "original_width": width,
-            "original_height": height,
-            "image_rotation": 0,
-            "value": {
-                "points": points,
-                "closed": True,
-                "polygonlabels": [names[ann["category_id"]]],
-            },
-        } | group
-        if "score" in ann:
-            region["score"] = float(ann["score"])
-        regions.append(region)
+        value = {"points": points, "closed": True, "polygonlabels": [names[ann["category_id"]]]}
+        regions.append(_region("polygonlabels", ann, image, value) | group)
     return regions
 
 
-def labeling_config(categories: Sequence[dict[str, Any]]) -> str:
+def _brush_regions(ann: dict[str, Any], names: dict[int, str], image: dict[str, Any]) -> list[Any]:
+    mask = rle_to_mask(ann["segmentation"])
+    if not mask.any():
+        return []
+    rle = labelstudio_rle.from_mask(mask)
+    value = {"format": "rle", "rle": rle, "brushlabels": [names[ann["category_id"]]]}
+    return [_region("brushlabels", ann, image, value)]
+
+
+def labeling_config(categories: Sequence[dict[str, Any]], *, brush: bool = False) -> str:
     """The labelling interface the tasks' regions refer to (``label`` on ``image``)."""
     labels = "\n".join(f'    <Label value="{escape(c["name"], quote=True)}"/>' for c in categories)
+    control = "BrushLabels" if brush else "PolygonLabels"
     return (
         "<View>\n"
         '  <Image name="image" value="$image" zoom="true"/>\n'
-        '  <PolygonLabels name="label" toName="image">\n'
+        f'  <{control} name="label" toName="image">\n'
         f"{labels}\n"
-        "  </PolygonLabels>\n"
+        f"  </{control}>\n"
         "</View>\n"
     )
 

@@ -3,17 +3,22 @@
 From an inference run's label folder (per-image COCO results with RLE masks, and
 :data:`~maskops.evaluation.inference.IMAGES_INDEX`), :func:`export_predictions` writes:
 
-    ``coco``         ``predictions_coco_polygons.json`` and ``predictions_coco_rle.json``:
-                     COCO documents (images, categories, annotations with ``score``), the
-                     masks as polygons or as RLE; either registers as a dataset again
-    ``cvat``         ``predictions_cvat.xml``: CVAT for images 1.1, polygons with a
-                     ``score`` attribute (CVAT: Upload annotations, "CVAT 1.1")
-    ``labelstudio``  ``predictions_labelstudio.json``: tasks with ``predictions`` (model
-                     version, per-region and per-task scores) and
-                     ``labelstudio_config.xml``, the labelling interface they match
+    ``coco``               ``predictions_coco_polygons.json`` and
+                           ``predictions_coco_rle.json``: COCO documents (images,
+                           categories, annotations with ``score``), the masks as polygons
+                           or as RLE; either registers as a dataset again
+    ``cvat``               ``predictions_cvat.xml``: CVAT for images 1.1, polygons with a
+                           ``score`` attribute (CVAT: Upload annotations, "CVAT 1.1")
+    ``labelstudio``        ``predictions_labelstudio.json``: tasks with ``predictions``
+                           (model version, per-region and per-task scores) and
+                           ``labelstudio_config.xml``, the labelling interface they match
+    ``labelstudio-brush``  ``predictions_labelstudio_brush.json`` and
+                           ``labelstudio_brush_config.xml``: the same with each mask as a
+                           brush region (Label Studio's RLE), pixel for pixel, to correct
+                           with the brush and eraser rather than by moving polygon points
 
-Polygons are the masks' outlines (:mod:`maskops.masks`), simplified with
-``tolerance`` pixels.
+Polygons (every export but the brush one) are the masks' outlines (:mod:`maskops.masks`),
+simplified with ``tolerance`` pixels.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 from maskops.data.formats import cvat, labelstudio
 from maskops.masks import DEFAULT_TOLERANCE, rle_to_polygons
 
-EXPORT_FORMATS = ("coco", "cvat", "labelstudio")
+EXPORT_FORMATS = ("coco", "cvat", "labelstudio", "labelstudio-brush")
 INDEX_FILE = "coco_images.json"
 """The inference label folder's COCO skeleton (``maskops.evaluation.inference.IMAGES_INDEX``;
 the engine's data package does not import the model code)."""
@@ -116,4 +121,16 @@ def export_predictions(
         )
         write("predictions_labelstudio.json", text(json.dumps(tasks)))
         write("labelstudio_config.xml", text(labelstudio.labeling_config(categories)))
+    if "labelstudio-brush" in formats:
+        tasks = labelstudio.tasks(
+            images,
+            document["annotations"],
+            categories,
+            image_url=image_url,
+            model_version=model_version,
+            brush=True,
+        )
+        write("predictions_labelstudio_brush.json", text(json.dumps(tasks)))
+        config = labelstudio.labeling_config(categories, brush=True)
+        write("labelstudio_brush_config.xml", text(config))
     return written
