@@ -355,6 +355,17 @@ def test_migrating_an_existing_sqlite_database_keeps_its_rows(tmp_path: Path) ->
     engine.dispose()
 
 
+def test_migration_0010_marks_trial_versions_on_sqlite(tmp_path: Path) -> None:
+    from tests.support.experiment_versions import check_migration_0010
+
+    check_migration_0010(
+        Settings(
+            database_url=f"sqlite:///{tmp_path / 'old.db'}",
+            _env_file=None,  # type: ignore[call-arg]
+        )
+    )
+
+
 def test_jobs_queued_under_the_shared_embedded_queues_move_to_the_stacks_own(
     tmp_path: Path,
 ) -> None:
