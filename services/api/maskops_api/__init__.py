@@ -4,11 +4,11 @@
 - ``routes/``: one thin router per resource; ``services/``: the writes they make.
 - ``middleware/``: body limits, Host/Origin checks, the status shortcut, observability.
 - ``cache/``: job statuses and verified tokens kept in memory between requests.
-- ``dispatch`` and ``reconciler``: sending jobs to the broker and keeping it in step with
-  the database; ``published``: Triton loads what is published.
+- ``reconciler``: keeping the broker in step with the database (sending a job is
+  :mod:`maskops_core.dispatch`'s); ``published``: Triton loads what is published.
 
-Settings, the database models and sessions, migrations, the action catalogue and the
-Celery app are the control-plane core's (:mod:`maskops_core`), which the Celery worker
-shares; the API imports no module of the worker. The single-machine stack (``maskops
-serve``) lives in :mod:`maskops_serve`.
+Settings, the database models and sessions, migrations, the action catalogue, the Celery
+app and sending jobs to it are the control-plane core's (:mod:`maskops_core`), which the
+Celery worker shares; the API imports no module of the worker. The single-machine stack
+(``maskops serve``) lives in :mod:`maskops_serve`.
 """

@@ -12,12 +12,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.cache.job_cache import JobCache
 from maskops_api.cache.token_cache import TokenCache
-from maskops_api.dispatch import Dispatcher
 from maskops_api.errors import Forbidden, Unauthorized
 from maskops_api.in_flight import KeysInFlight
 from maskops_api.schemas import MAX_ID
 from maskops_api.services.tokens import allows
 from maskops_core.db.models import TokenScope
+from maskops_core.dispatch import Dispatcher
 from maskops_core.settings import Settings
 
 

@@ -12,7 +12,6 @@ from maskops_api.cache.job_cache import JobCache
 from maskops_api.cache.token_cache import CHANNEL as TOKEN_CHANNEL
 from maskops_api.cache.token_cache import TokenCache
 from maskops_api.dashboard import install_dashboard
-from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.docs_ui import install_docs_ui
 from maskops_api.errors import install_handlers
 from maskops_api.in_flight import KeysInFlight
@@ -24,6 +23,7 @@ from maskops_api.reconciler import ReconcilerThread
 from maskops_api.routes import automl, datasets, experiments, health, infer, jobs, models
 from maskops_api.streams import StreamSlots
 from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.dispatch import CeleryDispatcher, Dispatcher
 from maskops_core.settings import Settings, get_settings
 
 DESCRIPTION = """\

@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.dispatch import Dispatcher, dispatch_job
 from maskops_api.published import serve_published_on_replicas
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import rowcount, transaction
+from maskops_core.dispatch import Dispatcher, dispatch_job
 from maskops_core.settings import Settings
 
 log = logging.getLogger(__name__)

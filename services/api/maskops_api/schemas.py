@@ -260,8 +260,16 @@ class ExperimentOut(_Out):
     id: int
     name: str
     dataset_id: int | None
-    version: int
-    latest_version: int
+    version: int = Field(description="The version whose spec this is.")
+    latest_version: int = Field(
+        description="The newest version a user made (creating the experiment or updating "
+        "its spec): what a job or a read naming no version gets. An AutoML search's trial "
+        "versions never are."
+    )
+    search_job_id: int | None = Field(
+        description="The AutoML search (its job) whose trial made this version; null for a "
+        "version a user made."
+    )
     spec: dict[str, Any]
     created_at: datetime
     updated_at: datetime
@@ -282,7 +290,10 @@ class JobCreate(_Body):
     action: JobAction
     experiment_id: Id | None = None
     experiment_version: Id | None = Field(
-        default=None, description="Defaults to the experiment's latest version."
+        default=None,
+        description="Defaults to the experiment's latest_version (the newest version a user "
+        "made, never an AutoML trial's); with parent_job_id and no experiment_id, the "
+        "parent's.",
     )
     dataset_id: Id | None = Field(default=None, description="Defaults to the experiment's dataset.")
     parent_job_id: Id | None = Field(
@@ -469,7 +480,9 @@ class AutomlCreate(_Body):
 
     experiment_id: Id
     experiment_version: Id | None = Field(
-        default=None, description="Defaults to the experiment's latest version."
+        default=None,
+        description="Defaults to the experiment's latest_version (the newest version a user "
+        "made, never an earlier search's trial version).",
     )
     dataset_id: Id | None = Field(default=None, description="Defaults to the experiment's dataset.")
     options: dict[str, Any] = Field(

@@ -4,8 +4,9 @@ creates, each one short transaction.
 
 A search is an ``automl`` job; each trial is a ``train`` job whose parent is the search,
 whose ``options.trial`` is the study trial's number and whose experiment version holds the
-trial's spec. The database (the jobs and the study) is the whole state of a search: its
-controller re-derives everything from it after a restart.
+trial's spec (a version marked as the search's, never the experiment's default). The
+database (the jobs and the study) is the whole state of a search: its controller
+re-derives everything from it after a restart.
 """
 
 from __future__ import annotations
@@ -13,17 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core.db.models import (
-    TERMINAL_STATUSES,
-    Experiment,
-    ExperimentVersion,
-    Job,
-    JobStatus,
-    utcnow,
-)
+from maskops_core import experiments
+from maskops_core.db.models import TERMINAL_STATUSES, Job, JobStatus, utcnow
 from maskops_core.db.session import transaction
 from maskops_core.settings import Settings
 
@@ -120,23 +115,18 @@ def create_trial_job(
     queue: str,
 ) -> Job:
     """A queued train job for ``trial`` of the search, on a new version of the search's
-    experiment holding ``spec``; the existing one when the trial already has its job
-    (a controller that restarted between creating it and recording the trial)."""
+    experiment holding ``spec`` (marked as the search's trial version); the existing one
+    when the trial already has its job (a controller that restarted between creating it
+    and recording the trial)."""
     with transaction(factory) as session:
         search = session.get_one(Job, search_job_id)
         for job in _children(session, search_job_id):
             if (job.options or {}).get("trial") == trial:
                 return job
         assert search.experiment_id is not None, "a search has an experiment"
-        version = session.execute(
-            update(Experiment)
-            .where(Experiment.id == search.experiment_id)
-            .values(latest_version=Experiment.latest_version + 1, updated_at=utcnow())
-            .returning(Experiment.latest_version)
-        ).scalar_one()
-        session.add(
-            ExperimentVersion(experiment_id=search.experiment_id, version=version, spec=spec)
-        )
+        version = experiments.add_version(
+            session, search.experiment_id, spec, search_job_id=search.id
+        ).version
         job = Job(
             action="train",
             status=JobStatus.queued,
@@ -150,16 +140,6 @@ def create_trial_job(
         session.add(job)
         session.flush()
         return job
-
-
-def record_dispatch(factory: sessionmaker[Session], job_id: int, task_id: str) -> None:
-    """Record the message sent for a queued trial job (the reconciler's view of it)."""
-    with transaction(factory) as session:
-        session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.status == JobStatus.queued)
-            .values(dispatch_count=Job.dispatch_count + 1, dispatched_at=utcnow(), task_id=task_id)
-        )
 
 
 def cancel_trials(factory: sessionmaker[Session], search_job_id: int) -> list[int]:

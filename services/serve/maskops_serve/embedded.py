@@ -27,11 +27,11 @@ from typing import Any
 from sqlalchemy import update
 
 from maskops.atomic import atomic_write
-from maskops_api.dispatch import CeleryDispatcher, Dispatcher
 from maskops_api.reconciler import reconcile
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.dispatch import CeleryDispatcher, Dispatcher
 from maskops_core.processes import dies_with_parent, group_members, kill_group
 from maskops_core.settings import Settings
 from maskops_serve.demo import DEMO_DATA_VERSION, generate_walk_dataset

@@ -2,7 +2,8 @@
 
 The controller asks the study (Optuna, in the control-plane database) for trials, creates
 each as a train job (a child of the search, on a new version of the experiment holding the
-trial's spec) sent to the GPU queue like any other, and tells the study each trial's
+trial's spec, marked as the search's) sent to the GPU queue like any other job
+(:func:`maskops_core.dispatch.dispatch_job`), and tells the study each trial's
 outcome once its job has ended: its final metric, pruned (its pruner stopped it) or failed.
 It keeps no state of its own: restarted (its worker was killed, the reconciler sent it
 again), it re-derives the search from the jobs and the study and carries on, never asking
@@ -11,7 +12,6 @@ for a trial twice nor losing a finished one.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,15 +27,13 @@ from maskops.automl.study import (
 )
 from maskops.spec.models import ExperimentSpec
 from maskops_core import automl as searches
-from maskops_core.actions import JobAction, dispatch_task_id, stack_kwargs
-from maskops_core.identity import database_identity
+from maskops_core.actions import JobAction
+from maskops_core.dispatch import CeleryDispatcher, Dispatcher, dispatch_job
 from maskops_core.options import AutomlOptions, TrainOptions
 from maskops_worker.contract import JobCancelled, JobContext, JobInputError
 
 if TYPE_CHECKING:
     import optuna
-
-log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 1.0
 """How often the controller looks at its trials' jobs."""
@@ -77,6 +75,7 @@ class Search:
     base: ExperimentSpec
     space: list[Param]
     study: optuna.Study
+    dispatcher: Dispatcher
     reported: tuple[int, dict[str, float] | None] | None = None
 
     def run(self) -> dict[str, Any]:
@@ -117,34 +116,18 @@ class Search:
     def _start(self, number: int, params: dict[str, Any]) -> None:
         """Create (or find) the trial's train job and send it to the GPU queue."""
         spec = trial_spec(self.base, params, self.options.metric)
-        settings = self.ctx.settings
-        queue = JobAction.train.queue(settings)
         job = searches.create_trial_job(
             self.ctx.factory,
             self.ctx.job.id,
             trial=number,
             spec=spec.model_dump(mode="json"),
             options={},
-            queue=queue,
+            queue=JobAction.train.queue(self.ctx.settings),
         )
         if job.dispatch_count:
             return
-        from maskops_worker.celery_app import app
-
-        task_id = dispatch_task_id(job.id, 1)
-        try:
-            app.send_task(
-                JobAction.train.task_name,
-                args=[job.id],
-                kwargs=stack_kwargs(settings.stack_id, database_identity(self.ctx.factory)),
-                queue=queue,
-                task_id=task_id,
-            )
-        except Exception as exc:
-            # The job stays queued and unsent: the next pass (or the reconciler) sends it.
-            log.warning("search %s: trial job %s not sent: %s", self.ctx.job.id, job.id, exc)
-            return
-        searches.record_dispatch(self.ctx.factory, job.id, task_id)
+        if not dispatch_job(self.ctx.factory, self.dispatcher, job):
+            return  # still queued and unsent: the next pass (or the reconciler) sends it
         self._log(
             f"trial {number}: job {job.id} (experiment version {job.experiment_version}) {params}"
         )
@@ -213,7 +196,11 @@ def run_search(ctx: JobContext, options: AutomlOptions) -> dict[str, Any]:
     storage = searches.study_storage(ctx.settings)
     settings = search_settings(options, base)
     study = open_study(searches.study_name(ctx.job.id), storage, settings)
-    return Search(ctx, options, base, space, study).run()
+    from maskops_worker.celery_app import app
+
+    # Trials are sent by the rule the API sends every job by, with this worker's app.
+    dispatcher = CeleryDispatcher(ctx.settings, app)
+    return Search(ctx, options, base, space, study, dispatcher).run()
 
 
 def trial_pruning_hook(ctx: JobContext, spec: ExperimentSpec, options: TrainOptions) -> list[Any]:

@@ -14,10 +14,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from maskops_core.automl import study_tables
+from maskops_core.db.models import Dataset
+from maskops_core.db.session import make_engine, make_session_factory, transaction
 from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, wait_for
 from tests.integration.api.test_reliability import _reconcile
 from tests.integration.api.test_workflow import create_experiment, register_demo
+from tests.support.experiment_versions import check_trial_versions_are_never_the_default
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +104,9 @@ def test_search_runs_trials_as_train_jobs_prunes_and_shows_the_best(
         pruned = trial["state"] == "pruned"
         assert (child["result"]["step"] < 4) == pruned, child
     assert len({t["experiment_version"] for t in trials}) == 4
+    # The trials' versions are the search's: the experiment's default is still the user's.
+    experiment = client.get(f"/experiments/{child['experiment_id']}").json()
+    assert (experiment["version"], experiment["latest_version"]) == (1, 1)
 
     best = search["best"]
     assert best["params"]["init_learning_rate"] == GOOD_LR and best["state"] == "complete"
@@ -114,6 +120,26 @@ def test_search_runs_trials_as_train_jobs_prunes_and_shows_the_best(
     assert wait_for(client, evaluate["id"], {"succeeded", "failed"})["status"] == "succeeded"
     assert job["result"]["best"]["job_id"] == best["job_id"]
     assert client.get(f"/automl/{best['job_id']}").status_code == 404  # a train job
+
+
+def test_trial_versions_are_never_the_default_version(
+    client: TestClient, clean_db: Settings
+) -> None:
+    """On Postgres: with a search's trial versions made (as its controller makes them, no
+    worker needed), a train job naming no version runs the user's newest version, which
+    GET /experiments reports, and an update takes the number after the trials'."""
+    engine = make_engine(clean_db)
+    factory = make_session_factory(engine)
+    with transaction(factory) as session:
+        dataset = Dataset(name="converted", splits={}, shards_dir="shards")
+        session.add(dataset)
+        session.flush()
+        dataset_id = dataset.id
+    try:
+        experiment_id = create_experiment(client, dataset_id, steps=4, every=2)
+        check_trial_versions_are_never_the_default(client, factory, experiment_id)
+    finally:
+        engine.dispose()
 
 
 def test_search_space_is_checked_at_the_door(

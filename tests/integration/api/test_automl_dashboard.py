@@ -39,7 +39,7 @@ def _seed_search(settings: Settings) -> int:
     """A finished search of three trials (complete, pruned, complete); its job id."""
     factory = make_session_factory(make_engine(settings))
     with transaction(factory) as session:
-        experiment = Experiment(name="searched", latest_version=1)
+        experiment = Experiment(name="searched", last_version_number=1)
         session.add(experiment)
         session.flush()
         session.add(ExperimentVersion(experiment_id=experiment.id, version=1, spec={}))

@@ -300,7 +300,7 @@ def test_dataset_being_converted_is_refused(client: TestClient, settings: Settin
 
 
 def test_delete_experiment_removes_it_and_its_versions(client: TestClient) -> None:
-    experiment = add(client, Experiment(name="e", latest_version=2))
+    experiment = add(client, Experiment(name="e", last_version_number=2))
     for version in (1, 2):
         add(client, ExperimentVersion(experiment_id=experiment, version=version, spec={}))
     kept = add(client, Experiment(name="kept"))

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from maskops_api.dispatch import dispatch_job
 from maskops_core.db.models import Dataset, Job
+from maskops_core.dispatch import dispatch_job
 from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, wait_for
 

@@ -4,6 +4,7 @@ queue, the API restarting; and cancelling a running training job."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -11,11 +12,11 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from maskops_api.dispatch import CeleryDispatcher
 from maskops_api.main import create_app
 from maskops_api.reconciler import reconcile
 from maskops_core.db.models import utcnow
 from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.dispatch import CeleryDispatcher
 from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, wait_for
 from tests.integration.api.test_workflow import create_experiment, register_demo
@@ -160,3 +161,24 @@ def test_migrations_match_the_models_on_postgres(clean_db: Settings) -> None:
         differences = compare_metadata(context, Base.metadata)
     engine.dispose()
     assert differences == []
+
+
+def test_migration_0010_marks_trial_versions_on_postgres(postgres_url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    from tests.support.experiment_versions import check_migration_0010
+
+    schema = f"maskops_migration_{uuid.uuid4().hex[:8]}"
+    try:
+        check_migration_0010(
+            Settings(
+                database_url=postgres_url,
+                database_schema=schema,
+                _env_file=None,  # type: ignore[call-arg]
+            )
+        )
+    finally:
+        engine = create_engine(postgres_url)
+        with engine.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        engine.dispose()

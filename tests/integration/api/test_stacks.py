@@ -18,12 +18,12 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from maskops_api.dispatch import CeleryDispatcher
 from maskops_api.main import create_app
 from maskops_core.actions import JobAction
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus
 from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.dispatch import CeleryDispatcher
 from maskops_core.settings import Settings
 from maskops_serve.embedded import EmbeddedConfig, embedded_settings, start_worker
 from tests.integration.api.conftest import stop_group

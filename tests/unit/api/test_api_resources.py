@@ -8,6 +8,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core.db.models import Dataset, Job
+from tests.support.experiment_versions import check_trial_versions_are_never_the_default
 from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC, RecordingDispatcher
 
 
@@ -83,6 +84,16 @@ def test_experiment_from_json_and_text_with_versions(client: TestClient) -> None
     assert updated.json()["spec"]["maskrcnn_config"]["nlayers"] == 18
     old = client.get(f"/experiments/{exp['id']}", params={"version": 1}).json()
     assert old["spec"]["maskrcnn_config"]["nlayers"] == 10 and old["latest_version"] == 2
+
+
+def test_search_trial_versions_never_become_the_default_version(
+    client: TestClient, factory: sessionmaker[Session]
+) -> None:
+    dataset_id = _converted_dataset(client, factory)
+    exp = client.post(
+        "/experiments", json={"name": "e", "dataset_id": dataset_id, "spec": SMALL_SPEC}
+    ).json()
+    check_trial_versions_are_never_the_default(client, factory, exp["id"])
 
 
 def test_bad_specs_are_422_with_field_and_line(client: TestClient) -> None:

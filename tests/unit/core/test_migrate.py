@@ -11,6 +11,7 @@ from sqlalchemy import text
 from maskops_core.db.migrate import migrations_dir, upgrade_head
 from maskops_core.db.session import make_engine
 from maskops_core.settings import Settings
+from tests.support.experiment_versions import check_migration_0010
 
 
 def test_migrating_an_existing_sqlite_database_keeps_its_rows(tmp_path: Path) -> None:
@@ -64,3 +65,12 @@ def test_migrating_an_existing_sqlite_database_keeps_its_rows(tmp_path: Path) ->
         )
         assert conn.execute(text("SELECT max(id) FROM jobs")).scalar() == 3
     engine.dispose()
+
+
+def test_migration_0010_marks_trial_versions_on_sqlite(tmp_path: Path) -> None:
+    check_migration_0010(
+        Settings(
+            database_url=f"sqlite:///{tmp_path / 'old.db'}",
+            _env_file=None,  # type: ignore[call-arg]
+        )
+    )

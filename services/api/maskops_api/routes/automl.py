@@ -19,11 +19,11 @@ from maskops_api.deps import (
     SettingsDep,
     WriteAccess,
 )
-from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES
 from maskops_api.schemas import AutomlCreate, AutomlOut
 from maskops_api.services import automl as service
 from maskops_api.services import jobs
+from maskops_core.dispatch import dispatch_job
 
 router = APIRouter(prefix="/automl", tags=["automl"], responses=ERROR_RESPONSES)
 

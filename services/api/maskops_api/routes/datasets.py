@@ -22,13 +22,13 @@ from maskops_api.deps import (
     SettingsDep,
     WriteAccess,
 )
-from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES
 from maskops_api.routes import uploads
 from maskops_api.schemas import DatasetCreate, DatasetOut, Page
 from maskops_api.services import datasets as service
 from maskops_api.services import deletion
 from maskops_core.db.models import Dataset
+from maskops_core.dispatch import dispatch_job
 from maskops_core.paths import remove_tree
 
 router = APIRouter(

@@ -51,8 +51,7 @@ async def create_experiment(
             experiment = service.create_experiment(
                 session, settings, body, idempotency_key=idempotency_key
             )
-            version = service.get_version(session, experiment, None)
-            return service.experiment_out(experiment, version)
+            return service.experiment_out(session, experiment)
 
     return await keys.run(service.ENDPOINT, idempotency_key, work)
 
@@ -67,7 +66,7 @@ def list_experiments(
     rows = session.scalars(
         select(Experiment).order_by(Experiment.id.desc()).limit(limit).offset(offset)
     ).all()
-    items = [service.experiment_out(e, service.get_version(session, e, None)) for e in rows]
+    items = [service.experiment_out(session, e) for e in rows]
     return Page(items=items, total=total, limit=limit, offset=offset)
 
 
@@ -75,17 +74,21 @@ def list_experiments(
 def get_experiment(
     experiment_id: ExperimentId, session: SessionDep, version: VersionQuery = None
 ) -> ExperimentOut:
+    """Version ``version`` (default: ``latest_version``, the newest version a user made;
+    an AutoML trial's version is read by its number, and names its search)."""
     experiment = service.get_experiment(session, experiment_id)
-    return service.experiment_out(experiment, service.get_version(session, experiment, version))
+    return service.experiment_out(session, experiment, version)
 
 
 @router.put("/{experiment_id}", response_model=ExperimentOut, dependencies=[WriteAccess])
 def update_experiment(
     experiment_id: ExperimentId, body: ExperimentUpdate, session: SessionDep, settings: SettingsDep
 ) -> ExperimentOut:
-    """A new spec makes a new version; earlier versions stay readable (``?version=``)."""
+    """A new spec makes a new version (numbered after every version of the experiment,
+    AutoML trials' too), the experiment's default from then on; earlier versions stay
+    readable (``?version=``)."""
     experiment = service.update_experiment(session, settings, experiment_id, body)
-    return service.experiment_out(experiment, service.get_version(session, experiment, None))
+    return service.experiment_out(session, experiment)
 
 
 @router.delete("/{experiment_id}", status_code=204, dependencies=[WriteAccess])

@@ -28,7 +28,6 @@ from maskops_api.deps import (
     SettingsDep,
     WriteAccess,
 )
-from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES, NotFound
 from maskops_api.schemas import Artifact, ErrorOut, JobCreate, JobOut, MetricPoint, Page
 from maskops_api.services import deletion
@@ -36,6 +35,7 @@ from maskops_api.services import jobs as service
 from maskops_api.streams import Slot, StreamSlots
 from maskops_core.actions import JobAction
 from maskops_core.db.models import TERMINAL_STATUSES, Job, JobMetric, JobStatus
+from maskops_core.dispatch import dispatch_job
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ from maskops_api.deps import (
     SettingsDep,
     WriteAccess,
 )
-from maskops_api.dispatch import dispatch_job
 from maskops_api.errors import ERROR_RESPONSES, NotFound
 from maskops_api.schemas import MODEL_NAME_PATTERN, JobOut, ModelOut, PublishRequest
 from maskops_api.services import deletion
 from maskops_api.services import models as service
 from maskops_api.services.jobs import PUBLISH_ENDPOINT, job_out
 from maskops_core.db.models import PublishedModel
+from maskops_core.dispatch import dispatch_job
 
 router = APIRouter(prefix="/models", tags=["models"], responses=ERROR_RESPONSES)
 

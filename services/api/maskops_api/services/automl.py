@@ -15,6 +15,7 @@ from maskops_api.schemas import AutomlOut, JobCreate, TrialOut
 from maskops_api.services import jobs
 from maskops_api.specs import spec_to_text
 from maskops_core import automl as searches
+from maskops_core import experiments as versions
 from maskops_core.actions import JobAction
 from maskops_core.db.models import Job, JobStatus
 from maskops_core.settings import Settings
@@ -100,6 +101,6 @@ def _best_artifacts(
     if best is None or best.number not in children or search.experiment_id is None:
         return None, None
     child = children[best.number]
-    version = jobs.find_version(session, search.experiment_id, child.experiment_version or 0)
+    version = versions.find_version(session, search.experiment_id, child.experiment_version or 0)
     text = spec_to_text(ExperimentSpec.model_validate(version.spec)) if version else None
     return text, (child.result or {}).get("checkpoint")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from maskops.spec.models import ExperimentSpec
@@ -16,6 +15,7 @@ from maskops_api.specs import (
     spec_from_json,
     spec_from_text,
 )
+from maskops_core import experiments as versions
 from maskops_core.db.models import Dataset, Experiment, ExperimentVersion, utcnow
 from maskops_core.settings import Settings
 
@@ -55,7 +55,7 @@ def create_experiment(
     parsed = _parse(body.spec, body.spec_text, settings)
     if body.dataset_id is not None and session.get(Dataset, body.dataset_id) is None:
         raise NotFound(f"dataset {body.dataset_id} not found")
-    experiment = Experiment(name=body.name, dataset_id=body.dataset_id, latest_version=1)
+    experiment = Experiment(name=body.name, dataset_id=body.dataset_id, last_version_number=1)
     session.add(experiment)
     session.flush()
     session.add(
@@ -83,14 +83,8 @@ def update_experiment(
         experiment.name = body.name
     if body.spec is not None or body.spec_text is not None:
         parsed = _parse(body.spec, body.spec_text, settings)
-        experiment.latest_version += 1
-        session.add(
-            ExperimentVersion(
-                experiment_id=experiment.id,
-                version=experiment.latest_version,
-                spec=parsed.model_dump(mode="json"),
-            )
-        )
+        # The next number after every one given out, the trials' of a search too.
+        versions.add_version(session, experiment.id, parsed.model_dump(mode="json"))
     experiment.updated_at = utcnow()
     session.commit()
     return experiment
@@ -104,25 +98,33 @@ def get_experiment(session: Session, experiment_id: int) -> Experiment:
 
 
 def get_version(session: Session, experiment: Experiment, version: int | None) -> ExperimentVersion:
-    wanted = version or experiment.latest_version
-    found = session.scalars(
-        select(ExperimentVersion).where(
-            ExperimentVersion.experiment_id == experiment.id, ExperimentVersion.version == wanted
-        )
-    ).one_or_none()
+    """Version ``version`` of the experiment; None: its default version (the newest one a
+    user made, :func:`maskops_core.experiments.default_version`)."""
+    if version is None:
+        found = versions.default_version(session, experiment.id)
+    else:
+        found = versions.find_version(session, experiment.id, version)
     if found is None:
-        raise NotFound(f"experiment {experiment.id} has no version {wanted}")
+        raise NotFound(f"experiment {experiment.id} has no version {version or 'of its own'}")
     return found
 
 
-def experiment_out(experiment: Experiment, version: ExperimentVersion) -> ExperimentOut:
+def experiment_out(
+    session: Session, experiment: Experiment, version: int | None = None
+) -> ExperimentOut:
+    """The experiment with version ``version``'s spec (None: its default version's)."""
+    latest = get_version(session, experiment, None)
+    shown = (
+        latest if version in (None, latest.version) else get_version(session, experiment, version)
+    )
     return ExperimentOut(
         id=experiment.id,
         name=experiment.name,
         dataset_id=experiment.dataset_id,
-        version=version.version,
-        latest_version=experiment.latest_version,
-        spec=version.spec,
+        version=shown.version,
+        latest_version=latest.version,
+        search_job_id=shown.search_job_id,
+        spec=shown.spec,
         created_at=experiment.created_at,
         updated_at=experiment.updated_at,
     )

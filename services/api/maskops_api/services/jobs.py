@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import ValidationError
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import Conflict, Invalid, NotFound
 from maskops_api.schemas import JobCreate, JobOut, Progress
 from maskops_api.services import idempotency
+from maskops_core import experiments as versions
 from maskops_core import workers
 from maskops_core.actions import JobAction
 from maskops_core.db.models import (
@@ -119,7 +120,8 @@ def _parent(session: Session, action: JobAction, parent_job_id: int | None) -> J
 def _experiment_version(
     session: Session, action: JobAction, body: JobCreate, parent: Job | None
 ) -> tuple[Experiment | None, ExperimentVersion | None]:
-    """The experiment version the job runs: the body's, else its parent's."""
+    """The experiment version the job runs: the body's, else its parent's, else the
+    experiment's default one."""
     experiment_id = body.experiment_id
     if experiment_id is None and parent is not None:
         experiment_id = parent.experiment_id
@@ -133,12 +135,16 @@ def _experiment_version(
     experiment = session.get(Experiment, experiment_id)
     if experiment is None:
         raise NotFound(f"experiment {experiment_id} not found")
-    wanted = body.experiment_version or experiment.latest_version
-    if body.experiment_version is None and body.experiment_id is None and parent is not None:
-        wanted = parent.experiment_version or wanted
-    version = find_version(session, experiment.id, wanted)
+    wanted = body.experiment_version
+    if wanted is None and body.experiment_id is None and parent is not None:
+        wanted = parent.experiment_version
+    if wanted is None:
+        # The newest version a user made: never an AutoML search's trial version.
+        version = versions.default_version(session, experiment.id)
+    else:
+        version = versions.find_version(session, experiment.id, wanted)
     if version is None:
-        raise NotFound(f"experiment {experiment.id} has no version {wanted}")
+        raise NotFound(f"experiment {experiment.id} has no version {wanted or 'of its own'}")
     return experiment, version
 
 
@@ -219,14 +225,6 @@ def check_search_space(version: ExperimentVersion, options: AutomlOptions) -> No
         )
     except SpaceError as exc:
         raise Invalid(f"options.hyperparameters.{exc}") from None
-
-
-def find_version(session: Session, experiment_id: int, version: int) -> ExperimentVersion | None:
-    return session.scalars(
-        select(ExperimentVersion).where(
-            ExperimentVersion.experiment_id == experiment_id, ExperimentVersion.version == version
-        )
-    ).one_or_none()
 
 
 def get_job(session: Session, job_id: int) -> Job:

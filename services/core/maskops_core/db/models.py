@@ -93,7 +93,10 @@ class Experiment(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id"), default=None)
-    latest_version: Mapped[int] = mapped_column(default=1)
+    last_version_number: Mapped[int] = mapped_column(default=1)
+    """The highest version number given out, to a user's version or an AutoML trial's
+    (:func:`maskops_core.experiments.add_version`); which version is the default is
+    :func:`maskops_core.experiments.default_version`'s rule."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -107,6 +110,10 @@ class ExperimentVersion(Base):
     version: Mapped[int]
     spec: Mapped[dict[str, Any]]
     """``ExperimentSpec.model_dump(mode="json")``; the text form is regenerated on request."""
+    search_job_id: Mapped[int | None] = mapped_column(default=None)
+    """The AutoML search (its ``automl`` job) whose trial this version is; None for a version
+    a user made. No foreign key: the mark must outlive a deleted search job, or its trial
+    versions would become the experiment's default."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -1,5 +1,7 @@
-"""Sending jobs to the broker. The database row is written first; a message that cannot be
-sent (broker down) leaves the job queued for the reconciler to send later."""
+"""Sending jobs to the broker, the one rule for everything that sends one: the API (a new
+job, a resumed one, the reconciler's re-sends) and a search's controller in the worker (its
+trials). The database row is written first; a message that cannot be sent (broker down)
+leaves the job queued, for the reconciler (or the controller's next pass) to send later."""
 
 from __future__ import annotations
 
@@ -28,13 +30,20 @@ class Dispatcher(Protocol):
 
 class CeleryDispatcher:
     """Publishes the action's task (by name: the API never imports the worker) on the
-    job's queue, naming this stack (``settings.stack_id``)."""
+    job's queue, naming this stack (``settings.stack_id``).
 
-    def __init__(self, settings: Settings) -> None:
+    ``app``: the Celery app to send with (a worker's own, which the worker keeps and
+    closes); without it, one of its own that gives up on a broker that is down after a
+    few seconds, so that a request never waits on it."""
+
+    def __init__(self, settings: Settings, app: Celery | None = None) -> None:
         self.stack_id = settings.stack_id
-        self.app: Celery = make_celery(settings)
-        self.app.conf.broker_connection_timeout = 3
-        self.app.conf.broker_connection_max_retries = 1
+        self._owns_app = app is None
+        if app is None:
+            app = make_celery(settings)
+            app.conf.broker_connection_timeout = 3
+            app.conf.broker_connection_max_retries = 1
+        self.app: Celery = app
 
     def send(self, *, action: str, job_id: int, queue: str, task_id: str, database: str) -> None:
         self.app.send_task(
@@ -47,7 +56,8 @@ class CeleryDispatcher:
         )
 
     def close(self) -> None:
-        self.app.close()
+        if self._owns_app:
+            self.app.close()
 
 
 def dispatch_job(factory: sessionmaker[Session], dispatcher: Dispatcher, job: Job) -> bool:
