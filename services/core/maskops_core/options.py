@@ -30,7 +30,15 @@ from maskops.evaluation.inference_options import GPU_INDEX as ENGINE_INFERENCE_G
 from maskops.evaluation.inference_options import THRESHOLD as ENGINE_INFERENCE_THRESHOLD
 from maskops.evaluation.options import GPU_INDEX as ENGINE_EVALUATE_GPU_INDEX
 from maskops.export.options import DEFAULTS as ENGINE_EXPORT
-from maskops.export.options import DataType, OutputLayout
+from maskops.export.options import (
+    INT8_MIN_OPSET,
+    MAX_OPSET,
+    MIN_OPSET,
+    DataType,
+    OutputLayout,
+    Target,
+    opset_error,
+)
 from maskops.prune.options import DEFAULTS as ENGINE_PRUNE
 from maskops.prune.options import Equalization, Norm
 from maskops.shape_rules import batch_order_error
@@ -211,6 +219,18 @@ class ExportOptions(ModelSource):
         "else maskops.",
     )
     cal_image_dir: DataPath | None = None
+    target: Target = Field(
+        default=ENGINE_EXPORT.target,
+        description="onnxruntime (portable) or tensorrt: the graph is checked against "
+        "TensorRT's ONNX import rules and int8 is TensorRT's symmetric form (what Triton's "
+        "TensorRT backend and accelerator import). The tao output_layout implies tensorrt.",
+    )
+    opset: int = Field(
+        default=ENGINE_EXPORT.opset,
+        ge=MIN_OPSET,
+        le=MAX_OPSET,
+        description=f"The ONNX opset; int8 needs {INT8_MIN_OPSET} or later.",
+    )
 
     @model_validator(mode="after")
     def _profile_in_order(self) -> ExportOptions:
@@ -218,6 +238,9 @@ class ExportOptions(ModelSource):
         DeepStream files only for the TAO layout (no DeepStream parser reads maskops')."""
         if self.gen_ds_config and self.output_layout == "maskops":
             raise ValueError("gen_ds_config needs the tao output_layout (or leave it out)")
+        opset_problem = opset_error(self.opset, self.data_type)
+        if opset_problem is not None:
+            raise ValueError(f"opset {self.opset}: {opset_problem}")
         if self.static_batch_size is not None:
             for name in ("min_batch_size", "opt_batch_size"):
                 if getattr(self, name) not in (None, self.static_batch_size):

@@ -9,6 +9,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
+import pytest
+from pydantic import ValidationError
+
 from maskops.cli import export as cli_export
 from maskops.export.exporter import export_onnx
 from maskops.export.options import DEFAULTS, ExportOptions, cli_flag
@@ -60,6 +63,8 @@ def test_a_job_s_options_become_engine_options_unchanged() -> None:
         "batch_size": 2,
         "output_layout": "tao",
         "gen_ds_config": True,
+        "target": "tensorrt",
+        "opset": 13,
     }
     job = JobExportOptions.model_validate({"checkpoint": "latest", **chosen})
     given = job.given(exclude={*job.SOURCE_FIELDS, "cal_image_dir"})
@@ -71,3 +76,12 @@ def test_export_onnx_takes_options_only_through_the_engine_object() -> None:
     parameters = set(inspect.signature(export_onnx).parameters)
     assert "options" in parameters
     assert not parameters & {f.name for f in fields(ExportOptions)}
+
+
+def test_the_rest_door_holds_the_opset_to_the_engine_s_rule() -> None:
+    with pytest.raises(ValidationError, match="opset 11: int8 needs opset 13 or later"):
+        JobExportOptions.model_validate({"data_type": "int8", "opset": 11})
+    with pytest.raises(ValidationError, match="opset"):
+        JobExportOptions.model_validate({"opset": 21})
+    bound = JobExportOptions.model_validate({"data_type": "int8", "target": "tensorrt"})
+    assert bound.given() == {"data_type": "int8", "target": "tensorrt"}

@@ -40,14 +40,7 @@ from maskops.export.graph import (
     set_metadata,
     trace_to_onnx,
 )
-from maskops.export.options import (
-    DATA_TYPES,
-    INT8_MIN_OPSET,
-    MAX_OPSET,
-    MIN_OPSET,
-    TARGETS,
-    ExportOptions,
-)
+from maskops.export.options import DATA_TYPES, TARGETS, ExportOptions, opset_error
 from maskops.export.parity import ParityReport, Tolerances, compare_detections
 from maskops.export.precision import convert_to_fp16, quantize_int8, write_calibration_cache
 from maskops.export.predictor import OnnxPredictor
@@ -237,15 +230,9 @@ def _batch_sizes(options: ExportOptions) -> tuple[int, BatchProfile]:
 
 
 def _check_opset(opset: int, data_type: str) -> None:
-    if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ExportError(
-            f"--target_opset {opset}: maskops exports opsets {MIN_OPSET}..{MAX_OPSET}"
-        )
-    if data_type == "int8" and opset < INT8_MIN_OPSET:
-        raise ExportError(
-            f"--target_opset {opset}: int8 needs opset {INT8_MIN_OPSET} or later "
-            "(per-channel QuantizeLinear)"
-        )
+    error = opset_error(opset, data_type)
+    if error is not None:
+        raise ExportError(f"--target_opset {opset}: {error}")
 
 
 def _checked_options(options: ExportOptions) -> tuple[int, BatchProfile, str]:

@@ -80,6 +80,16 @@ class ExportOptions:
     """The CUDA device that builds the engine (the parity check runs on the CPU)."""
 
 
+def opset_error(opset: int, data_type: str) -> str | None:
+    """What is wrong with exporting ``data_type`` at ONNX ``opset`` (None: nothing); the CLI
+    and the REST door both ask here."""
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        return f"maskops exports opsets {MIN_OPSET}..{MAX_OPSET}"
+    if data_type == "int8" and opset < INT8_MIN_OPSET:
+        return f"int8 needs opset {INT8_MIN_OPSET} or later (per-channel QuantizeLinear)"
+    return None
+
+
 def cli_flag(name: str) -> str:
     """The ``maskops export`` flag of option ``name``."""
     flag: str | None = _FIELDS[name].metadata.get("flag")
