@@ -74,9 +74,13 @@ MACHINE_HAS = (
 )
 """On the GPU host already (with the CUDA libraries, ``nvidia-*``; torch requires setuptools on
 Python >= 3.12): never downloaded."""
-TEST_ROOTS = ("pytest", "pytest-timeout", "pytest-xdist")
+NOT_NEEDED = ("scipy",)
+"""In the engine's extra but used by nothing the check runs, and too large to carry: scipy is
+AutoML's Gaussian-process sampler (imported only when a search builds one; 35 MiB)."""
+TEST_ROOTS = ("pytest", "pytest-timeout", "pytest-xdist", "tritonclient[grpc]")
 """What ``pytest -m gpu`` needs beyond the engine: pyproject's addopts use pytest-timeout,
-tests/conftest.py pytest-xdist's scheduler hook."""
+tests/conftest.py pytest-xdist's scheduler hook, the GPU serving tests parse Triton configs
+with Triton's ModelConfig protobuf (``tritonclient.grpc``)."""
 WHEEL_PLATFORMS = (
     "manylinux_2_28_x86_64",
     "manylinux_2_17_x86_64",
@@ -200,10 +204,16 @@ def runtime_closure(roots: tuple[str, ...], *, stop: tuple[str, ...] = MACHINE_H
     return seen
 
 
+def wheels_wanted() -> set[str]:
+    """What the engine and the GPU tests import that the GPU host lacks."""
+    wanted = runtime_closure(("maskops[engine]", *TEST_ROOTS))
+    return wanted - {"maskops", *MACHINE_HAS, *NOT_NEEDED}
+
+
 def prepare(folder: Path) -> int:
     """Download the wheels the GPU host lacks into ``folder``; print their total size."""
     pins = lock_pins()
-    wanted = runtime_closure(("maskops[engine]", *TEST_ROOTS)) - {"maskops", *MACHINE_HAS}
+    wanted = wheels_wanted()
     missing = sorted(name for name in wanted if name not in pins)
     if missing:
         print(f"not in requirements.lock: {', '.join(missing)}", file=sys.stderr)

@@ -1,20 +1,24 @@
-"""The control plane on a migrated SQLite database, for unit tests of the API, the worker's
-runner and the single-machine stack (a conftest imports the fixtures it needs)."""
+"""The control plane on a migrated SQLite database, for unit tests of the core, the API,
+the worker's runner and the single-machine stack (the root conftest registers the fixtures).
+
+The control plane's libraries are imported where the fixtures run, not when this module
+loads: every test session loads it, the GPU check's ``pytest -m gpu`` on a GPU host with
+the engine's dependencies only included (tests/unit/test_gpu_check.py)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core.db.migrate import upgrade_head
-from maskops_core.db.models import Job
-from maskops_core.db.session import make_engine, make_session_factory
-from maskops_core.settings import Settings
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from maskops_core.db.models import Job
+    from maskops_core.settings import Settings
 
 
 @pytest.fixture
@@ -25,6 +29,9 @@ def settings(tmp_path: Path) -> Settings:
 def make_settings(tmp_path: Path) -> Settings:
     """Settings on a migrated SQLite database under ``tmp_path`` whose data root holds the
     empty ``shapes`` dataset of ``DATASET_BODY``."""
+    from maskops_core.db.migrate import upgrade_head
+    from maskops_core.settings import Settings
+
     data_root = tmp_path / "data"
     for split in ("train", "val"):
         (data_root / "shapes" / "images" / split).mkdir(parents=True)
@@ -49,6 +56,8 @@ def make_settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
+    from maskops_core.db.session import make_engine, make_session_factory
+
     engine = make_engine(settings)
     yield make_session_factory(engine)
     engine.dispose()
@@ -56,6 +65,8 @@ def factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
 
 def insert_job(factory: sessionmaker[Session], **values: Any) -> int:
     """A train job on queue ``t_gpu`` (queued unless ``values`` say otherwise)."""
+    from maskops_core.db.models import Job
+
     with factory() as s, s.begin():
         job = Job(action="train", queue="t_gpu", options={}, **values)
         s.add(job)
@@ -64,5 +75,7 @@ def insert_job(factory: sessionmaker[Session], **values: Any) -> int:
 
 
 def get_job(factory: sessionmaker[Session], job_id: int) -> Job:
+    from maskops_core.db.models import Job
+
     with factory() as s:
         return s.get_one(Job, job_id)

@@ -18,11 +18,41 @@ gpu_check = load_bench_module("gpu_check")
 readme_table = load_bench_module("readme_table")
 
 
+def as_on_the_gpu_host() -> dict[str, str]:
+    """Environment variables that leave a process of this environment only what a GPU host
+    has after ``--prepare``'s wheels: the machine's packages (``MACHINE_HAS`` and what they
+    need), the wheels, maskops' sources, and pytest with its two plugins; every other
+    installed module is hidden (tests/support/import_guard)."""
+    from importlib.metadata import packages_distributions
+
+    allowed = gpu_check.runtime_closure(gpu_check.MACHINE_HAS, stop=())
+    allowed |= gpu_check.wheels_wanted() | {"maskops", "pip"}
+
+    def on_host(distribution: str) -> bool:
+        name = gpu_check.normalize(distribution)
+        return name in allowed or name.startswith(("nvidia-", "cuda-"))
+
+    hidden = [
+        module
+        for module, distributions in packages_distributions().items()
+        if module.isidentifier() and not any(on_host(d) for d in distributions)
+    ]
+    guard = str(REPO / "tests" / "support" / "import_guard")
+    return {
+        "PYTHONPATH": os.pathsep.join(filter(None, [guard, os.environ.get("PYTHONPATH")])),
+        "MASKOPS_TEST_BLOCKED_MODULES": ",".join(sorted(hidden)),
+        # The host has no other pytest plugin: none is loaded from this environment's.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTEST_PLUGINS": "pytest_timeout,xdist.plugin,xdist.looponfail",
+    }
+
+
 def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path) -> None:
+    """Run with only what the GPU host has: a test or step importing more fails here."""
     out = tmp_path / "gpu_check_cpu.json"
     command = [str(BENCH / "gpu_check"), "--device", "cpu", "--tiny", "--out", str(out)]
     command += ["--work", str(tmp_path / "work"), "--wheels", str(tmp_path / "no-wheels")]
-    env = {**os.environ, "PYTHON": sys.executable}
+    env = {**os.environ, "PYTHON": sys.executable, **as_on_the_gpu_host()}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     doc = json.loads(out.read_text())
     steps = doc["steps"]
@@ -71,10 +101,9 @@ def test_the_children_see_maskops_sources_and_a_cpu_run_sees_no_gpu(tmp_path: Pa
 
 
 def test_prepare_takes_the_locks_versions_of_what_the_gpu_host_lacks() -> None:
-    wanted = gpu_check.runtime_closure(("maskops[engine]", *gpu_check.TEST_ROOTS))
-    wanted -= {"maskops", *gpu_check.MACHINE_HAS}
+    wanted = gpu_check.wheels_wanted()
     pins = gpu_check.lock_pins()
     assert {"pydantic", "protobuf", "pycocotools", "tensorboard", "pytest-timeout"} <= wanted
-    assert not {"torch", "torchvision", "numpy", "onnx", "onnxruntime", "sympy"} & wanted
+    assert not {"torch", "torchvision", "numpy", "onnx", "onnxruntime", "sympy", "scipy"} & wanted
     assert not [name for name in wanted if name.startswith("nvidia-")]
     assert all(name in pins for name in wanted), sorted(wanted - set(pins))
