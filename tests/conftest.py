@@ -296,7 +296,8 @@ def _train_model(root: Path) -> TrainedModel:
     from maskops_serve.demo import prepare_walk_training
 
     walk = prepare_walk_training(root, TRAINED_MODEL_STEPS)
-    spec = walk.spec.model_copy(update={"use_amp": False})  # fp32: test_bf16_recipe compares
+    # fp32: the slow mask AP comparison of test_bf16_recipe trains it again in bf16.
+    spec = walk.spec.model_copy(update={"use_amp": False})
     result = run_training(spec, root / "run")
     assert result.checkpoint is not None
     mask_ap = float(result.metrics["mask_AP"])
