@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core.actions import JobAction, dispatch_task_id, stack_kwargs
 from maskops_core.broker import make_celery
-from maskops_core.db.models import Job, JobStatus, utcnow
+from maskops_core.db.models import Job, utcnow
 from maskops_core.db.session import transaction
 from maskops_core.identity import database_identity
 from maskops_core.settings import Settings
@@ -73,10 +73,13 @@ def dispatch_job(factory: sessionmaker[Session], dispatcher: Dispatcher, job: Jo
         log.warning("job %s: could not reach the broker (%s); will retry", job.id, exc)
         return False
     now = utcnow()
+    # Recorded whatever the job's status is by now: a worker may already have claimed it.
+    # Unrecorded, the next message for the job would reuse this one's task id, and a search
+    # controller would take its trial for unsent and send it again.
     with transaction(factory) as session:
         session.execute(
             update(Job)
-            .where(Job.id == job.id, Job.status == JobStatus.queued)
+            .where(Job.id == job.id)
             .values(dispatch_count=attempt, dispatched_at=now, task_id=task_id)
         )
     job.dispatch_count, job.dispatched_at, job.task_id = attempt, now, task_id

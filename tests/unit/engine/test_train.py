@@ -152,6 +152,22 @@ def test_resume_after_crash_equals_uninterrupted_run(
     assert [lr_b[s] for s in range(1, 5)] == lr_a
 
 
+def test_a_run_resumed_at_its_end_reports_what_it_measured(
+    spec_factory: SpecFactory, tmp_path: Path
+) -> None:
+    # A run killed after its last checkpoint and evaluation resumes with nothing to train:
+    # it evaluates nothing again, and still reports its figures (an AutoML trial's metric).
+    spec = spec_factory(total_steps=2, num_steps_per_eval=2, data_config={"val_json_file": ""})
+    first = run_training(spec, tmp_path, log_every=1)
+    again = run_training(spec, tmp_path, log_every=1)
+    assert again.step == first.step == 2 and "val/Total loss" in first.metrics
+    assert again.metrics == first.metrics
+    # A torn last line (a crash while writing it) is skipped.
+    with (tmp_path / "metrics.jsonl").open("a") as fh:
+        fh.write('{"step": 2, "val/Total lo')
+    assert run_training(spec, tmp_path, log_every=1).metrics == first.metrics
+
+
 def test_cancel_stops_at_step_boundary_with_checkpoint(
     spec_factory: SpecFactory, tmp_path: Path
 ) -> None:

@@ -355,6 +355,23 @@ class JsonlWriter:
         pass
 
 
+def recorded_metrics(path: Path, up_to_step: int) -> dict[str, float]:
+    """Each metric's latest value in a ``metrics.jsonl`` among the records of steps up to
+    ``up_to_step`` (empty without the file; a line cut short by a crash is skipped)."""
+    latest: dict[str, float] = {}
+    if not path.is_file():
+        return latest
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, int) and step <= up_to_step:
+            latest.update({k: v for k, v in record.items() if k not in ("step", "time")})
+    return latest
+
+
 class TensorBoardWriter:
     """Scalars under their TAO names (``val/`` and ``eval/`` prefixes kept as given)."""
 

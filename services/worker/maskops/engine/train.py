@@ -64,6 +64,7 @@ from maskops.engine.hooks import (
     TrainingMetricsHook,
     WriterHook,
     cancel_check,
+    recorded_metrics,
     write_json_atomic,
 )
 from maskops.engine.optim import (
@@ -330,6 +331,10 @@ def _train(
         clip_grad_norm=spec.global_gradient_clip_ratio,
     )
     trainer.last_checkpoint = resume_from
+    if info.is_main and start_step:
+        # What the run measured before its checkpoint stays its figures: a run resumed with
+        # nothing left to train (killed after its end) evaluates nothing again.
+        trainer.latest_metrics.update(recorded_metrics(results_dir / METRICS_FILE, start_step))
     eval_hook = _eval_hook(run, eval_fn, amp, extra_hooks, timeouts)
     hooks = _rank_hooks(run, eval_hook)
     if info.is_main:
