@@ -131,3 +131,21 @@ def test_no_secrets_in_the_file_and_env_example_complete(compose: dict[str, Any]
     assert referenced <= set(example), referenced - set(example)
     for name in ("postgres", "api", "worker-gpu0", "worker-cpu"):
         assert compose["services"][name]["env_file"] == ".env"
+
+
+def test_the_build_context_holds_what_every_dockerfile_copies() -> None:
+    """.dockerignore leaves out everything but what the Dockerfiles copy: a COPY of a path it
+    leaves out would fail only when an image is built."""
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    rules = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert rules[0] == "*", "an allow-list: everything is left out, then let back in"
+    allowed = {rule[1:] for rule in rules if rule.startswith("!")}
+    for dockerfile in sorted((REPO / "services").glob("*/Dockerfile")):
+        for line in dockerfile.read_text().splitlines():
+            words = line.split()
+            if not words or words[0] not in ("COPY", "ADD") or "--from" in line:
+                continue
+            for source in words[1:-1]:
+                top = source.split("/")[0]
+                assert top in allowed, f"{dockerfile.relative_to(REPO)}: {source} is left out"
+                assert (REPO / source).exists(), f"{dockerfile.relative_to(REPO)}: no {source}"
