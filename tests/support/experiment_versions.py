@@ -9,12 +9,10 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core import automl as searches
-from maskops_core.db.migrate import migrations_dir
+from maskops_core.db.migrate import migrate
 from maskops_core.db.session import make_engine
 from maskops_core.settings import Settings
 
@@ -62,24 +60,6 @@ def _plain_job(client: httpx.Client, action: str, experiment_id: int) -> int:
     response = client.post("/jobs", json={"action": action, "experiment_id": experiment_id})
     assert response.status_code == 202, response.text
     return int(response.json()["experiment_version"])
-
-
-def migrate(settings: Settings, revision: str, *, down: bool = False) -> None:
-    """Upgrade (or downgrade) the database of ``settings`` to ``revision``."""
-    config = Config()
-    config.set_main_option("script_location", str(migrations_dir()))
-    config.attributes["configure_logger"] = False
-    engine = make_engine(settings)
-    try:
-        with engine.connect() as conn:
-            if settings.database_schema and conn.dialect.name == "postgresql":
-                conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{settings.database_schema}"'))
-                conn.commit()
-            config.attributes["connection"] = conn
-            (command.downgrade if down else command.upgrade)(config, revision)
-            conn.commit()
-    finally:
-        engine.dispose()
 
 
 _NOW = datetime(2026, 1, 1, tzinfo=UTC)

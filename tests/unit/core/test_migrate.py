@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import text
 
-from maskops_core.db.migrate import migrations_dir, upgrade_head
+from maskops_core.db.migrate import migrate, upgrade_head
 from maskops_core.db.session import make_engine
 from maskops_core.settings import Settings
 from tests.support.experiment_versions import check_migration_0010
@@ -21,14 +19,8 @@ def test_migrating_an_existing_sqlite_database_keeps_its_rows(tmp_path: Path) ->
         database_url=f"sqlite:///{tmp_path / 'old.db'}",
         _env_file=None,  # type: ignore[call-arg]
     )
-    config = Config()
-    config.set_main_option("script_location", str(migrations_dir()))
-    config.attributes["configure_logger"] = False
+    migrate(settings, "0006")
     engine = make_engine(settings)
-    with engine.connect() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0006")
-        conn.commit()
     row = "'{}', 'q', 0, 0, '2026-01-01', '2026-01-01'"
     with engine.begin() as conn:
         for job_id, parent in ((1, "NULL"), (2, "1"), (3, "NULL")):

@@ -23,6 +23,12 @@ def migrations_dir() -> Path:
 
 def upgrade_head(settings: Settings) -> None:
     """Bring the database (and Postgres schema, created if missing) to the latest revision."""
+    migrate(settings, "head")
+
+
+def migrate(settings: Settings, revision: str, *, down: bool = False) -> None:
+    """Upgrade (``down``: downgrade) the database of ``settings`` to ``revision``, creating
+    its Postgres schema if missing."""
     directory = migrations_dir()
     if not (directory / "env.py").is_file():
         raise RuntimeError(f"migrations not found at {directory} (set MASKOPS_MIGRATIONS_DIR)")
@@ -36,7 +42,7 @@ def upgrade_head(settings: Settings) -> None:
                 conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{settings.database_schema}"'))
                 conn.commit()
             config.attributes["connection"] = conn
-            command.upgrade(config, "head")
+            (command.downgrade if down else command.upgrade)(config, revision)
             conn.commit()
     finally:
         engine.dispose()
