@@ -41,6 +41,15 @@ def find_version(session: Session, experiment_id: int, version: int) -> Experime
     ).one_or_none()
 
 
+def version_or_default(
+    session: Session, experiment_id: int, version: int | None
+) -> ExperimentVersion | None:
+    """Version number ``version`` of the experiment, or its default one where None."""
+    if version is None:
+        return default_version(session, experiment_id)
+    return find_version(session, experiment_id, version)
+
+
 def add_version(
     session: Session,
     experiment_id: int,

@@ -100,10 +100,7 @@ def get_experiment(session: Session, experiment_id: int) -> Experiment:
 def get_version(session: Session, experiment: Experiment, version: int | None) -> ExperimentVersion:
     """Version ``version`` of the experiment; None: its default version (the newest one a
     user made, :func:`maskops_core.experiments.default_version`)."""
-    if version is None:
-        found = versions.default_version(session, experiment.id)
-    else:
-        found = versions.find_version(session, experiment.id, version)
+    found = versions.version_or_default(session, experiment.id, version)
     if found is None:
         raise NotFound(f"experiment {experiment.id} has no version {version or 'of its own'}")
     return found

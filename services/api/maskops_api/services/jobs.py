@@ -138,11 +138,8 @@ def _experiment_version(
     wanted = body.experiment_version
     if wanted is None and body.experiment_id is None and parent is not None:
         wanted = parent.experiment_version
-    if wanted is None:
-        # The newest version a user made: never an AutoML search's trial version.
-        version = versions.default_version(session, experiment.id)
-    else:
-        version = versions.find_version(session, experiment.id, wanted)
+    # None: the newest version a user made, never an AutoML search's trial version.
+    version = versions.version_or_default(session, experiment.id, wanted)
     if version is None:
         raise NotFound(f"experiment {experiment.id} has no version {wanted or 'of its own'}")
     return experiment, version
