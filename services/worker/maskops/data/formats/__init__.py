@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from maskops.atomic import atomic_write
 from maskops.data.coco import DatasetError
 from maskops.data.convert import ConversionResult, ProgressFn, convert_dataset
 from maskops.data.convert_options import DEFAULT_FORMAT, FORMAT_NAMES, ConvertOptions
@@ -122,10 +123,7 @@ def convert_labelled_dataset(
         return convert_dataset(image_dir, annotations, out_dir, options, progress=progress)
     builder = to_coco(format_name, annotations, image_dir, options.labels)
     out_dir.mkdir(parents=True, exist_ok=True)
-    converted = coco_path(out_dir, tag)
-    partial = converted.with_name(converted.name + ".partial")
-    partial.write_text(json.dumps(builder.document()))
-    partial.replace(converted)
+    converted = atomic_write(coco_path(out_dir, tag), json.dumps(builder.document()))
     return convert_dataset(
         image_dir,
         converted,

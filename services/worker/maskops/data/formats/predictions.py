@@ -24,10 +24,11 @@ simplified with ``tolerance`` pixels.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from maskops.atomic import atomic_path, atomic_write
 from maskops.data.formats import cvat, labelstudio
 from maskops.masks import DEFAULT_TOLERANCE, rle_to_polygons
 
@@ -97,40 +98,31 @@ def export_predictions(
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
-    def write(name: str, fill: Callable[[Path], object]) -> None:
-        """Readers of ``name`` see the whole file or none (written aside, then renamed)."""
-        path = out_dir / name
-        partial = path.with_name(path.name + ".partial")
-        fill(partial)
-        partial.replace(path)
-        written.append(path)
-
-    def text(content: str) -> Callable[[Path], object]:
-        return lambda path: path.write_text(content)
+    def write(name: str, content: str) -> None:
+        """Readers of ``name`` see the whole file or none."""
+        written.append(atomic_write(out_dir / name, content))
 
     if "coco" in formats:
-        write(
-            "predictions_coco_polygons.json", text(json.dumps(document | {"annotations": polygons}))
-        )
-        write("predictions_coco_rle.json", text(json.dumps(document)))
+        write("predictions_coco_polygons.json", json.dumps(document | {"annotations": polygons}))
+        write("predictions_coco_rle.json", json.dumps(document))
     if "cvat" in formats:
-        write("predictions_cvat.xml", lambda path: cvat.write(images, polygons, categories, path))
-    if "labelstudio" in formats:
-        tasks = labelstudio.tasks(
-            images, polygons, categories, image_url=image_url, model_version=model_version
-        )
-        write("predictions_labelstudio.json", text(json.dumps(tasks)))
-        write("labelstudio_config.xml", text(labelstudio.labeling_config(categories)))
-    if "labelstudio-brush" in formats:
+        path = out_dir / "predictions_cvat.xml"
+        with atomic_path(path) as partial:
+            cvat.write(images, polygons, categories, partial)
+        written.append(path)
+    for name, brush in (("labelstudio", False), ("labelstudio-brush", True)):
+        if name not in formats:
+            continue
+        # Brush regions are the masks themselves (RLE), the others their outlines.
         tasks = labelstudio.tasks(
             images,
-            document["annotations"],
+            document["annotations"] if brush else polygons,
             categories,
             image_url=image_url,
             model_version=model_version,
-            brush=True,
+            brush=brush,
         )
-        write("predictions_labelstudio_brush.json", text(json.dumps(tasks)))
-        config = labelstudio.labeling_config(categories, brush=True)
-        write("labelstudio_brush_config.xml", text(config))
+        stem = name.replace("-", "_")
+        write(f"predictions_{stem}.json", json.dumps(tasks))
+        write(f"{stem}_config.xml", labelstudio.labeling_config(categories, brush=brush))
     return written
