@@ -20,14 +20,30 @@ def fake_onnx_export(
     data_type: str = "fp16",
     max_batch_size: int = 3,
     output_layout: str = "maskops",
+    zero_point: int | None = None,
 ) -> Path:
-    """An Identity graph with the metadata of an export and input [batch, 3, 64, 96]."""
+    """An Identity graph with the metadata of an export and input [batch, 3, 64, 96]; with
+    ``zero_point``, a QuantizeLinear/DequantizeLinear pair instead, its zero point that
+    number as int8 (-128..127) or uint8 (128..255), as an int8 export's activations."""
     shape = [batch, 3, 64, 96]
+    nodes = [onnx.helper.make_node("Identity", ["images"], ["boxes"])]
+    constants = []
+    if zero_point is not None:
+        zero_type = onnx.TensorProto.INT8 if zero_point < 128 else onnx.TensorProto.UINT8
+        constants = [
+            onnx.helper.make_tensor("scale", onnx.TensorProto.FLOAT, [], [0.05]),
+            onnx.helper.make_tensor("zero", zero_type, [], [zero_point]),
+        ]
+        nodes = [
+            onnx.helper.make_node("QuantizeLinear", ["images", "scale", "zero"], ["q"]),
+            onnx.helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["boxes"]),
+        ]
     graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Identity", ["images"], ["boxes"])],
+        nodes,
         "g",
         [onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, shape)],
         [onnx.helper.make_tensor_value_info("boxes", onnx.TensorProto.FLOAT, shape)],
+        initializer=constants,
     )
     # An IR version and opset every onnxruntime of the lock loads (tests start sessions on it).
     model = onnx.helper.make_model(

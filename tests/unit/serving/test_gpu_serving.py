@@ -69,6 +69,22 @@ def test_gpu_default_is_onnxruntime_with_the_tensorrt_accelerator(tmp_path, data
     assert history[-1]["net_backend"] == "onnxruntime" and history[-1]["device"] == "gpu"
 
 
+def test_a_portable_int8_export_is_refused_for_the_tensorrt_accelerator(tmp_path):
+    """TensorRT imports only symmetric int8 Q/DQ: the portable int8 export (uint8
+    activations, asymmetric ranges) would fail when Triton builds the engine, so publish
+    refuses it for GPU serving and names the fix. The CPU takes it; the GPU takes the
+    symmetric form (target tensorrt)."""
+    portable = fake_onnx_export(tmp_path / "p.onnx", "batch", data_type="int8", zero_point=131)
+    repo = tmp_path / "repo"
+    with pytest.raises(PublishError, match="export it again with target tensorrt") as refused:
+        publish(portable, repo, "m", placement=Placement("gpu"))
+    assert "zero point 'zero' is UINT8" in str(refused.value)
+    assert _tree(repo) == []
+    assert publish(portable, repo, "m") == 1
+    symmetric = fake_onnx_export(tmp_path / "s.onnx", "batch", data_type="int8", zero_point=0)
+    assert publish(symmetric, repo, "m", placement=Placement("gpu")) == 2
+
+
 def test_the_cache_path_defaults_to_the_repository_itself(tmp_path):
     export = fake_onnx_export(tmp_path / "m.onnx", 1)
     repo = tmp_path / "repo"

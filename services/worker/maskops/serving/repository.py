@@ -65,9 +65,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import onnx
+
 from maskops.atomic import atomic_write
 from maskops.data.labels import LabelMap
 from maskops.export.graph import GraphMetadata, read_metadata
+from maskops.export.tensorrt_rules import check_tensorrt_graph, describe
 from maskops.serving.engines import TRITON_TENSORRT_VERSION, EngineError, check_engine
 from maskops.serving.placement import ENGINE_CACHE_DIR, Placement, tensorrt_accelerator
 from maskops.serving.protocol import (
@@ -546,6 +549,8 @@ def _resolve_network(
     batch = _net_batch(meta, backend, max_batch_size or meta.max_batch_size)
     if backend != "tensorrt":
         cache = backend == "onnxruntime" and placement.device == "gpu"
+        if cache and meta.data_type == "int8":
+            _check_int8_for_tensorrt(onnx_path)
         return _Network(backend, batch, onnx_path, "model.onnx", cache)
     if placement.device != "gpu":
         raise PublishError("the tensorrt net backend runs on GPUs only: publish with device gpu")
@@ -561,6 +566,24 @@ def _resolve_network(
         hint = "" if engine is not None else " (looked for the engine next to the ONNX)"
         raise PublishError(f"{exc}{hint}") from None
     return _Network(backend, batch, plan, "model.plan", engine_cache=False)
+
+
+def _check_int8_for_tensorrt(onnx_path: Path) -> None:
+    """An int8 graph the TensorRT accelerator can take: TensorRT imports only symmetric
+    int8 Q/DQ (zero points 0), which the export writes for ``target: tensorrt``.
+
+    Raises:
+        PublishError: the graph is the portable int8 export (uint8, asymmetric).
+    """
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    broken = [v for v in check_tensorrt_graph(model) if v.rule == "qdq-int8-symmetric"]
+    if broken:
+        raise PublishError(
+            f"{onnx_path.name} is the portable int8 export (uint8 activations, asymmetric "
+            "ranges), which the TensorRT accelerator of GPU serving cannot import: export "
+            "it again with target tensorrt (symmetric int8), or publish it with device "
+            f"cpu. {describe(broken, limit=1)}"
+        )
 
 
 def publish(
