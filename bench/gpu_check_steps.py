@@ -580,7 +580,10 @@ def step_export_onnx(ctx: Context) -> dict[str, Any]:
 
 
 def step_tensorrt(ctx: Context) -> dict[str, Any]:
+    from maskops.export.engine_predictor import EnginePredictor
     from maskops.export.exporter import export_onnx
+    from maskops.export.parity import compare_detections
+    from maskops.export.predictor import OnnxPredictor
     from maskops.export.tensorrt import tensorrt_unavailable_reason
 
     reason = tensorrt_unavailable_reason()
@@ -588,7 +591,7 @@ def step_tensorrt(ctx: Context) -> dict[str, Any]:
         raise StepSkipped(
             f"TensorRT not run ({reason}): no engine built, no engine-vs-onnxruntime parity"
         )
-    checkpoint, spec, _ = checkpoint_and_images(ctx)
+    checkpoint, spec, images = checkpoint_and_images(ctx)
     engines = {}
     for data_type in ("fp16", "int8"):
         out = ctx.work / "export" / f"model_{data_type}.onnx"
@@ -608,17 +611,18 @@ def step_tensorrt(ctx: Context) -> dict[str, Any]:
             result.engine_file is not None and result.engine_file.stat().st_size > 0,
             f"{data_type}: {result.engine_note}",
         )
+        assert result.engine_file is not None
+        reference = OnnxPredictor(out, providers=["CPUExecutionProvider"])(images)
+        engine_out = EnginePredictor(result.engine_file, onnx_path=out)(images)
+        parity = compare_detections(reference, engine_out, data_type=data_type)
         engines[data_type] = {
-            "engine_bytes": result.engine_file.stat().st_size if result.engine_file else 0,
+            "engine_bytes": result.engine_file.stat().st_size,
             "onnx_parity": result.parity.to_json(),
+            "engine_vs_onnxruntime": parity.to_json(),
         }
-    return {
-        "engines": engines,
-        "note": (
-            "engine-vs-onnxruntime parity not checked: maskops has no TensorRT runtime "
-            "(Triton serves the engine)"
-        ),
-    }
+        require(parity.reference_detections > 0, f"{data_type}: no detections to compare")
+        require(parity.passed, f"{data_type} engine vs onnxruntime: {parity.summary()}")
+    return {"engines": engines}
 
 
 # ---- 6. throughput ----------------------------------------------------------------------

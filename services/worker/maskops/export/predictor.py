@@ -63,34 +63,17 @@ def unpad(outputs: Sequence[np.ndarray], index: int = 0) -> Output:
     }
 
 
-class OnnxPredictor:
-    """A :class:`maskops.evaluation.predictor.Predictor` over an exported ONNX file.
+class GraphPredictor:
+    """A :class:`maskops.evaluation.predictor.Predictor` over an exported graph, whichever
+    runtime runs it (:meth:`run_outputs`): the batching, the TAO input and output layout
+    and the unpadding its :attr:`metadata` calls for."""
 
-    Args:
-        source: the ``.onnx`` path, or the serialized model bytes (with ``metadata``).
-        providers: onnxruntime execution providers (default: CUDA if present, else CPU).
-        threads: intra-op threads (default: onnxruntime's choice).
-    """
-
-    def __init__(
-        self,
-        source: Path | bytes,
-        *,
-        metadata: GraphMetadata | None = None,
-        providers: Sequence[str] | None = None,
-        threads: int | None = None,
-    ) -> None:
-        if metadata is None:
-            if not isinstance(source, Path):
-                raise TypeError("metadata is required when the model is given as bytes")
-            metadata = read_metadata(source)
+    def __init__(self, metadata: GraphMetadata) -> None:
         self.metadata = metadata
-        model = str(source) if isinstance(source, Path) else source
-        self.session = ort.InferenceSession(
-            model,
-            sess_options=session_options(threads=threads),
-            providers=list(providers or default_providers()),
-        )
+
+    def run_outputs(self, names: Sequence[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The graph's outputs ``names`` for the inputs ``feed`` (name -> array)."""
+        raise NotImplementedError
 
     @property
     def image_size(self) -> tuple[int, int]:
@@ -112,10 +95,9 @@ class OnnxPredictor:
         if self.metadata.input_convention == "tao":
             feed = {TAO_INPUT_NAME: tao_input(images)}
         if self.metadata.output_layout == "tao":
-            detections, masks = self.session.run(list(TAO_OUTPUT_NAMES), feed)
+            detections, masks = self.run_outputs(list(TAO_OUTPUT_NAMES), feed)
             return decode_tao_outputs(detections, masks)
-        result: list[np.ndarray] = self.session.run(list(OUTPUT_NAMES), feed)
-        return result
+        return self.run_outputs(list(OUTPUT_NAMES), feed)
 
     def __call__(self, images: Sequence[torch.Tensor]) -> list[Output]:
         """The detections of each image, run ``batch_size`` images at a time."""
@@ -133,6 +115,40 @@ class OnnxPredictor:
             padded = run_batched(self.run_padded, batch.numpy(), self.metadata.batch_size)
             outputs.extend(unpad(padded, index) for index in range(len(chunk)))
         return outputs
+
+
+class OnnxPredictor(GraphPredictor):
+    """A :class:`GraphPredictor` over an exported ONNX file, on onnxruntime.
+
+    Args:
+        source: the ``.onnx`` path, or the serialized model bytes (with ``metadata``).
+        providers: onnxruntime execution providers (default: CUDA if present, else CPU).
+        threads: intra-op threads (default: onnxruntime's choice).
+    """
+
+    def __init__(
+        self,
+        source: Path | bytes,
+        *,
+        metadata: GraphMetadata | None = None,
+        providers: Sequence[str] | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if metadata is None:
+            if not isinstance(source, Path):
+                raise TypeError("metadata is required when the model is given as bytes")
+            metadata = read_metadata(source)
+        super().__init__(metadata)
+        model = str(source) if isinstance(source, Path) else source
+        self.session = ort.InferenceSession(
+            model,
+            sess_options=session_options(threads=threads),
+            providers=list(providers or default_providers()),
+        )
+
+    def run_outputs(self, names: Sequence[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        result: list[np.ndarray] = self.session.run(list(names), feed)
+        return result
 
 
 def load_predictor(path: Path, device: torch.device) -> LoadedPredictor:
