@@ -2,8 +2,9 @@
 
 TensorRT cannot be installed from PyPI on every machine (its libraries come from NVIDIA's
 host), so :func:`tensorrt_available` is checked first and nothing pretends an engine was
-built: without it, the engine is built on the GPU host by the Triton container at start
-(``services/triton/entrypoint.sh``: trtexec with the same precision and shapes).
+built. Without it, the engine is built on a GPU host: by ``maskops gen_trt_engine`` there
+(for Triton's tensorrt backend), or by Triton itself when a publish for GPUs loads the
+ONNX on its onnxruntime backend with the TensorRT accelerator.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from maskops.export.graph import IMAGE_INPUT_NAMES, INPUT_NAME, TAO_INPUT_NAME
 from maskops.shape_rules import batch_order_error
 
 ENGINE_ELSEWHERE = (
-    "TensorRT engine not built here ({reason}); the Triton service builds it on the GPU host "
-    "at start from the ONNX with the same precision (services/triton/entrypoint.sh)"
+    "TensorRT engine not built here ({reason}); build it on the GPU host with maskops "
+    "gen_trt_engine, or publish the ONNX with device gpu: Triton's TensorRT accelerator "
+    "builds it as the model loads"
 )
 
 
