@@ -580,10 +580,8 @@ def step_export_onnx(ctx: Context) -> dict[str, Any]:
 
 
 def step_tensorrt(ctx: Context) -> dict[str, Any]:
-    from maskops.export.engine_predictor import EnginePredictor
+    from maskops.export.engine_predictor import engine_parity
     from maskops.export.exporter import export_onnx
-    from maskops.export.parity import compare_detections
-    from maskops.export.predictor import OnnxPredictor
     from maskops.export.tensorrt import tensorrt_unavailable_reason
 
     reason = tensorrt_unavailable_reason()
@@ -612,9 +610,7 @@ def step_tensorrt(ctx: Context) -> dict[str, Any]:
             f"{data_type}: {result.engine_note}",
         )
         assert result.engine_file is not None
-        reference = OnnxPredictor(out, providers=["CPUExecutionProvider"])(images)
-        engine_out = EnginePredictor(result.engine_file, onnx_path=out)(images)
-        parity = compare_detections(reference, engine_out, data_type=data_type)
+        parity = engine_parity(result.engine_file, out, images, data_type=data_type)
         engines[data_type] = {
             "engine_bytes": result.engine_file.stat().st_size,
             "onnx_parity": result.parity.to_json(),

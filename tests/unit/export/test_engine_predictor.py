@@ -10,8 +10,6 @@ import pytest
 
 from maskops.export import export_onnx
 from maskops.export.exporter import read_image_dir
-from maskops.export.parity import compare_detections
-from maskops.export.predictor import OnnxPredictor
 from maskops.export.tensorrt import tensorrt_unavailable_reason
 
 pytestmark = [
@@ -24,7 +22,7 @@ pytestmark = [
 def test_an_engine_finds_what_onnxruntime_finds_on_its_onnx(
     tmp_path: Path, trained_model, data_type: str
 ) -> None:  # pragma: no cover - GPU only
-    from maskops.export.engine_predictor import EnginePredictor
+    from maskops.export.engine_predictor import engine_parity
 
     out = tmp_path / f"m_{data_type}.onnx"
     result = export_onnx(
@@ -41,8 +39,6 @@ def test_an_engine_finds_what_onnxruntime_finds_on_its_onnx(
     )
     assert result.engine_file is not None, result.engine_note
     images = read_image_dir(trained_model.dataset.train_images, result.metadata.image_size, 8)
-    reference = OnnxPredictor(out, providers=["CPUExecutionProvider"])(images)
-    engine = EnginePredictor(result.engine_file, onnx_path=out)(images)
-    report = compare_detections(reference, engine, data_type=data_type)
+    report = engine_parity(result.engine_file, out, images, data_type=data_type)
     assert report.reference_detections > 0
     assert report.passed, report.summary()

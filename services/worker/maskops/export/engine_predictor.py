@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from maskops.export.graph import GraphMetadata, read_metadata
-from maskops.export.predictor import GraphPredictor
+from maskops.export.parity import ParityReport, compare_detections
+from maskops.export.predictor import GraphPredictor, OnnxPredictor
 from maskops.export.tensorrt import EngineBuildError, select_gpu
 
 
@@ -103,3 +104,19 @@ class EnginePredictor(GraphPredictor):
 
     def run_outputs(self, names: Sequence[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.runner.run(names, feed)
+
+
+def engine_parity(
+    engine_path: Path,
+    onnx_path: Path,
+    images: Sequence[torch.Tensor],
+    *,
+    data_type: str,
+    gpu_index: int = 0,
+) -> ParityReport:
+    """The engine's detections on ``images`` (``[3, H, W]`` RGB 0..1, resized and padded to
+    the export's size) against onnxruntime's (CPU) on the ONNX it was built from, within
+    ``data_type``'s tolerances (:data:`maskops.export.parity.TOLERANCES`)."""
+    reference = OnnxPredictor(onnx_path, providers=["CPUExecutionProvider"])(images)
+    engine = EnginePredictor(engine_path, onnx_path=onnx_path, gpu_index=gpu_index)(images)
+    return compare_detections(reference, engine, data_type=data_type)
