@@ -147,9 +147,9 @@ def exit_before_finalization(code: int) -> NoReturn:
     keeps its group alive in C++. A worker that drops the last reference to a tensor
     Python created takes the GIL to free it; during finalization that ends the thread and
     the rank aborts ("terminate called without an active exception", SIGABRT) after a run
-    that succeeded. With torch 2.14, two gloo ranks on one loaded 2-core host: about one
-    run in five. Unreachable objects are collected first, so that DataLoader iterators
-    stop their worker processes.
+    that succeeded (torch 2.14, two gloo ranks on a 2-core host with two busy processes
+    beside them: 3 runs in 20, 2026-11-26). Unreachable objects are collected first, so
+    that DataLoader iterators stop their worker processes.
     """
     gc.collect()
     atexit._run_exitfuncs()
