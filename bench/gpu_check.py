@@ -17,7 +17,9 @@ that do not need it still run):
 4. ``eval_parity``: evaluation and inference of one checkpoint on the GPU against the CPU:
    the same detections (``compare_detections``) and COCO metrics.
 5. ``export_onnx`` (ONNX export, onnxruntime against the GPU's detections) and ``tensorrt``
-   (fp16 and int8 engines where TensorRT is installed; where not, one line says so).
+   (where TensorRT is installed: fp16 engines of a static batch, without a Loop, and of a
+   dynamic one, and an int8 engine of a static batch, each compared with onnxruntime and
+   recorded on its own; where not, one line says so).
 6. ``throughput_train`` (bench/bench_train.py: maskops vs torchvision's reference loop,
    R50-FPN 832x1344, AMP, arms alternated in rounds), ``throughput_inference`` (images/s
    at batch 1 and 8), ``throughput_tuning`` (pinned batches, cuDNN benchmark, channels_last:
@@ -112,7 +114,8 @@ GROUPS = (
         150,
         240,
     ),
-    Group("serving", ("eval_parity", "export_onnx", "tensorrt"), 120, 180),
+    # Three TensorRT engine builds, where TensorRT is installed, take most of the 240 s.
+    Group("serving", ("eval_parity", "export_onnx", "tensorrt"), 240, 180),
     Group(
         "throughput",
         ("throughput_train", "throughput_inference", "throughput_tuning"),

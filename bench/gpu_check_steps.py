@@ -63,12 +63,17 @@ class StepSkipped(Exception):
 
 
 class StepFailed(Exception):
-    """A check did not hold; the message says which."""
+    """A check did not hold; the message says which, and ``figures`` keeps what the step
+    measured before it (recorded with the failure)."""
+
+    def __init__(self, message: str, figures: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.figures = figures
 
 
-def require(condition: bool, message: str) -> None:
+def require(condition: bool, message: str, figures: dict[str, Any] | None = None) -> None:
     if not condition:
-        raise StepFailed(message)
+        raise StepFailed(message, figures)
 
 
 @dataclass
@@ -579,9 +584,52 @@ def step_export_onnx(ctx: Context) -> dict[str, Any]:
     }
 
 
-def step_tensorrt(ctx: Context) -> dict[str, Any]:
+TENSORRT_ENGINES: tuple[tuple[str, int | None], ...] = (
+    ("fp16", 4),
+    ("fp16", None),
+    ("int8", 4),
+)
+"""The engines the tensorrt step builds: (data type, static batch size; None: dynamic).
+A static batch is the graph without a Loop; the dynamic one runs it inside a Loop."""
+
+
+def engine_check(ctx: Context, data_type: str, static_batch_size: int | None) -> dict[str, Any]:
+    """Export with an engine, then compare the engine's detections with onnxruntime's on
+    the ONNX it was built from; the figures, or the error, of that one engine."""
     from maskops.export.engine_predictor import engine_parity
     from maskops.export.exporter import export_onnx
+
+    checkpoint, spec, images = checkpoint_and_images(ctx)
+    batch = "dynamic" if static_batch_size is None else f"static{static_batch_size}"
+    out = ctx.work / "export" / f"model_{data_type}_{batch}.onnx"
+    try:
+        result = export_onnx(
+            checkpoint,
+            spec,
+            out,
+            data_type=data_type,
+            max_batch_size=4,
+            static_batch_size=static_batch_size,
+            batches=2,
+            batch_size=4,
+            evaluate_int8=False,
+            engine_file=out.with_suffix(".plan"),
+            log=print,
+        )
+        if result.engine_file is None:
+            return {"passed": False, "error": result.engine_note}
+        parity = engine_parity(result.engine_file, out, images, data_type=data_type)
+    except Exception as exc:  # one engine's failure must not hide the others'
+        return {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "passed": parity.passed and parity.reference_detections > 0,
+        "engine_bytes": result.engine_file.stat().st_size,
+        "onnx_parity": result.parity.to_json(),
+        "engine_vs_onnxruntime": parity.to_json(),
+    }
+
+
+def step_tensorrt(ctx: Context) -> dict[str, Any]:
     from maskops.export.tensorrt import tensorrt_unavailable_reason
 
     reason = tensorrt_unavailable_reason()
@@ -589,35 +637,16 @@ def step_tensorrt(ctx: Context) -> dict[str, Any]:
         raise StepSkipped(
             f"TensorRT not run ({reason}): no engine built, no engine-vs-onnxruntime parity"
         )
-    checkpoint, spec, images = checkpoint_and_images(ctx)
     engines = {}
-    for data_type in ("fp16", "int8"):
-        out = ctx.work / "export" / f"model_{data_type}.onnx"
-        result = export_onnx(
-            checkpoint,
-            spec,
-            out,
-            data_type=data_type,
-            max_batch_size=4,
-            batches=2,
-            batch_size=4,
-            evaluate_int8=False,
-            engine_file=out.with_suffix(".plan"),
-            log=print,
-        )
-        require(
-            result.engine_file is not None and result.engine_file.stat().st_size > 0,
-            f"{data_type}: {result.engine_note}",
-        )
-        assert result.engine_file is not None
-        parity = engine_parity(result.engine_file, out, images, data_type=data_type)
-        engines[data_type] = {
-            "engine_bytes": result.engine_file.stat().st_size,
-            "onnx_parity": result.parity.to_json(),
-            "engine_vs_onnxruntime": parity.to_json(),
-        }
-        require(parity.reference_detections > 0, f"{data_type}: no detections to compare")
-        require(parity.passed, f"{data_type} engine vs onnxruntime: {parity.summary()}")
+    for data_type, static_batch_size in TENSORRT_ENGINES:
+        batch = "dynamic" if static_batch_size is None else f"static{static_batch_size}"
+        engines[f"{data_type}_{batch}"] = engine_check(ctx, data_type, static_batch_size)
+    failed = [
+        f"{name}: {e.get('error', 'engine vs onnxruntime differ')}"
+        for name, e in engines.items()
+        if not e["passed"]
+    ]
+    require(not failed, "; ".join(failed), {"engines": engines})
     return {"engines": engines}
 
 
@@ -797,6 +826,10 @@ def run_step(name: str, ctx: Context) -> None:
         result = {"status": "passed", "figures": STEPS[name](ctx)}
     except StepSkipped as exc:
         result = {"status": "skipped", "note": str(exc)}
+    except StepFailed as exc:
+        result = {"status": "failed", "error": str(exc)}
+        if exc.figures is not None:
+            result["figures"] = exc.figures
     except Exception as exc:
         print(traceback.format_exc(), file=sys.stderr, flush=True)
         result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}

@@ -98,6 +98,35 @@ def test_reduced_precision_graphs_batch_the_same_way(one_image_graph, tmp_path, 
             np.testing.assert_allclose(got[i], expected[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_static_batch_repeats_the_image_graph_without_a_loop(one_image_graph, count):
+    """A fixed batch holds one copy of the image graph per image (the weights once), so the
+    layers of data-dependent size are outside any Loop; each row is that image's alone."""
+    from maskops.export.folding import fold_shape_arithmetic
+    from maskops.export.tensorrt_rules import check_tensorrt_graph
+
+    folded = fold_shape_arithmetic(one_image_graph)
+    batched = batch_over_images(folded, row_shapes=ROWS, static_batch_size=count)
+    onnx.checker.check_model(batched, full_check=True)
+    ops = [node.op_type for node in batched.graph.node]
+    assert "Loop" not in ops and graph_batch_size(batched) == count
+    assert ops.count("RoiAlign") == count * [n.op_type for n in folded.graph.node].count("RoiAlign")
+    assert len(batched.graph.initializer) < len(folded.graph.initializer) + 3 * count + 8
+    assert check_tensorrt_graph(batched) == []
+    inferred = onnx.shape_inference.infer_shapes(batched).graph.output
+    for value in inferred:
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        assert dims == [count, *ROWS[value.name]], value.name
+    images = _images(count)
+    alone, together = _session(folded), _session(batched)
+    outputs = together.run(list(OUTPUT_NAMES), {"images": images})
+    for i in range(count):
+        want = alone.run(list(OUTPUT_NAMES), {"images": images[i : i + 1]})
+        assert want[4][0, 0] > 0
+        for got, expected in zip(outputs, want, strict=True):
+            np.testing.assert_array_equal(got[i], expected[0])
+
+
 def test_static_batch_and_the_predictor_fills_it(one_image_graph):
     batched = batch_over_images(one_image_graph, row_shapes=ROWS, static_batch_size=2)
     assert graph_batch_size(batched) == 2
@@ -185,18 +214,21 @@ def test_batch_profile_refuses(graph_batch, flags, message):
 
 
 @pytest.mark.skipif(tensorrt_unavailable_reason() is not None, reason="needs TensorRT and a GPU")
-def test_engine_with_a_batch_profile(one_image_graph, tmp_path):  # pragma: no cover - GPU only
+@pytest.mark.parametrize(
+    ("static_batch_size", "profile"), [(None, BatchProfile(1, 2, 4)), (2, BatchProfile(2, 2, 2))]
+)
+def test_engine_with_a_batch_profile(
+    one_image_graph, tmp_path, static_batch_size, profile
+):  # pragma: no cover - GPU only
     from maskops.export.folding import fold_shape_arithmetic
 
     path = tmp_path / "model.onnx"
     # Folded as the exporter does: unfolded, the NMS branches' Slice axes are not constants.
-    onnx.save(batch_over_images(fold_shape_arithmetic(one_image_graph), row_shapes=ROWS), str(path))
+    folded = fold_shape_arithmetic(one_image_graph)
+    batched = batch_over_images(folded, row_shapes=ROWS, static_batch_size=static_batch_size)
+    onnx.save(batched, str(path))
     engine = build_engine(
-        path,
-        tmp_path / "model.plan",
-        data_type="fp32",
-        image_size=SIZE,
-        profile=BatchProfile(1, 2, 4),
+        path, tmp_path / "model.plan", data_type="fp32", image_size=SIZE, profile=profile
     )
     assert engine.stat().st_size > 0
 

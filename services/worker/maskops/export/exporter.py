@@ -450,11 +450,10 @@ def _batched(job: _Export, graph: onnx.ModelProto, log: Callable[[str], None]) -
         row_shapes=output_row_shapes(meta.max_detections, meta.mask_resolution),
         static_batch_size=meta.batch_size,
     )
-    log(
-        f"Batch: {meta.batch_size} images per run (static)"
-        if meta.batch_size is not None
-        else f"Batch: 1 to {meta.max_batch_size} images per run (dynamic)"
-    )
+    if meta.batch_size is not None:
+        log(f"Batch: {meta.batch_size} images per run (static: one graph copy per image)")
+    else:
+        log(f"Batch: 1 to {meta.max_batch_size} images per run (dynamic: a Loop over images)")
     return graph
 
 

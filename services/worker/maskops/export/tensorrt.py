@@ -25,6 +25,12 @@ ENGINE_ELSEWHERE = (
     "builds it as the model loads"
 )
 
+LOOP_HINT = (
+    "; the dynamic batch runs the network's NonZero and NonMaxSuppression inside a TensorRT "
+    "loop, which TensorRT's documentation does not cover: export with --static_batch_size N "
+    "for a graph without the loop"
+)
+
 
 def tensorrt_unavailable_reason() -> str | None:
     """None when an engine can be built here, else why not."""
@@ -192,9 +198,11 @@ def build_engine(
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
+    # A dynamic batch is a Loop over the images (maskops.export.batching).
+    hint = LOOP_HINT if onnx_engine_inputs(onnx_path).batch is None else ""
     if not parser.parse_from_file(str(onnx_path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise EngineBuildError(f"{onnx_path}: TensorRT could not parse the ONNX: {errors}")
+        raise EngineBuildError(f"{onnx_path}: TensorRT could not parse the ONNX: {errors}{hint}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
     if data_type in ("fp16", "int8"):
@@ -210,7 +218,9 @@ def build_engine(
     config.add_optimization_profile(shapes)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise EngineBuildError(f"{onnx_path}: TensorRT engine build failed (see the log above)")
+        raise EngineBuildError(
+            f"{onnx_path}: TensorRT engine build failed (see the log above){hint}"
+        )
     engine_path.parent.mkdir(parents=True, exist_ok=True)
     engine_path.write_bytes(bytes(serialized))
     return engine_path
