@@ -102,7 +102,17 @@ def init_process_group(info: RankInfo, timeouts: GroupTimeouts) -> None:
             f"rank {info.rank} could not form the group of {info.world_size} ranks at "
             f"{where} within {timeouts.init_s:g} s: {cause}"
         ) from exc
-    dist.set_timeout(timedelta(seconds=timeouts.collective_s))
+    set_group_timeout(timedelta(seconds=timeouts.collective_s))
+
+
+def set_group_timeout(timeout: timedelta) -> None:
+    """Set the default group's timeout for the collectives that follow.
+
+    The lock's torch (2.14) has ``torch.distributed.set_timeout``; torch 2.11, what GPU
+    hosts may have, has only the same operation as ``distributed_c10d._set_pg_timeout``.
+    """
+    set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
+    set_timeout(timeout)
 
 
 def run_rank(
