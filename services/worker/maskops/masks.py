@@ -90,7 +90,9 @@ def _simplify_line(line: np.ndarray, tolerance: float) -> np.ndarray:
         if length == 0:
             distances = np.hypot(*(segment - a).T)
         else:
-            distances = np.abs(np.cross(b - a, segment - a)) / length
+            # The 2-D cross product, written out: numpy 2 refuses np.cross on 2-D vectors.
+            (dx, dy), rel = b - a, segment - a
+            distances = np.abs(dx * rel[:, 1] - dy * rel[:, 0]) / length
         index = int(np.argmax(distances))
         if distances[index] > tolerance:
             keep[start + 1 + index] = True
