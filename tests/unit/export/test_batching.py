@@ -78,16 +78,20 @@ def test_each_image_of_a_batch_gets_what_it_gets_alone(one_image_graph):
     assert single[0][0].shape == (1, DETECTIONS, 4)
 
 
+@pytest.mark.parametrize("static_batch_size", [None, 2])
 @pytest.mark.parametrize("data_type", ["fp16", "int8"])
-def test_reduced_precision_graphs_batch_the_same_way(one_image_graph, tmp_path, data_type):
-    """fp16 and int8 convert the one-image graph; the batch wraps the converted graph."""
+def test_reduced_precision_graphs_batch_the_same_way(
+    one_image_graph, tmp_path, data_type, static_batch_size
+):
+    """fp16 and int8 convert the one-image graph; the batch (a Loop, or a copy per image)
+    carries the converted graph."""
     images = _images(2)
     if data_type == "fp16":
         converted = convert_to_fp16(one_image_graph)
     else:
         calibration = [torch.from_numpy(image) for image in images]
         converted, _ = quantize_int8(one_image_graph, calibration, work_dir=tmp_path)
-    batched = batch_over_images(converted, row_shapes=ROWS)
+    batched = batch_over_images(converted, row_shapes=ROWS, static_batch_size=static_batch_size)
     ops = {n.op_type for n in image_graph(batched).node}
     assert ("QuantizeLinear" if data_type == "int8" else "Cast") in ops
     alone, together = _session(converted), _session(batched)
