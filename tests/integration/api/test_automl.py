@@ -56,10 +56,16 @@ def clean_studies(clean_db: Settings) -> Settings:
     return clean_db
 
 
-def _start_search(client: TestClient, worker: Worker, demo_root: str, steps: int) -> int:
+def _start_search(
+    client: TestClient,
+    worker: Worker,
+    demo_root: str,
+    steps: int,
+    options: dict[str, Any] = SEARCH,
+) -> int:
     dataset_id = register_demo(client, demo_root, worker)
     experiment_id = create_experiment(client, dataset_id, steps=steps, every=2)
-    response = client.post("/automl", json={"experiment_id": experiment_id, "options": SEARCH})
+    response = client.post("/automl", json={"experiment_id": experiment_id, "options": options})
     assert response.status_code == 202, response.text
     search = response.json()
     assert search["job"]["action"] == "automl" and search["trials"] == []
@@ -184,13 +190,17 @@ def test_sigkilled_stack_mid_search_resumes_and_loses_no_finished_trial(
     demo_root: str,
 ) -> None:
     first = [workers(name) for name in ("w1", "w2", "w3")]
-    job_id = _start_search(client, first[0], demo_root, steps=6)
+    # No pruner, and a trial killed at least 3 steps before its end: a trial that its
+    # pruner stopped, or that finished, between this test's last look and the kill would
+    # leave nothing interrupted.
+    steps = 8
+    job_id = _start_search(client, first[0], demo_root, steps, {**SEARCH, "pruner": "none"})
 
     def finished_and_one_past_its_checkpoint(_: dict[str, Any]) -> bool:
         trials = _trial_jobs(client, job_id)
         done = [t for t in trials if t["status"] == "succeeded"]
         running = [t for t in trials if t["status"] == "running"]
-        return bool(done) and any((t["progress"]["step"] or 0) >= 3 for t in running)
+        return bool(done) and any(3 <= (t["progress"]["step"] or 0) <= steps - 3 for t in running)
 
     wait_for(client, job_id, {"running"}, timeout=420, until=finished_and_one_past_its_checkpoint)
     for worker in first:
