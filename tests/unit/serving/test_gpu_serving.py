@@ -133,6 +133,22 @@ def test_tensorrt_plan_on_gpus(tmp_path):
     assert history[-1]["engine"] == str(export.with_suffix(".engine"))
 
 
+def test_a_batch_1_engine_serves_one_image_per_run(tmp_path):
+    """A static batch of 1 (the Loop-free graph DeepStream runs) as Triton's TensorRT plan:
+    Triton batches nothing, and refuses a static batch of more (it cannot fill one)."""
+    export = fake_onnx_export(tmp_path / "m.onnx", 1, max_batch_size=1)
+    fake_engine(export, profile=(1, 1, 1))
+    repo = tmp_path / "repo"
+    gpu = Placement("gpu", (0,))
+    publish(export, repo, "m", net_backend="tensorrt", placement=gpu, max_batch_size=4)
+    net = _config(repo, NAMES.net)
+    assert (net.platform, net.max_batch_size) == ("tensorrt_plan", 1)
+    four = fake_onnx_export(tmp_path / "four.onnx", 4, max_batch_size=4)
+    fake_engine(four, profile=(4, 4, 4))
+    with pytest.raises(PublishError, match="static batch of 4: the tensorrt backend needs"):
+        publish(four, repo, "four", net_backend="tensorrt", placement=gpu)
+
+
 def test_tensorrt_publishes_fail_before_writing_anything(tmp_path):
     export = fake_onnx_export(tmp_path / "m.onnx", "batch")
     repo = tmp_path / "repo"
