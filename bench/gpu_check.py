@@ -123,9 +123,8 @@ GROUPS = (
         240,
     ),
 )
-"""The tiny caps leave room for a shared machine: the tiny run took 229-414 s on 2 cores
-while other work kept the load average at 8-10 (about 150 s of CPU time); no idle run
-has been timed."""
+"""The tiny caps leave room for a shared machine: the tiny run took 38 s on 2 idle cores
+and 229-414 s while other work kept the load average at 8-10."""
 
 
 # ---- the results file: read, changed and replaced whole after every step -------------
@@ -363,9 +362,17 @@ def run_checks(args: argparse.Namespace) -> int:
     started = time.monotonic()
     deadline = started + args.budget_s
     site = None
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
     if args.wheels is not None and any(args.wheels.glob("*.whl")):
-        site = install_wheels(args.wheels)
-        print(f"[gpu_check] wheels from {args.wheels} installed in {site}", flush=True)
+        if python == TARGET_PYTHON:
+            site = install_wheels(args.wheels)
+            print(f"[gpu_check] wheels from {args.wheels} installed in {site}", flush=True)
+        else:  # their compiled parts would not load
+            print(
+                f"[gpu_check] wheels in {args.wheels} not used: they are for Python "
+                f"{TARGET_PYTHON}, this is {python}",
+                flush=True,
+            )
     env = child_environment(site, device=args.device)
     args.work.mkdir(parents=True, exist_ok=True)
     conditions = start_results(args)
