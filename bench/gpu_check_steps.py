@@ -593,6 +593,12 @@ TENSORRT_ENGINES: tuple[tuple[str, int | None], ...] = (
 A static batch is the graph without a Loop; the dynamic one runs it inside a Loop."""
 
 
+def engine_name(data_type: str, static_batch_size: int | None) -> str:
+    """``fp16_static4``, ``fp16_dynamic``: an engine's name in the results."""
+    batch = "dynamic" if static_batch_size is None else f"static{static_batch_size}"
+    return f"{data_type}_{batch}"
+
+
 def engine_check(ctx: Context, data_type: str, static_batch_size: int | None) -> dict[str, Any]:
     """Export with an engine, then compare the engine's detections with onnxruntime's on
     the ONNX it was built from; the figures, or the error, of that one engine."""
@@ -600,8 +606,7 @@ def engine_check(ctx: Context, data_type: str, static_batch_size: int | None) ->
     from maskops.export.exporter import export_onnx
 
     checkpoint, spec, images = checkpoint_and_images(ctx)
-    batch = "dynamic" if static_batch_size is None else f"static{static_batch_size}"
-    out = ctx.work / "export" / f"model_{data_type}_{batch}.onnx"
+    out = ctx.work / "export" / f"model_{engine_name(data_type, static_batch_size)}.onnx"
     try:
         result = export_onnx(
             checkpoint,
@@ -620,6 +625,7 @@ def engine_check(ctx: Context, data_type: str, static_batch_size: int | None) ->
             return {"passed": False, "error": result.engine_note}
         parity = engine_parity(result.engine_file, out, images, data_type=data_type)
     except Exception as exc:  # one engine's failure must not hide the others'
+        print(traceback.format_exc(), file=sys.stderr, flush=True)
         return {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
     return {
         "passed": parity.passed and parity.reference_detections > 0,
@@ -639,8 +645,9 @@ def step_tensorrt(ctx: Context) -> dict[str, Any]:
         )
     engines = {}
     for data_type, static_batch_size in TENSORRT_ENGINES:
-        batch = "dynamic" if static_batch_size is None else f"static{static_batch_size}"
-        engines[f"{data_type}_{batch}"] = engine_check(ctx, data_type, static_batch_size)
+        engines[engine_name(data_type, static_batch_size)] = engine_check(
+            ctx, data_type, static_batch_size
+        )
     failed = [
         f"{name}: {e.get('error', 'engine vs onnxruntime differ')}"
         for name, e in engines.items()

@@ -107,3 +107,22 @@ def test_prepare_takes_the_locks_versions_of_what_the_gpu_host_lacks() -> None:
     assert not {"torch", "torchvision", "numpy", "onnx", "onnxruntime", "sympy", "scipy"} & wanted
     assert not [name for name in wanted if name.startswith("nvidia-")]
     assert all(name in pins for name in wanted), sorted(wanted - set(pins))
+
+
+def test_a_failed_step_keeps_what_it_measured(tmp_path: Path, monkeypatch) -> None:
+    """The tensorrt step records every engine, built or not, when one of them fails."""
+    steps = load_bench_module("gpu_check_steps")
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"steps": {}}))
+
+    def two_engines_one_failed(ctx: object) -> dict[str, object]:
+        engines = {"fp16_static4": {"passed": True}, "fp16_dynamic": {"passed": False}}
+        steps.require(False, "fp16_dynamic: the build failed", {"engines": engines})
+        return {}
+
+    monkeypatch.setitem(steps.STEPS, "engines_probe", two_engines_one_failed)
+    ctx = steps.Context(out, tmp_path, "cpu", True, time.monotonic() + 60)
+    steps.run_step("engines_probe", ctx)
+    recorded = json.loads(out.read_text())["steps"]["engines_probe"]
+    assert recorded["status"] == "failed" and "fp16_dynamic" in recorded["error"]
+    assert recorded["figures"]["engines"]["fp16_static4"] == {"passed": True}
