@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 import onnx
 from onnx import TensorProto, helper
 
-from maskops.export.graph import INPUT_NAME, OUTPUT_NAMES
+from maskops.export.graph import INPUT_NAME, OUTPUT_NAMES, subgraphs
 
 BATCH_DIM = "batch"
 """The symbolic name of a dynamic batch dimension."""
@@ -48,11 +48,6 @@ _BODY_PREFIX = "image/"
 may not reuse a name of the graph it is in)."""
 
 
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    """The graphs a node holds (a Loop's body, an If's branches)."""
-    return [g for attr in node.attribute for g in ([attr.g] if attr.HasField("g") else attr.graphs)]
-
-
 def _rename(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
     """Rename values in every node of ``graph`` and of its subgraphs, and the subgraphs'
     own inputs, outputs and value infos."""
@@ -61,7 +56,7 @@ def _rename(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
             node.input[position] = renames.get(name, name)
         for position, name in enumerate(node.output):
             node.output[position] = renames.get(name, name)
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             for value in (*sub.input, *sub.output, *sub.value_info):
                 value.name = renames.get(value.name, value.name)
             _rename(sub, renames)
@@ -73,7 +68,7 @@ def _prefix_node_names(graph: onnx.GraphProto, prefix: str) -> None:
     for node in graph.node:
         if node.name:
             node.name = prefix + node.name
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             _prefix_node_names(sub, prefix)
 
 
@@ -83,7 +78,7 @@ def _defined_names(graph: onnx.GraphProto) -> set[str]:
     names: set[str] = set()
     for node in graph.node:
         names.update(name for name in node.output if name)
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             names.update(value.name for value in sub.input)
             names |= _defined_names(sub)
     return names

@@ -22,7 +22,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
-from maskops.export.graph import used_names
+from maskops.export.graph import subgraphs, used_names
 
 MAX_FOLDED_ELEMENTS = 4096
 """Only small values are folded: shape arithmetic, not weights or feature maps."""
@@ -118,9 +118,8 @@ def _fold_graph(
     folded = 0
     nodes: list[onnx.NodeProto] = []
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                folded += _fold_graph(sub, known, {}, opset)
+        for sub in subgraphs(node):
+            folded += _fold_graph(sub, known, {}, opset)
         values = _fold_value(node, known, shapes, opset)
         if values is None:
             nodes.append(node)
@@ -138,9 +137,8 @@ def _drop_unread(graph: onnx.GraphProto) -> None:
     """Remove nodes whose outputs nothing reads (repeatedly: chains die together), in
     ``graph`` and its subgraphs."""
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                _drop_unread(sub)
+        for sub in subgraphs(node):
+            _drop_unread(sub)
     while True:
         read = used_names(graph) | {value.name for value in graph.output}
         kept = [node for node in graph.node if any(name in read for name in node.output)]

@@ -243,14 +243,18 @@ def trace_to_onnx(
     return exported
 
 
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs a node holds (a Loop's body, an If's branches)."""
+    return [g for attr in node.attribute for g in ([attr.g] if attr.HasField("g") else attr.graphs)]
+
+
 def used_names(graph: onnx.GraphProto) -> set[str]:
     """Every value name a graph's nodes read, subgraphs (Loop/If bodies) included."""
     used: set[str] = set()
     for node in graph.node:
         used.update(node.input)
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                used |= used_names(sub)
+        for sub in subgraphs(node):
+            used |= used_names(sub)
     return used
 
 

@@ -164,6 +164,15 @@ def select_gpu(gpu_index: int) -> None:
     torch.cuda.set_device(gpu_index)
 
 
+def _loop_hint(onnx_path: Path) -> str:
+    """:data:`LOOP_HINT` for a maskops graph of dynamic batch (a Loop over the images, see
+    maskops.export.batching), else nothing; read only when a build has failed."""
+    try:
+        return LOOP_HINT if onnx_engine_inputs(onnx_path).batch is None else ""
+    except EngineBuildError:
+        return ""
+
+
 def build_engine(
     onnx_path: Path,
     engine_path: Path,
@@ -198,11 +207,11 @@ def build_engine(
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
-    # A dynamic batch is a Loop over the images (maskops.export.batching).
-    hint = LOOP_HINT if onnx_engine_inputs(onnx_path).batch is None else ""
     if not parser.parse_from_file(str(onnx_path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise EngineBuildError(f"{onnx_path}: TensorRT could not parse the ONNX: {errors}{hint}")
+        raise EngineBuildError(
+            f"{onnx_path}: TensorRT could not parse the ONNX: {errors}{_loop_hint(onnx_path)}"
+        )
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
     if data_type in ("fp16", "int8"):
@@ -219,7 +228,7 @@ def build_engine(
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise EngineBuildError(
-            f"{onnx_path}: TensorRT engine build failed (see the log above){hint}"
+            f"{onnx_path}: TensorRT engine build failed (see the log above){_loop_hint(onnx_path)}"
         )
     engine_path.parent.mkdir(parents=True, exist_ok=True)
     engine_path.write_bytes(bytes(serialized))
