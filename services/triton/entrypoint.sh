@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# Start tritonserver with the given args, after building the TensorRT engines that
-# repositories written by an older maskops still lack.
+# Start tritonserver with the given args, after making this replica's TensorRT engine
+# cache and building the TensorRT engines that repositories written by an older maskops
+# still lack.
+#
+# The engine cache (MASKOPS_TRITON_ENGINE_CACHE, default /var/cache/maskops-trt, the
+# root that publish writes into the onnxruntime backend's configs) holds one folder per
+# network version, <net model>.<version>; onnxruntime creates only that folder, so the
+# root must exist. Folders of versions no longer in a local repository are removed.
 #
 # Publish no longer needs this: on GPU hosts it writes Triton's onnxruntime backend with
 # the TensorRT accelerator (Triton builds the engine when it loads the model), and the
@@ -18,6 +24,24 @@ REPO=/models
 for arg in "$@"; do
   case "$arg" in --model-repository=*) REPO="${arg#*=}" ;; esac
 done
+ENGINE_CACHE="${MASKOPS_TRITON_ENGINE_CACHE:-/var/cache/maskops-trt}"
+
+prepare_engine_cache() {  # the root, and no folder of a version the repository lost
+  if ! mkdir -p "$ENGINE_CACHE"; then
+    echo "maskops-triton: cannot make the engine cache $ENGINE_CACHE: GPU models of the" \
+      "onnxruntime backend will not load (docs/operations.md#gpu-serving)" >&2
+    return
+  fi
+  [[ -d "$REPO" ]] || return 0  # a remote repository: nothing to compare with
+  local folder name
+  for folder in "$ENGINE_CACHE"/_*.net.[0-9]*/; do
+    folder="${folder%/}" name="${folder##*/}"
+    if [[ ! -d "$REPO/${name%.*}/${name##*.}" ]]; then
+      echo "maskops-triton: removing the engine cache of $name (no such version in $REPO)"
+      rm -rf -- "$folder"
+    fi
+  done
+}
 
 build_engine() {  # build_engine VERSION_DIR: model.plan from model.onnx; non-zero on failure
   local version_dir="$1" onnx="$1/model.onnx" plan="$1/model.plan" data_type shapes
@@ -37,19 +61,26 @@ print(s["data_type"], f"images:1x3x{h}x{w},images:{b}x3x{h}x{w}" if dynamic else
     fp16) flags+=(--fp16) ;;
     int8) flags+=(--int8 --fp16) ;;
   esac
+  # A temporary of this process's own: replicas sharing the repository may build at once.
+  local tmp
+  tmp="$plan.tmp.${HOSTNAME:-host}.$$"
   echo "maskops-triton: building TensorRT engine ($data_type) for $version_dir"
-  trtexec --onnx="$onnx" --saveEngine="$plan.tmp" "${flags[@]}" --skipInference \
-    && mv "$plan.tmp" "$plan"
+  if trtexec --onnx="$onnx" --saveEngine="$tmp" "${flags[@]}" --skipInference; then
+    mv "$tmp" "$plan"
+  else
+    rm -f "$tmp"
+    return 1
+  fi
 }
 
 shopt -s nullglob
+prepare_engine_cache
 for config in "$REPO"/_*.net/config.pbtxt; do
   grep -q 'platform: "tensorrt_plan"' "$config" || continue
   for version_dir in "$(dirname "$config")"/[0-9]*/; do
     version_dir="${version_dir%/}"
     [[ -f "$version_dir/model.onnx" && ! -f "$version_dir/model.plan" ]] || continue
     if ! build_engine "$version_dir"; then
-      rm -f "$version_dir/model.plan.tmp"
       echo "maskops-triton: no TensorRT engine for $version_dir (build failed, see above);" \
         "that model will not load: publish it again (docs/operations.md#gpu-serving)" >&2
     fi

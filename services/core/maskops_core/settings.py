@@ -77,9 +77,10 @@ class Settings(BaseSettings):
     triton_tensorrt_version: str = ""
     """The TensorRT of the Triton that serves (``tensorrt`` engines must be built by the
     same); empty: the version in the Triton image maskops pins."""
-    triton_model_repository: str = ""
-    """``model_repository`` as Triton sees it (its mount), where the TensorRT engine cache
-    of GPU models is; empty: the same path."""
+    triton_engine_cache: str = ""
+    """Where each Triton process caches the TensorRT engines of GPU models, as Triton sees
+    it; empty: ``maskops.serving.placement.ENGINE_CACHE_ROOT``, which the Triton image
+    makes."""
     max_infer_image_bytes: int = 32 * 1024**2
     max_infer_images: int = 16
     max_infer_image_pixels: int = Field(default=50_000_000, ge=1)

@@ -557,7 +557,7 @@ def publish(ctx: JobContext) -> dict[str, Any]:
 def _network_options(ctx: JobContext) -> dict[str, Any]:
     """The publish arguments of the operator's Triton settings (where the network runs,
     on which backend, the TensorRT an engine must match)."""
-    from maskops.serving.placement import Placement
+    from maskops.serving.placement import ENGINE_CACHE_ROOT, Placement
 
     settings = ctx.settings
     device = settings.triton_device
@@ -568,7 +568,7 @@ def _network_options(ctx: JobContext) -> dict[str, Any]:
         "placement": Placement(device, tuple(settings.triton_gpus)),
         "net_backend": None if backend == "auto" else backend,
         "triton_tensorrt_version": settings.triton_tensorrt_version or None,
-        "triton_repository": settings.triton_model_repository or None,
+        "engine_cache_root": settings.triton_engine_cache or ENGINE_CACHE_ROOT,
     }
 
 

@@ -88,7 +88,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MASKOPS_TRITON_DEVICE=settings.triton_device,
         MASKOPS_TRITON_GPUS=json.dumps(settings.triton_gpus),
         MASKOPS_TRITON_TENSORRT_VERSION=settings.triton_tensorrt_version,
-        MASKOPS_TRITON_MODEL_REPOSITORY=settings.triton_model_repository,
+        MASKOPS_TRITON_ENGINE_CACHE=settings.triton_engine_cache,
         MASKOPS_CPU_RANKS=str(settings.cpu_ranks),
         MASKOPS_RENDEZVOUS_TIMEOUT_S=str(settings.rendezvous_timeout_s),
         MASKOPS_REQUIRE_CUDA=str(int(settings.require_cuda)),

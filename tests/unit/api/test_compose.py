@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from maskops.serving.placement import ENGINE_CACHE_ROOT
+
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE = REPO / "docker-compose.yml"
 ENV_EXAMPLE = REPO / ".env.example"
@@ -105,6 +107,8 @@ def test_volumes_are_declared_and_shared(compose: dict[str, Any]) -> None:
     declared = set(compose["volumes"])
     for name, service in compose["services"].items():
         for volume in service.get("volumes", []):
+            if ":" not in volume:
+                continue  # anonymous: the container's own
             source = volume.split(":", 1)[0]
             assert source in declared, f"{name} mounts undeclared volume {source}"
     mounts = {
@@ -116,6 +120,19 @@ def test_volumes_are_declared_and_shared(compose: dict[str, Any]) -> None:
     # Publish jobs write the model repository on the workers; Triton serves it.
     assert all("models:/models" in services[n]["volumes"] for n in ("worker-gpu0", "worker-cpu"))
     assert "models:/models" in services["triton"]["volumes"]
+
+
+def test_each_triton_replica_caches_its_engines_in_a_volume_of_its_own(
+    compose: dict[str, Any],
+) -> None:
+    """onnxruntime writes an engine cache file in place: replicas sharing the folder would
+    write one file at once. An anonymous volume is each container's own, and outlives its
+    restarts."""
+    volumes = compose["services"]["triton"]["volumes"]
+    assert ENGINE_CACHE_ROOT in volumes
+    for name, service in compose["services"].items():
+        if name != "triton":
+            assert not [v for v in service.get("volumes", []) if ENGINE_CACHE_ROOT in v]
 
 
 def test_no_secrets_in_the_file_and_env_example_complete(compose: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from tritonclient.grpc import model_config_pb2
 from maskops.cli.main import main as cli_main
 from maskops.serving import EnsembleNames, PublishError, existing_versions, publish
 from maskops.serving.engines import TRITON_TENSORRT_VERSION, record_path, same_tensorrt
-from maskops.serving.placement import ENGINE_CACHE_DIR, Placement, parse_gpus
+from maskops.serving.placement import ENGINE_CACHE_ROOT, Placement, parse_gpus
 from tests.support.fake_export import fake_engine, fake_onnx_export
 
 NAMES = EnsembleNames("m")
@@ -47,7 +47,7 @@ def _tree(repo: Path) -> list[str]:
 def test_gpu_default_is_onnxruntime_with_the_tensorrt_accelerator(tmp_path, data_type, precision):
     export = fake_onnx_export(tmp_path / "m.onnx", "batch", data_type=data_type)
     repo = tmp_path / "repo"
-    publish(export, repo, "m", placement=Placement("gpu", (0, 1)), triton_repository="/models")
+    publish(export, repo, "m", placement=Placement("gpu", (0, 1)))
     net = _config(repo, NAMES.net)
     assert net.platform == "onnxruntime_onnx" and net.max_batch_size == 3
     (group,) = net.instance_group
@@ -58,11 +58,13 @@ def test_gpu_default_is_onnxruntime_with_the_tensorrt_accelerator(tmp_path, data
     # No explicit profile: onnxruntime would need one for every dynamic input of every
     # TensorRT subgraph of a partitioned graph (Mask R-CNN's is).
     assert not [key for key in params if key.startswith("trt_profile")]
-    # The engine cache is in the version folder, at the path Triton mounts the repository.
+    # One cache folder per version, in the Triton process's own cache root.
     assert params["trt_engine_cache_enable"] == "1"
-    assert params["trt_engine_cache_path"] == f"/models/{NAMES.net}/1/{ENGINE_CACHE_DIR}"
-    assert (repo / NAMES.net / "1" / ENGINE_CACHE_DIR).is_dir()
-    assert (repo / NAMES.net / "1" / "model.onnx").is_file()
+    assert params["trt_engine_cache_path"] == f"{ENGINE_CACHE_ROOT}/{NAMES.net}.1"
+    assert sorted(p.name for p in (repo / NAMES.net / "1").iterdir()) == [
+        "model.onnx",
+        "settings.json",
+    ]
     for part in (NAMES.preprocess, NAMES.postprocess):
         assert [g.kind for g in _config(repo, part).instance_group] == [KIND_CPU]
     history = json.loads((repo / "m" / "versions.json").read_text())
@@ -85,13 +87,16 @@ def test_a_portable_int8_export_is_refused_for_the_tensorrt_accelerator(tmp_path
     assert publish(symmetric, repo, "m", placement=Placement("gpu")) == 2
 
 
-def test_the_cache_path_defaults_to_the_repository_itself(tmp_path):
+def test_each_version_has_its_own_engine_cache_under_the_given_root(tmp_path):
+    """onnxruntime names an engine after the graph's structure, not its weights: two
+    versions of one network would share one cache file in one folder."""
     export = fake_onnx_export(tmp_path / "m.onnx", 1)
     repo = tmp_path / "repo"
-    publish(export, repo, "m", placement=Placement("gpu"))
+    for _ in range(2):
+        publish(export, repo, "m", placement=Placement("gpu"), engine_cache_root="/srv/trt/")
     net = _config(repo, NAMES.net)
     _, params = _accelerator(net)
-    assert params["trt_engine_cache_path"] == str(repo.resolve() / NAMES.net / "1" / "trt_cache")
+    assert params["trt_engine_cache_path"] == f"/srv/trt/{NAMES.net}.2"
     # Every GPU Triton sees: no gpus field.
     assert net.max_batch_size == 1 and list(net.instance_group[0].gpus) == []
 
@@ -108,7 +113,6 @@ def test_cpu_hosts_keep_the_python_backend_on_the_cpu(tmp_path):
     net = _config(repo, NAMES.net)
     assert net.platform == "onnxruntime_onnx" and not net.HasField("optimization")
     assert [g.kind for g in net.instance_group] == [KIND_CPU]
-    assert not (repo / NAMES.net / "2" / ENGINE_CACHE_DIR).exists()
 
 
 def test_python_network_on_gpus(tmp_path):
@@ -202,8 +206,12 @@ def test_the_publish_command_says_why_before_contacting_triton(tmp_path, capsys)
     assert cli_main([*args, "--device", "cpu", "--gpus", "0"]) == 2
     assert "GPUs given for the CPU device" in capsys.readouterr().err
     assert cli_main([*args, "--device", "gpu", "--gpus", "1,3"]) == 0
-    group = _config(tmp_path / "r", NAMES.net).instance_group[0]
-    assert (group.kind, list(group.gpus)) == (KIND_GPU, [1, 3])
+    net = _config(tmp_path / "r", NAMES.net)
+    assert (net.instance_group[0].kind, list(net.instance_group[0].gpus)) == (KIND_GPU, [1, 3])
+    assert _accelerator(net)[1]["trt_engine_cache_path"] == f"{ENGINE_CACHE_ROOT}/{NAMES.net}.1"
+    assert cli_main([*args, "--device", "gpu", "--triton_engine_cache", "/srv/trt"]) == 0
+    net = _config(tmp_path / "r", NAMES.net)
+    assert _accelerator(net)[1]["trt_engine_cache_path"] == f"/srv/trt/{NAMES.net}.2"
 
 
 def test_tensorrt_versions_match_on_the_release():

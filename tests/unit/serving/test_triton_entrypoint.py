@@ -1,7 +1,8 @@
-"""services/triton/entrypoint.sh builds only the TensorRT engines that repositories of an
-older maskops lack, with the batch profile recorded then, and never keeps tritonserver from
-starting (trtexec and tritonserver replaced by scripts that print their arguments: neither
-exists here)."""
+"""services/triton/entrypoint.sh makes the replica's engine cache, removes the cache of
+versions the repository no longer has, builds only the TensorRT engines that repositories
+of an older maskops lack, with the batch profile recorded then, and never keeps
+tritonserver from starting (trtexec and tritonserver replaced by scripts that print their
+arguments: neither exists here)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from maskops.serving import publish
-from maskops.serving.placement import Placement
+from maskops.serving.placement import ENGINE_CACHE_ROOT, Placement
+from maskops.serving.protocol import EnsembleNames
 from tests.support.fake_export import fake_engine, fake_onnx_export
 
 ENTRYPOINT = Path(__file__).resolve().parents[3] / "services" / "triton" / "entrypoint.sh"
+CACHE_VARIABLE = "MASKOPS_TRITON_ENGINE_CACHE"
 ECHO = """#!/bin/sh
 echo "$(basename "$0") $*"
 case "$*" in *broken*) echo "trtexec: parse error" >&2; exit 1;; esac
@@ -34,7 +37,8 @@ def fake_tools(tmp_path: Path) -> dict[str, str]:
         (tools / name).chmod(0o755)
     # python3 must be the one that has the standard library (any will do).
     (tools / "python3").symlink_to(sys.executable)
-    return {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
+    cache = str(tmp_path / "engine-cache" / "root")
+    return {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", CACHE_VARIABLE: cache}
 
 
 def _old_publish(repo: Path, name: str, onnx: Path, *, static: int | None) -> Path:
@@ -86,8 +90,51 @@ def test_a_failed_build_is_logged_and_the_server_starts(tmp_path, fake_tools):
     built, errors = _start(repo, fake_tools)
     assert len(built) == 2
     assert f"no TensorRT engine for {broken} (build failed" in errors
-    assert not (broken / "model.plan").exists() and not (broken / "model.plan.tmp").exists()
+    assert not [p.name for p in broken.iterdir() if p.name.startswith("model.plan")]
     assert (good / "model.plan").is_file()
+
+
+def test_each_process_builds_into_a_temporary_of_its_own(tmp_path, fake_tools):
+    """Replicas sharing the repository may build one plan at once."""
+    repo = tmp_path / "repo"
+    version = _old_publish(repo, "dyn", fake_onnx_export(tmp_path / "d.onnx", "batch"), static=1)
+    (line,), _ = _start(repo, fake_tools)
+    (target,) = [a.split("=", 1)[1] for a in line.split() if a.startswith("--saveEngine=")]
+    assert target.startswith(f"{version}/model.plan.tmp.") and target != f"{version}/model.plan.tmp"
+    assert [p.name for p in version.iterdir() if p.name.startswith("model.plan")] == ["model.plan"]
+
+
+def test_the_engine_cache_is_made_and_keeps_only_versions_the_repository_has(tmp_path, fake_tools):
+    repo = tmp_path / "repo"
+    onnx = fake_onnx_export(tmp_path / "d.onnx", "batch")
+    for _ in range(2):
+        publish(onnx, repo, "m", placement=Placement("gpu"))
+    cache = Path(fake_tools[CACHE_VARIABLE])
+    _start(repo, fake_tools)
+    assert cache.is_dir()
+    names = EnsembleNames("m")
+    for folder in (f"{names.net}.1", f"{names.net}.2", f"{names.net}.9", "unrelated"):
+        (cache / folder).mkdir()
+        (cache / folder / "engine").write_bytes(b"x")
+    lines = subprocess.run(
+        ["bash", str(ENTRYPOINT), f"--model-repository={repo}"],
+        env=fake_tools,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert sorted(p.name for p in cache.iterdir()) == [
+        f"{names.net}.1",
+        f"{names.net}.2",
+        "unrelated",
+    ]
+    assert f"removing the engine cache of {names.net}.9" in lines
+
+
+def test_the_default_cache_is_the_one_publish_writes_into_configs():
+    text = ENTRYPOINT.read_text()
+    assert f'ENGINE_CACHE="${{{CACHE_VARIABLE}:-{ENGINE_CACHE_ROOT}}}"' in text
 
 
 def test_what_publish_writes_now_needs_no_build(tmp_path, fake_tools):

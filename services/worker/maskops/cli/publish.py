@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
+from maskops.serving.placement import ENGINE_CACHE_ROOT
 
 
 def register(subparsers: Any) -> None:
@@ -58,10 +59,11 @@ def register(subparsers: Any) -> None:
         "the Triton image maskops pins)",
     )
     parser.add_argument(
-        "--triton_repository",
-        default=None,
-        help="the repository's path as Triton sees it (its mount), for the TensorRT "
-        "engine cache of --device gpu (default: --repository)",
+        "--triton_engine_cache",
+        default=ENGINE_CACHE_ROOT,
+        help="where each Triton process caches the TensorRT engines of --device gpu, as "
+        "Triton sees it; it must exist there (default: %(default)s, which maskops' Triton "
+        "image makes)",
     )
     parser.add_argument("--max_batch_size", type=int, default=None)
     limits = parser.add_argument_group(
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             net_backend=args.net_backend,
             placement=placement,
             engine=args.engine,
-            triton_repository=args.triton_repository,
+            engine_cache_root=args.triton_engine_cache,
             triton_tensorrt_version=args.triton_tensorrt_version,
             max_batch_size=args.max_batch_size,
             image_limits=ImageLimits(

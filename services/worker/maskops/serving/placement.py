@@ -10,8 +10,9 @@ that serves.
   accelerator (``KIND_GPU``): Triton builds the TensorRT engine itself, with its own
   TensorRT, when the model loads, and hands what TensorRT cannot take to the CUDA provider.
   The precision follows the export (fp32 -> FP32, fp16 -> FP16, the int8 QDQ graph -> INT8,
-  whose scales TensorRT takes from the graph); the engines are cached in the version
-  folder (``trt_cache``), so a restart or a reload does not build them again. No explicit
+  whose scales TensorRT takes from the graph); each Triton process caches the engines
+  in a folder of its own (:data:`ENGINE_CACHE_ROOT`), so a restart or a reload does not
+  build them again. No explicit
   shape profile is given: onnxruntime would then need one for every dynamic input of every
   TensorRT subgraph, and Mask R-CNN's graph is split around what TensorRT cannot take
   (its Loop, NMS), whose inputs are internal tensors; onnxruntime instead sizes each
@@ -27,12 +28,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Literal
 
 Device = Literal["cpu", "gpu"]
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
-ENGINE_CACHE_DIR = "trt_cache"
-"""The folder, inside the network's version folder, of the engines onnxruntime-TensorRT builds."""
+ENGINE_CACHE_ROOT = "/var/cache/maskops-trt"
+"""Where a Triton process keeps the engines onnxruntime-TensorRT builds (as Triton sees
+it), one folder per network version (:func:`engine_cache_folder`).
+
+Local to each Triton process, never in the shared repository: onnxruntime writes a cache
+file in place (no temporary file and rename), so replicas sharing a repository, each
+building the same engine as it first meets a shape, would write one file at once and
+leave a mix of both engines for every later load. Per version, because onnxruntime names
+an engine after the graph's structure, not its weights: two versions of one network
+share a name. onnxruntime creates only the last level of the path, so the root must
+exist (the Triton image's entrypoint makes it; docker-compose.yml gives each replica a
+volume of its own there)."""
 PRECISION_MODES = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8"}
 """The TensorRT accelerator's ``precision_mode`` for each export data type."""
 TENSORRT_WORKSPACE_BYTES = 2 << 30
@@ -92,6 +104,12 @@ def tensorrt_accelerator(data_type: str, *, engine_cache: str | None) -> str:
         '  gpu_execution_accelerator : [ {\n    name : "tensorrt"\n'
         f"{lines}  }} ]\n}}}}\n"
     )
+
+
+def engine_cache_folder(root: str, net_model: str, version: int) -> str:
+    """The engine cache of one network version: ``<root>/<net model>.<version>``, one level
+    below ``root`` (the only level onnxruntime creates)."""
+    return str(PurePosixPath(root) / f"{net_model}.{version}")
 
 
 def parse_gpus(text: str | Sequence[int]) -> tuple[int, ...]:

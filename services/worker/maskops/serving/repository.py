@@ -6,7 +6,6 @@ no user's model name can equal)::
     _NAME.preprocess/   config.pbtxt, <v>/{model.py, maskops_serving_ops.py, settings.json}
     _NAME.net/          config.pbtxt, <v>/{model.onnx, settings.json}
                         [+ <v>/{model.py, maskops_serving_ops.py} for the python backend]
-                        [+ <v>/trt_cache/ for onnxruntime on GPUs: TensorRT's engines]
                         [<v>/model.plan instead of model.onnx for the tensorrt backend]
     _NAME.postprocess/  config.pbtxt, <v>/{model.py, maskops_serving_ops.py, label_map.json}
     NAME/               config.pbtxt, <v>/label_map.json, label_map.json, versions.json
@@ -44,7 +43,9 @@ Network backends (``net_backend``; the default follows the device, see
   static batch (filling the last run).
 - ``"onnxruntime"`` (the default on GPU hosts): Triton's onnxruntime backend; on GPU hosts
   with the TensorRT accelerator, so that Triton builds the engine in-process with its own
-  TensorRT at load time (publish works on a running Triton, nothing is built beforehand).
+  TensorRT at load time (publish works on a running Triton, nothing is built beforehand)
+  and caches it outside the repository, per Triton process
+  (:data:`~maskops.serving.placement.ENGINE_CACHE_ROOT`).
 - ``"tensorrt"``: ``model.plan``, a TensorRT engine built beforehand by
   ``maskops gen_trt_engine`` (GPU hosts only). Publish takes it only with the record
   written next to it, and only when that record says it was built from this ONNX by the
@@ -72,7 +73,12 @@ from maskops.data.labels import LabelMap
 from maskops.export.graph import GraphMetadata, read_metadata
 from maskops.export.tensorrt_rules import check_tensorrt_graph, describe
 from maskops.serving.engines import TRITON_TENSORRT_VERSION, EngineError, check_engine
-from maskops.serving.placement import ENGINE_CACHE_DIR, Placement, tensorrt_accelerator
+from maskops.serving.placement import (
+    ENGINE_CACHE_ROOT,
+    Placement,
+    engine_cache_folder,
+    tensorrt_accelerator,
+)
 from maskops.serving.protocol import (
     DETECTIONS_JSON,
     IMAGE_BYTES,
@@ -93,8 +99,8 @@ NET_BACKENDS: tuple[str, ...] = ("python", "onnxruntime", "tensorrt")
 MODELS_DIR = Path(__file__).parent / "triton_models"
 OPS_FILE = MODELS_DIR / "maskops_serving_ops.py"
 """The self-contained processing module copied next to every python ``model.py``."""
-Content = str | Path | None
-"""A version folder entry: text to write, a file to copy, or None for an empty folder."""
+Content = str | Path
+"""A version folder entry: text to write, or a file to copy."""
 
 __all__ = [
     "NET_BACKENDS",
@@ -391,11 +397,7 @@ class _Changes:
         self.staging.append(staging)
         staging.mkdir()
         for filename, content in contents.items():
-            if content is None:
-                # Written by Triton, which may run as another user than the publisher.
-                (staging / filename).mkdir()
-                (staging / filename).chmod(0o777)
-            elif isinstance(content, Path):
+            if isinstance(content, Path):
                 shutil.copyfile(content, staging / filename)
             else:
                 (staging / filename).write_text(content)
@@ -503,8 +505,6 @@ def _version_files(
         },
         names.name: {"label_map.json": label_json},
     }
-    if network.engine_cache:
-        files[names.net][ENGINE_CACHE_DIR] = None
     if network.backend == "python":
         files[names.net]["model.py"] = MODELS_DIR / "network" / "model.py"
         files[names.net][OPS_FILE.name] = OPS_FILE
@@ -523,7 +523,7 @@ class _Network:
     filename: str
     """``graph``'s name in the version folder (``model.onnx`` or ``model.plan``)."""
     engine_cache: bool
-    """Whether onnxruntime's TensorRT accelerator caches engines in the version folder."""
+    """Whether onnxruntime's TensorRT accelerator caches its engines."""
 
 
 def _resolve_network(
@@ -597,7 +597,7 @@ def publish(
     placement: Placement | None = None,
     engine: Path | None = None,
     triton_tensorrt_version: str | None = None,
-    triton_repository: str | None = None,
+    engine_cache_root: str = ENGINE_CACHE_ROOT,
     max_batch_size: int | None = None,
     instances: int = 1,
     image_limits: ImageLimits | None = None,
@@ -617,8 +617,8 @@ def publish(
             next to the ONNX), with the record ``maskops gen_trt_engine`` writes.
         triton_tensorrt_version: the TensorRT of the Triton that loads the engine
             (default :data:`engines.TRITON_TENSORRT_VERSION`, the pinned image's).
-        triton_repository: ``repository`` as Triton sees it (its mount point), where
-            the TensorRT accelerator's engine cache lives; None: the same path.
+        engine_cache_root: where each Triton process keeps the engines the TensorRT
+            accelerator builds, as Triton sees it (see :data:`ENGINE_CACHE_ROOT`).
         max_batch_size: Triton max_batch_size (default: the export's).
         instances: model instances per composing model (per GPU on GPUs).
         image_limits: the preprocess model refuses larger images from their header,
@@ -651,7 +651,6 @@ def publish(
     names, repository = EnsembleNames(name), Path(repository)
     history = _read_history(repository / name / "versions.json")
     version = _next_version(repository, names)
-    net_dir_in_triton = Path(triton_repository or repository.resolve()) / names.net / str(version)
     configs = render_configs(
         names,
         meta,
@@ -659,7 +658,11 @@ def publish(
         max_batch_size=max_batch_size,
         instances=instances,
         placement=placement,
-        engine_cache=str(net_dir_in_triton / ENGINE_CACHE_DIR) if network.engine_cache else None,
+        engine_cache=(
+            engine_cache_folder(engine_cache_root, names.net, version)
+            if network.engine_cache
+            else None
+        ),
     )
     history.append(_history_entry(version, onnx_path, meta, network, placement))
     files = _version_files(names, meta, network, image_limits)

@@ -1,0 +1,28 @@
+"""Publish jobs take where Triton runs the network, and where it caches TensorRT engines,
+from the worker's settings."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+from maskops.serving.placement import ENGINE_CACHE_ROOT, Placement
+from maskops_core.settings import Settings
+from maskops_worker.actions import _network_options
+from maskops_worker.contract import JobContext
+
+
+def _options(settings: Settings) -> dict[str, Any]:
+    context = SimpleNamespace(settings=settings)  # all that the options read
+    return _network_options(cast(JobContext, context))
+
+
+def test_the_engine_cache_defaults_to_the_triton_images_root() -> None:
+    options = _options(Settings(triton_device="gpu", triton_gpus=[1]))
+    assert options["placement"] == Placement("gpu", (1,))
+    assert options["engine_cache_root"] == ENGINE_CACHE_ROOT
+
+
+def test_an_operators_engine_cache_is_written_into_the_configs() -> None:
+    settings = Settings(triton_engine_cache="/srv/trt")
+    assert _options(settings)["engine_cache_root"] == "/srv/trt"
