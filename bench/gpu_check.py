@@ -258,6 +258,24 @@ def install_wheels(folder: Path, site: Path = SITE) -> Path:
     return site
 
 
+def wheel_site(folder: Path | None, python: str, site: Path = SITE) -> Path | None:
+    """``folder``'s wheels installed in ``site`` under the Python they are for
+    (:data:`TARGET_PYTHON`), or None: no wheels, or another ``python`` (``major.minor``),
+    whose interpreter would not load their compiled parts, which it says."""
+    if folder is None or not any(folder.glob("*.whl")):
+        return None
+    if python != TARGET_PYTHON:
+        print(
+            f"[gpu_check] wheels in {folder} not used: they are for Python "
+            f"{TARGET_PYTHON}, this is {python}",
+            flush=True,
+        )
+        return None
+    install_wheels(folder, site)
+    print(f"[gpu_check] wheels from {folder} installed in {site}", flush=True)
+    return site
+
+
 def child_environment(site: Path | None, *, device: str) -> dict[str, str]:
     """The children's environment: the private site and maskops' source folders first on
     PYTHONPATH (nothing installed); on a CPU run no GPU is visible, on a GPU run one is
@@ -361,18 +379,7 @@ def finish_results(args: argparse.Namespace, conditions: Any, seconds: float) ->
 def run_checks(args: argparse.Namespace) -> int:
     started = time.monotonic()
     deadline = started + args.budget_s
-    site = None
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if args.wheels is not None and any(args.wheels.glob("*.whl")):
-        if python == TARGET_PYTHON:
-            site = install_wheels(args.wheels)
-            print(f"[gpu_check] wheels from {args.wheels} installed in {site}", flush=True)
-        else:  # their compiled parts would not load
-            print(
-                f"[gpu_check] wheels in {args.wheels} not used: they are for Python "
-                f"{TARGET_PYTHON}, this is {python}",
-                flush=True,
-            )
+    site = wheel_site(args.wheels, f"{sys.version_info.major}.{sys.version_info.minor}")
     env = child_environment(site, device=args.device)
     args.work.mkdir(parents=True, exist_ok=True)
     conditions = start_results(args)

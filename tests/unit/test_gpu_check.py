@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import zipfile
 from argparse import Namespace
 from pathlib import Path
 
@@ -107,6 +108,42 @@ def test_prepare_takes_the_locks_versions_of_what_the_gpu_host_lacks() -> None:
     assert not {"torch", "torchvision", "numpy", "onnx", "onnxruntime", "sympy", "scipy"} & wanted
     assert not [name for name in wanted if name.startswith("nvidia-")]
     assert all(name in pins for name in wanted), sorted(wanted - set(pins))
+
+
+def _pure_wheel(folder: Path, module: str) -> Path:
+    """A minimal pure-Python wheel of one module."""
+    folder.mkdir(parents=True, exist_ok=True)
+    info = f"{module}-1.0.dist-info"
+    files = {
+        f"{module}.py": "ANSWER = 42\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
+    wheel = folder / f"{module}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return wheel
+
+
+def test_the_wheels_are_installed_only_under_the_python_they_are_for(
+    tmp_path: Path, capsys
+) -> None:
+    """--prepare downloads for the GPU host's Python; another interpreter would fail to load
+    their compiled parts, so it runs without them and says so."""
+    wheels = tmp_path / "wheels"
+    _pure_wheel(wheels, "gpu_check_probe")
+    site = tmp_path / "site"
+    assert gpu_check.wheel_site(wheels, "3.11", site) is None
+    said = capsys.readouterr().out
+    assert f"wheels in {wheels} not used: they are for Python 3.12, this is 3.11" in said
+    assert not site.exists()
+    assert gpu_check.wheel_site(wheels, gpu_check.TARGET_PYTHON, site) == site
+    assert (site / "gpu_check_probe.py").read_text() == "ANSWER = 42\n"
+    assert "installed in" in capsys.readouterr().out
+    assert gpu_check.wheel_site(tmp_path / "none", gpu_check.TARGET_PYTHON, site) is None
+    assert gpu_check.wheel_site(None, gpu_check.TARGET_PYTHON, site) is None
 
 
 def test_a_failed_step_keeps_what_it_measured(tmp_path: Path, monkeypatch) -> None:
