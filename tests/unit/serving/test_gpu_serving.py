@@ -181,6 +181,13 @@ def test_tensorrt_publishes_fail_before_writing_anything(tmp_path):
         export, repo, "m", net_backend="tensorrt", placement=gpu, triton_tensorrt_version="10.8.0"
     )
     before = _tree(repo)
+    # A build that died between the engine and its record: a new engine, the old record.
+    record = record_path(engine).read_text()
+    fake_engine(export, tensorrt_version="10.7.0.23")
+    engine.write_bytes(b"a plan whose record was never written")
+    refused("is not the engine its record describes", placement=gpu)
+    record_path(engine).write_text(record.replace('"engine_sha256"', '"sha"'))
+    refused(r"unreadable engine record \(KeyError: 'engine_sha256'\); rebuild", placement=gpu)
     record_path(engine).unlink()
     refused("no record of the TensorRT version that built it", placement=gpu)
     fake_engine(export, profile=(1, 2, 2))

@@ -15,6 +15,7 @@ from pathlib import Path
 import onnx
 import torch
 
+from maskops.atomic import atomic_write
 from maskops.export.batching import image_graph
 from maskops.export.graph import IMAGE_INPUT_NAMES, INPUT_NAME, TAO_INPUT_NAME
 from maskops.shape_rules import batch_order_error
@@ -231,5 +232,4 @@ def build_engine(
             f"{onnx_path}: TensorRT engine build failed (see the log above){_loop_hint(onnx_path)}"
         )
     engine_path.parent.mkdir(parents=True, exist_ok=True)
-    engine_path.write_bytes(bytes(serialized))
-    return engine_path
+    return atomic_write(engine_path, bytes(serialized))

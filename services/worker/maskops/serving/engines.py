@@ -7,13 +7,16 @@ record that ``maskops gen_trt_engine`` / ``maskops export --engine_file`` write 
 ``<engine file name>.json``::
 
     {"tensorrt_version": "10.7.0.23", "onnx_sha256": "<hex of the ONNX it was built from>",
-     "data_type": "fp16", "image_size": [H, W], "profile": {"min": 1, "opt": 8, "max": 8},
+     "engine_sha256": "<hex of the engine itself>", "data_type": "fp16",
+     "image_size": [H, W], "profile": {"min": 1, "opt": 8, "max": 8},
      "gpu": "NVIDIA H100 80GB HBM3 (sm_90)"}
 
-:func:`check_engine` compares the record with the ONNX being published and with the
-TensorRT version of the Triton that will load it (:data:`TRITON_TENSORRT_VERSION` unless
-the operator says otherwise). Nothing here imports TensorRT, except
-:func:`builder_facts`, called where an engine was just built.
+:func:`check_engine` compares the record with the engine beside it, with the ONNX being
+published and with the TensorRT version of the Triton that will load it
+(:data:`TRITON_TENSORRT_VERSION` unless the operator says otherwise). The engine and then
+its record are each replaced in one rename, so a build that dies between the two leaves
+a new engine beside the old record, which the engine's hash refuses. Nothing here
+imports TensorRT, except :func:`builder_facts`, called where an engine was just built.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from maskops.atomic import atomic_write
 
 TRITON_IMAGE_TAG = "24.12"
 """The ``nvcr.io/nvidia/tritonserver:<tag>-py3`` image services/triton/Dockerfile builds on."""
@@ -41,6 +46,7 @@ class EngineRecord:
 
     tensorrt_version: str
     onnx_sha256: str
+    engine_sha256: str
     data_type: str
     image_size: tuple[int, int]
     profile: dict[str, int]
@@ -93,14 +99,13 @@ def write_engine_record(
     record = EngineRecord(
         tensorrt_version=tensorrt_version,
         onnx_sha256=file_sha256(onnx_path),
+        engine_sha256=file_sha256(engine),
         data_type=data_type,
         image_size=(int(image_size[0]), int(image_size[1])),
         profile=dict(zip(("min", "opt", "max"), profile, strict=True)),
         gpu=gpu,
     )
-    path = record_path(engine)
-    path.write_text(json.dumps(record.to_json(), indent=1))
-    return path
+    return atomic_write(record_path(engine), json.dumps(record.to_json(), indent=1))
 
 
 def read_engine_record(engine: Path) -> EngineRecord:
@@ -117,6 +122,7 @@ def read_engine_record(engine: Path) -> EngineRecord:
         return EngineRecord(
             tensorrt_version=str(raw["tensorrt_version"]),
             onnx_sha256=str(raw["onnx_sha256"]),
+            engine_sha256=str(raw["engine_sha256"]),
             data_type=str(raw["data_type"]),
             image_size=(int(raw["image_size"][0]), int(raw["image_size"][1])),
             profile={k: int(raw["profile"][k]) for k in ("min", "opt", "max")},
@@ -128,7 +134,10 @@ def read_engine_record(engine: Path) -> EngineRecord:
             "missing); build the engine with `maskops gen_trt_engine`, which writes it"
         ) from None
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-        raise EngineError(f"{path}: unreadable engine record ({exc})") from None
+        raise EngineError(
+            f"{path}: unreadable engine record ({type(exc).__name__}: {exc}); rebuild the "
+            "engine with `maskops gen_trt_engine`, which writes it"
+        ) from None
 
 
 def same_tensorrt(built: str, runtime: str) -> bool:
@@ -159,6 +168,11 @@ def check_engine(
         EngineError: why it cannot (each message names the way out).
     """
     record = read_engine_record(engine)
+    if record.engine_sha256 != file_sha256(engine):
+        raise EngineError(
+            f"{engine} is not the engine its record describes (it changed after the record "
+            "was written, or its build did not finish); rebuild it with `maskops gen_trt_engine`"
+        )
     if not same_tensorrt(record.tensorrt_version, triton_tensorrt_version):
         raise EngineError(
             f"{engine} was built by TensorRT {record.tensorrt_version} but Triton runs "
