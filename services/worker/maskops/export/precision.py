@@ -33,6 +33,7 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
+from maskops.atomic import atomic_write
 from maskops.export.graph import INPUT_NAME, used_names
 
 CALIBRATION_CACHE_FORMAT = "maskops-int8-calibration/1"
@@ -211,4 +212,4 @@ def write_calibration_cache(
         "source": source,
         "tensors": table,
     }
-    path.write_text(json.dumps(payload, indent=1, sort_keys=True))
+    atomic_write(path, json.dumps(payload, indent=1, sort_keys=True))
