@@ -48,10 +48,14 @@ def tf_reference_anchors(
     return yxyx[:, [1, 0, 3, 2]]
 
 
-def _generate(gen: LevelAnchorGenerator, image_size: tuple[int, int]) -> torch.Tensor:
+def _generate(
+    gen: LevelAnchorGenerator, image_size: tuple[int, int], dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     height, width = image_size
     images = ImageList(torch.zeros(1, 3, height, width), [image_size])
-    features = [torch.zeros(1, 8, height // 2**lvl, width // 2**lvl) for lvl in gen.levels]
+    features = [
+        torch.zeros(1, 8, height // 2**lvl, width // 2**lvl, dtype=dtype) for lvl in gen.levels
+    ]
     return gen(images, features)[0]
 
 
@@ -108,6 +112,21 @@ def test_generator_matches_tf_reference_exactly(
     assert ours.shape == (count * per_cell, 4)
     # Same boxes in the same order (position-major, octave then aspect within a cell).
     np.testing.assert_allclose(ours.numpy(), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_anchors_stay_float32_under_half_precision_features(dtype: torch.dtype) -> None:
+    """Under autocast the feature maps are bf16/fp16; anchors in bf16 would be up to 4 px
+    off at TAO's 832x1344 (8 significant bits), and torchvision would keep the rounded
+    cell anchors for later float32 calls."""
+    levels, ratios = [2, 3, 4, 5, 6], [(1.0, 1.0), (1.4, 0.7), (0.7, 1.4)]
+    gen = LevelAnchorGenerator(levels=levels, anchor_scale=8.0, num_scales=1, aspect_ratios=ratios)
+    half = _generate(gen, (832, 1344), dtype)
+    assert half.dtype == torch.float32
+    expected = tf_reference_anchors((832, 1344), levels, 1, ratios, 8.0)
+    np.testing.assert_allclose(half.numpy(), expected, atol=1e-3)
+    assert all(cell.dtype == torch.float32 for cell in gen.cell_anchors)
+    np.testing.assert_allclose(_generate(gen, (832, 1344)).numpy(), expected, atol=1e-3)
 
 
 def test_invalid_arguments_are_rejected() -> None:

@@ -92,5 +92,17 @@ class LevelAnchorGenerator(AnchorGenerator):
             for lvl in levels
         ]
 
+    def set_cell_anchors(self, dtype: torch.dtype, device: torch.device) -> None:
+        """Keep the cell anchors in float32 whatever ``dtype`` the features have.
+
+        torchvision makes anchors in the feature maps' dtype: bf16 under autocast, whose 8
+        significant bits put an anchor at x = 1300 up to 4 px off (and torchvision keeps
+        the rounded copy for later float32 calls). Anchors are coordinates: box encoding
+        and decoding, which run in float32 (see :mod:`maskops.modeling.heads`), need them
+        exact.
+        """
+        del dtype
+        super().set_cell_anchors(torch.float32, device)
+
     def num_anchors_per_location(self) -> list[int]:
         return [self.num_scales * len(self.tf_aspect_ratios)] * len(self.levels)
