@@ -14,6 +14,7 @@ from maskops.cli.main import build_parser, main
 from maskops.export.tensorrt import tensorrt_unavailable_reason
 from maskops.spec.models import DataConfig, ExperimentSpec
 from maskops.spec.text import spec_to_text
+from tests.support.gpu import needs_tensorrt
 
 NO_TENSORRT = tensorrt_unavailable_reason()
 
@@ -174,10 +175,12 @@ def test_batch_flags_shape_the_profile_or_refuse(
 
 
 @pytest.mark.gpu
+@needs_tensorrt
 def test_the_engine_comes_with_the_record_publish_checks(tmp_path: Path, capsys) -> None:
     """Where TensorRT and a GPU exist: the engine's record names this TensorRT, and publish
     serves the engine in a Triton of that version only."""
-    tensorrt = pytest.importorskip("tensorrt")
+    import tensorrt
+
     from maskops.serving import EnsembleNames, PublishError, publish
     from maskops.serving.engines import read_engine_record
     from maskops.serving.placement import Placement

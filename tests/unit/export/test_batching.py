@@ -20,11 +20,11 @@ from maskops.export.tensorrt import (
     batch_profile,
     build_engine,
     onnx_engine_inputs,
-    tensorrt_unavailable_reason,
 )
 from maskops.modeling import build_model
 from maskops.serving.triton_models.maskops_serving_ops import run_batched
 from maskops.spec.models import ExperimentSpec, MaskRCNNConfig
+from tests.support.gpu import needs_tensorrt
 
 SIZE = (64, 64)
 DETECTIONS = 8
@@ -217,7 +217,7 @@ def test_batch_profile_refuses(graph_batch, flags, message):
         batch_profile(graph_batch, **flags)
 
 
-@pytest.mark.skipif(tensorrt_unavailable_reason() is not None, reason="needs TensorRT and a GPU")
+@needs_tensorrt
 @pytest.mark.parametrize(
     ("static_batch_size", "profile"), [(None, BatchProfile(1, 2, 4)), (2, BatchProfile(2, 2, 2))]
 )

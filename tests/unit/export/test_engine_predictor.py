@@ -10,12 +10,9 @@ import pytest
 
 from maskops.export import export_onnx
 from maskops.export.exporter import read_image_dir
-from maskops.export.tensorrt import tensorrt_unavailable_reason
+from tests.support.gpu import needs_tensorrt
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(tensorrt_unavailable_reason() is not None, reason="needs TensorRT"),
-]
+pytestmark = [pytest.mark.gpu, needs_tensorrt]
 
 
 @pytest.mark.parametrize("data_type", ["fp16", "int8"])

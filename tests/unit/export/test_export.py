@@ -25,6 +25,7 @@ from maskops.export.precision import CALIBRATION_CACHE_FORMAT
 from maskops.export.tensorrt import BatchProfile, build_engine, tensorrt_available
 from maskops.export.tensorrt_rules import check_tensorrt_graph
 from maskops.spec.models import ExperimentSpec
+from tests.support.gpu import needs_tensorrt
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +190,8 @@ def test_tensorrt_int8_is_symmetric_int8_and_passes_parity_and_the_rules(tensorr
 
 
 @pytest.mark.gpu
+@needs_tensorrt
 def test_tensorrt_int8_engine(tmp_path, tensorrt_int8_export):  # pragma: no cover - GPU only
-    pytest.importorskip("tensorrt")
     engine = build_engine(
         tensorrt_int8_export.onnx_path,
         tmp_path / "m8.plan",
@@ -307,8 +308,8 @@ def test_engine_is_built_only_where_tensorrt_exists(fp32_export):
 
 
 @pytest.mark.gpu
+@needs_tensorrt
 def test_tensorrt_fp16_engine(tmp_path, fp32_export):
-    pytest.importorskip("tensorrt")
     engine = build_engine(
         fp32_export.onnx_path,
         tmp_path / "m.plan",

@@ -36,6 +36,7 @@ from maskops.export.tensorrt import BatchProfile, build_engine
 from maskops.modeling import build_model
 from maskops.modeling.transform import IMAGENET_MEAN
 from maskops.spec.models import ExperimentSpec, MaskRCNNConfig
+from tests.support.gpu import needs_tensorrt
 
 SIZE = (64, 64)
 DETECTIONS = 12
@@ -541,8 +542,10 @@ def test_cli_output_layout(tmp_path, tiny_spec, capsys):
 
 
 @pytest.mark.gpu
+@needs_tensorrt
 def test_tensorrt_gives_the_tao_outputs_static_shapes(tmp_path, tao_export):
-    trt = pytest.importorskip("tensorrt")
+    import tensorrt as trt
+
     engine_path = build_engine(
         tao_export.onnx_path,
         tmp_path / "m.engine",
