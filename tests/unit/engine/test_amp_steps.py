@@ -48,8 +48,9 @@ def test_bf16_only_where_the_training_gpu_computes_it_natively(
 def test_device_tuning_defaults_and_switches() -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     assert DeviceTuning().resolve(cpu) == DeviceTuning(True, False, False)
-    assert DeviceTuning().resolve(cuda) == DeviceTuning(False, True, True)
+    assert DeviceTuning().resolve(cuda) == DeviceTuning(False, True, False)
     assert DeviceTuning(True, False, False).resolve(cuda) == DeviceTuning(True, False, False)
+    assert DeviceTuning(cudnn_benchmark=True).resolve(cuda).cudnn_benchmark is True
     # Pinning and cuDNN are CUDA's: asked for on a CPU they stay off.
     assert DeviceTuning(False, True, True).resolve(cpu) == DeviceTuning(False, False, False)
 

@@ -85,12 +85,13 @@ class DeviceTuning:
     """How training feeds its device and lays out its tensors; None = the device's default.
 
     On CUDA the loader pins its batches by default (``pin_memory``: a ``non_blocking`` copy
-    from pageable memory is synchronous, so the host would wait for every copy), and cuDNN
-    benchmarks its convolution algorithms (``cudnn_benchmark``: every batch has the same
-    padded ``image_size``, so the search runs once per shape; not the case of evaluation
-    images of other sizes). Both are off on a CPU, where they do nothing. ``channels_last``:
-    :func:`trains_channels_last`. Only the CPU's channels_last default is measured
-    (docs/benchmarks.md, "GPU check" says how the CUDA ones are).
+    from pageable memory is synchronous, so the host would wait for every copy). cuDNN's
+    algorithm search (``cudnn_benchmark``) is off unless asked for, as in detectron2 and
+    torchvision's references: the backbone sees one padded ``image_size``, but the mask
+    head sees a different number of RoIs nearly every step, and each new shape is searched
+    again, forward and backward. Both are off on a CPU, where they do nothing.
+    ``channels_last``: :func:`trains_channels_last`. Only the CPU's channels_last default
+    is measured (docs/benchmarks.md, "GPU check" says how the CUDA ones are).
     """
 
     channels_last: bool | None = None
@@ -105,9 +106,7 @@ class DeviceTuning:
                 trains_channels_last(device) if self.channels_last is None else self.channels_last
             ),
             pin_memory=cuda if self.pin_memory is None else self.pin_memory and cuda,
-            cudnn_benchmark=(
-                cuda if self.cudnn_benchmark is None else self.cudnn_benchmark and cuda
-            ),
+            cudnn_benchmark=bool(self.cudnn_benchmark) and cuda,
         )
 
 
