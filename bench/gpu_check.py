@@ -297,8 +297,9 @@ def child_environment(site: Path | None, *, device: str) -> dict[str, str]:
 
 
 def run_group(group: Group, args: argparse.Namespace, env: dict[str, str], deadline: float) -> None:
-    """Run ``group`` in a child (which records each of its steps); steps it left unrecorded
-    (a crash, the time limit) are recorded failed."""
+    """Run ``group`` in a child (which records each of its steps). Of the steps it left
+    unrecorded (a crash, the time limit), the one it was running is recorded failed and
+    those it never started skipped."""
     cap = group.tiny_cap_s if args.tiny else group.cap_s
     timeout = max(1.0, min(cap, deadline - time.monotonic()))
     command = [sys.executable, str(BENCH / "gpu_check_steps.py"), "--group", group.name]
@@ -313,12 +314,17 @@ def run_group(group: Group, args: argparse.Namespace, env: dict[str, str], deadl
         process.wait()
         returncode = f"timed out after {timeout:.0f} s"
     recorded = json.loads(args.out.read_text())["steps"]
-    for step in group.steps:
-        if step not in recorded:
-            why = returncode if isinstance(returncode, str) else f"exit status {returncode}"
-            error = f"the {group.name} process ended before this step finished ({why})"
-            seconds = round(time.monotonic() - started, 1)
-            record_step(args.out, step, {"status": "failed", "seconds": seconds, "error": error})
+    unrecorded = [step for step in group.steps if step not in recorded]
+    if not unrecorded:
+        return
+    running, *never_started = unrecorded
+    why = returncode if isinstance(returncode, str) else f"exit status {returncode}"
+    error = f"the {group.name} process ended before this step finished ({why})"
+    seconds = round(time.monotonic() - started, 1)
+    record_step(args.out, running, {"status": "failed", "seconds": seconds, "error": error})
+    for step in never_started:
+        note = f"not started: the {group.name} process ended during {running} ({why})"
+        record_step(args.out, step, {"status": "skipped", "seconds": 0.0, "note": note})
 
 
 def skip_group(group: Group, out: Path, why: str) -> None:

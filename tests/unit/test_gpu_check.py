@@ -12,6 +12,7 @@ import time
 import zipfile
 from argparse import Namespace
 from pathlib import Path
+from typing import Any
 
 from tests.support.bench import BENCH, REPO, load_bench_module
 
@@ -88,9 +89,14 @@ def test_a_group_past_its_time_is_recorded_failed_and_earlier_steps_stay(
     assert time.monotonic() - started < 30  # killed at its cap, not left to finish
     steps = json.loads(out.read_text())["steps"]
     assert steps["environment"]["status"] == "passed"
-    for name in group.steps:
-        assert steps[name]["status"] == "failed"
-        assert "timed out after 1 s" in steps[name]["error"]
+    # The step it was running failed; the one it never started is skipped, saying why.
+    assert steps["train_amp"]["status"] == "failed"
+    assert "timed out after 1 s" in steps["train_amp"]["error"]
+    assert steps["train_resume"]["status"] == "skipped"
+    assert steps["train_resume"]["note"] == (
+        "not started: the training process ended during train_amp (timed out after 1 s)"
+    )
+    assert json.loads(out.read_text())["passed"] is False
 
 
 def test_the_children_see_maskops_sources_and_a_cpu_run_sees_no_gpu(tmp_path: Path) -> None:
@@ -108,6 +114,32 @@ def test_prepare_takes_the_locks_versions_of_what_the_gpu_host_lacks() -> None:
     assert not {"torch", "torchvision", "numpy", "onnx", "onnxruntime", "sympy", "scipy"} & wanted
     assert not [name for name in wanted if name.startswith("nvidia-")]
     assert all(name in pins for name in wanted), sorted(wanted - set(pins))
+
+
+def test_throughput_steps_skip_what_the_time_left_cannot_afford(tmp_path: Path) -> None:
+    """Rounds are cut to what the time left affords, at the seconds an arm took (a guess
+    until one is timed); with none affordable the step is skipped, saying why, instead of
+    being killed at the deadline and failing."""
+    steps = load_bench_module("gpu_check_steps")
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"steps": {}}))
+
+    def context(seconds_left: float) -> Any:
+        return steps.Context(out, tmp_path, "cuda", False, time.monotonic() + seconds_left)
+
+    arms = ["torchvision-amp", "maskops-amp"]
+    guess = steps.ARM_S_GUESS
+    assert steps.affordable_rounds(context(20 + 4 * guess + 5), arms, 2) == (2, guess)
+    assert steps.affordable_rounds(context(20 + 3 * guess), arms, 2) == (1, guess)
+    assert steps.affordable_rounds(context(20 + guess), arms, 2) == (0, guess)
+    timed = context(20 + 2 * 10.0 + 5)
+    timed.state["arm_s"] = 10.0
+    assert steps.affordable_rounds(timed, arms, 2) == (1, 10.0)
+    for name in ("throughput_train", "throughput_inference"):
+        steps.run_step(name, context(15))
+        recorded = json.loads(out.read_text())["steps"][name]
+        assert recorded["status"] == "skipped" and "s left, about" in recorded["note"]
+        assert recorded["seconds"] < 5
 
 
 def _pure_wheel(folder: Path, module: str) -> Path:
