@@ -90,7 +90,7 @@ def test_a_portable_int8_export_is_refused_for_the_tensorrt_accelerator(tmp_path
 def test_each_version_has_its_own_engine_cache_under_the_given_root(tmp_path):
     """onnxruntime names an engine after the graph's structure, not its weights: two
     versions of one network would share one cache file in one folder."""
-    export = fake_onnx_export(tmp_path / "m.onnx", 1)
+    export = fake_onnx_export(tmp_path / "m.onnx", "batch")
     repo = tmp_path / "repo"
     for _ in range(2):
         publish(export, repo, "m", placement=Placement("gpu"), engine_cache_root="/srv/trt/")
@@ -98,7 +98,7 @@ def test_each_version_has_its_own_engine_cache_under_the_given_root(tmp_path):
     _, params = _accelerator(net)
     assert params["trt_engine_cache_path"] == f"/srv/trt/{NAMES.net}.2"
     # Every GPU Triton sees: no gpus field.
-    assert net.max_batch_size == 1 and list(net.instance_group[0].gpus) == []
+    assert list(net.instance_group[0].gpus) == []
 
 
 def test_cpu_hosts_keep_the_python_backend_on_the_cpu(tmp_path):
@@ -139,7 +139,8 @@ def test_tensorrt_plan_on_gpus(tmp_path):
 
 def test_a_batch_1_engine_serves_one_image_per_run(tmp_path):
     """A static batch of 1 (the Loop-free graph DeepStream runs) as Triton's TensorRT plan:
-    Triton batches nothing, and refuses a static batch of more (it cannot fill one)."""
+    Triton batches nothing, and refuses a static batch of more (it cannot fill one). The
+    GPU's default backend, onnxruntime, refuses it: Triton would not load it."""
     export = fake_onnx_export(tmp_path / "m.onnx", 1, max_batch_size=1)
     fake_engine(export, profile=(1, 1, 1))
     repo = tmp_path / "repo"
@@ -147,9 +148,11 @@ def test_a_batch_1_engine_serves_one_image_per_run(tmp_path):
     publish(export, repo, "m", net_backend="tensorrt", placement=gpu, max_batch_size=4)
     net = _config(repo, NAMES.net)
     assert (net.platform, net.max_batch_size) == ("tensorrt_plan", 1)
+    with pytest.raises(PublishError, match="onnxruntime backend batches a dynamic batch only"):
+        publish(export, repo, "m", placement=gpu)
     four = fake_onnx_export(tmp_path / "four.onnx", 4, max_batch_size=4)
     fake_engine(four, profile=(4, 4, 4))
-    with pytest.raises(PublishError, match="static batch of 4: the tensorrt backend needs"):
+    with pytest.raises(PublishError, match="batch of 4: Triton's tensorrt backend runs batch 1"):
         publish(four, repo, "four", net_backend="tensorrt", placement=gpu)
 
 

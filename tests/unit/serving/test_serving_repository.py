@@ -112,21 +112,31 @@ def test_tensorrt_variant(tmp_path, fake_export):
     assert (settings["max_batch_size"], settings["static_batch_size"]) == (3, None)
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "tensorrt"])
-def test_static_batch_exports_on_graph_backends(tmp_path, backend):
-    """A batch-1 graph (exported before batching) is served at batch 1; another static
-    batch cannot be filled by Triton's own backends and is refused with the way out."""
-    names = EnsembleNames("m")
+def test_static_batch_exports_on_graph_backends(tmp_path):
+    """A batch-1 graph (exported before batching, or --static_batch_size 1) is served at
+    batch 1 by the tensorrt backend, which checks a plan's dimensions after the batch one.
+    Triton's onnxruntime backend refuses to load a graph of a fixed first dimension under
+    a max_batch_size, and no backend of Triton's fills a larger static batch: publish
+    refuses those with the way out."""
+    names, repo = EnsembleNames("m"), tmp_path / "repo"
     legacy = fake_onnx_export(tmp_path / "legacy.onnx", 1)
     fake_engine(legacy, profile=(1, 1, 1))
-    publish(legacy, tmp_path / "repo", "m", net_backend=backend, placement=GPU)
-    net = _config(tmp_path / "repo" / names.net / "config.pbtxt")
+    publish(legacy, repo, "m", net_backend="tensorrt", placement=GPU)
+    net = _config(repo / names.net / "config.pbtxt")
     assert net.max_batch_size == 1 and not net.HasField("dynamic_batching")
-    assert _config(tmp_path / "repo" / "m" / "config.pbtxt").max_batch_size == 1
+    assert _config(repo / "m" / "config.pbtxt").max_batch_size == 1
+    with pytest.raises(
+        PublishError,
+        match=r"static batch of 1: Triton's onnxruntime backend batches a dynamic batch only; "
+        r"export without --static_batch_size, or publish with --net_backend python, or "
+        r"tensorrt with an engine",
+    ):
+        publish(legacy, repo, "m", net_backend="onnxruntime", placement=GPU)
     static = fake_onnx_export(tmp_path / "static.onnx", 3)
-    with pytest.raises(PublishError, match=r"static batch of 3: the \w+ backend needs a dynamic"):
-        publish(static, tmp_path / "repo", "m", net_backend=backend, placement=GPU)
-    assert existing_versions(tmp_path / "repo", "m") == [1]
+    for backend, takes in (("onnxruntime", "batches a dynamic"), ("tensorrt", "runs batch 1")):
+        with pytest.raises(PublishError, match=rf"batch of 3: Triton's {backend} backend {takes}"):
+            publish(static, repo, "m", net_backend=backend, placement=GPU)
+    assert existing_versions(repo, "m") == [1]
 
 
 def test_static_batch_on_the_python_backend(tmp_path):

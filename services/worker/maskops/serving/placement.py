@@ -12,12 +12,12 @@ that serves.
   The precision follows the export (fp32 -> FP32, fp16 -> FP16, the int8 QDQ graph -> INT8,
   whose scales TensorRT takes from the graph); each Triton process caches the engines
   in a folder of its own (:data:`ENGINE_CACHE_ROOT`), so a restart or a reload does not
-  build them again. No explicit
-  shape profile is given: onnxruntime would then need one for every dynamic input of every
-  TensorRT subgraph, and Mask R-CNN's graph is split around what TensorRT cannot take
-  (its Loop, NMS), whose inputs are internal tensors; onnxruntime instead sizes each
-  engine's profile from the shapes it meets and widens it (one rebuild, cached) when a
-  larger batch first arrives.
+  build them again. No explicit shape profile is given: onnxruntime would then need one
+  for every dynamic input of every TensorRT subgraph, and Mask R-CNN's graph is split
+  around what TensorRT cannot take (its Loop, NMS), whose inputs are internal tensors;
+  onnxruntime instead sizes each engine's profile from the shapes it meets and widens it
+  (a rebuild, cached) whenever an input falls outside the range seen so far: a new batch
+  size, or after the split a new count of proposals or detections.
 - The python and tensorrt network backends also run ``KIND_GPU`` on GPU hosts (the
   python one on onnxruntime's CUDA provider, see ``triton_models/network/model.py``).
 

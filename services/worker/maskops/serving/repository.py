@@ -52,8 +52,10 @@ Network backends (``net_backend``; the default follows the device, see
   TensorRT of the Triton that will load it (:mod:`maskops.serving.engines`); otherwise
   it fails before anything is written or loaded.
 The graph backends keep the same tensor names, so the ensemble is identical; both need a
-dynamic-batch export, except for a graph of batch 1 (exports made before batching), which
-they serve at max_batch_size 1.
+dynamic-batch export, except that the tensorrt backend serves a graph of static batch 1
+(exports made before batching, or ``--static_batch_size 1``) at max_batch_size 1. Triton's
+onnxruntime backend refuses to load a graph whose first dimension is fixed under a
+max_batch_size, so publish refuses one for it.
 """
 
 from __future__ import annotations
@@ -171,15 +173,25 @@ def _instances(count: int, kind: str = "KIND_CPU") -> str:
 
 
 def _net_batch(meta: GraphMetadata, net_backend: str, batch: int) -> int:
-    """The network model's max_batch_size: ``batch``, or 1 for a batch-1 graph on a backend
-    that runs the graph as it is (it cannot fill a static batch)."""
+    """The network model's max_batch_size: ``batch``; 1 for a graph of static batch 1 on
+    the tensorrt backend (Triton checks a plan's dimensions after the batch one). The python
+    backend fills a static batch itself.
+
+    Raises:
+        PublishError: a static batch the backend cannot serve: Triton's onnxruntime backend
+            batches only a graph whose first dimension is dynamic (it refuses to load one
+            of a fixed batch, even of 1, under a max_batch_size), the tensorrt backend
+            runs one of 1 only.
+    """
     if net_backend == "python" or meta.batch_size is None:
         return batch
-    if meta.batch_size == 1:
+    if meta.batch_size == 1 and net_backend == "tensorrt":
         return 1
+    takes = "batches a dynamic batch only" if net_backend == "onnxruntime" else "runs batch 1 only"
+    others = "python" if meta.batch_size > 1 else "python, or tensorrt with an engine"
     raise PublishError(
-        f"the export has a static batch of {meta.batch_size}: the {net_backend} backend "
-        "needs a dynamic batch (export without --static_batch_size) or use --net_backend python"
+        f"the export has a static batch of {meta.batch_size}: Triton's {net_backend} backend "
+        f"{takes}; export without --static_batch_size, or publish with --net_backend {others}"
     )
 
 
