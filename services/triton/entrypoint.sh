@@ -25,6 +25,8 @@ for arg in "$@"; do
   case "$arg" in --model-repository=*) REPO="${arg#*=}" ;; esac
 done
 ENGINE_CACHE="${MASKOPS_TRITON_ENGINE_CACHE:-/var/cache/maskops-trt}"
+# NVIDIA's images keep trtexec in TensorRT's folder, not always on PATH.
+TRTEXEC="${TRTEXEC:-$(command -v trtexec || echo /usr/src/tensorrt/bin/trtexec)}"
 
 prepare_engine_cache() {  # the root, and no folder of a version the repository lost
   if ! mkdir -p "$ENGINE_CACHE"; then
@@ -65,7 +67,7 @@ print(s["data_type"], f"images:1x3x{h}x{w},images:{b}x3x{h}x{w}" if dynamic else
   local tmp
   tmp="$plan.tmp.${HOSTNAME:-host}.$$"
   echo "maskops-triton: building TensorRT engine ($data_type) for $version_dir"
-  if trtexec --onnx="$onnx" --saveEngine="$tmp" "${flags[@]}" --skipInference; then
+  if "$TRTEXEC" --onnx="$onnx" --saveEngine="$tmp" "${flags[@]}" --skipInference; then
     mv "$tmp" "$plan"
   else
     rm -f "$tmp"

@@ -26,6 +26,7 @@ from maskops.serving.processing import (
     preprocess_image,
     unpad_detections,
 )
+from maskops.serving.repository import NetBackend
 from tests.support.fake_export import LABELS, fake_engine, fake_onnx_export
 
 GPU = Placement("gpu")
@@ -133,7 +134,11 @@ def test_static_batch_exports_on_graph_backends(tmp_path):
     ):
         publish(legacy, repo, "m", net_backend="onnxruntime", placement=GPU)
     static = fake_onnx_export(tmp_path / "static.onnx", 3)
-    for backend, takes in (("onnxruntime", "batches a dynamic"), ("tensorrt", "runs batch 1")):
+    refusals: list[tuple[NetBackend, str]] = [
+        ("onnxruntime", "batches a dynamic"),
+        ("tensorrt", "runs batch 1"),
+    ]
+    for backend, takes in refusals:
         with pytest.raises(PublishError, match=rf"batch of 3: Triton's {backend} backend {takes}"):
             publish(static, repo, "m", net_backend=backend, placement=GPU)
     assert existing_versions(repo, "m") == [1]

@@ -104,6 +104,19 @@ def test_each_process_builds_into_a_temporary_of_its_own(tmp_path, fake_tools):
     assert [p.name for p in version.iterdir() if p.name.startswith("model.plan")] == ["model.plan"]
 
 
+def test_trtexec_off_path_is_found_where_the_image_keeps_it(tmp_path, fake_tools):
+    """NVIDIA's images keep trtexec in TensorRT's folder; TRTEXEC names another."""
+    repo = tmp_path / "repo"
+    _old_publish(repo, "dyn", fake_onnx_export(tmp_path / "d.onnx", "batch"), static=1)
+    elsewhere = tmp_path / "tensorrt" / "bin"
+    elsewhere.mkdir(parents=True)
+    (Path(fake_tools["PATH"].split(":")[0]) / "trtexec").rename(elsewhere / "trtexec")
+    built, errors = _start(repo, fake_tools)
+    assert built == [] and "/usr/src/tensorrt/bin/trtexec" in errors  # tried there
+    (line,), _ = _start(repo, {**fake_tools, "TRTEXEC": str(elsewhere / "trtexec")})
+    assert line.startswith("trtexec --onnx=")
+
+
 def test_the_engine_cache_is_made_and_keeps_only_versions_the_repository_has(tmp_path, fake_tools):
     repo = tmp_path / "repo"
     onnx = fake_onnx_export(tmp_path / "d.onnx", "batch")
