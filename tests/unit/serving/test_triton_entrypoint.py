@@ -54,7 +54,7 @@ def _old_publish(repo: Path, name: str, onnx: Path, *, static: int | None) -> Pa
     return version
 
 
-def _start(repo: Path, env: dict[str, str]) -> tuple[list[str], str]:
+def _run(repo: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         ["bash", str(ENTRYPOINT), f"--model-repository={repo}"],
         env=env,
@@ -63,9 +63,14 @@ def _start(repo: Path, env: dict[str, str]) -> tuple[list[str], str]:
         timeout=60,
         check=True,
     )
-    lines = done.stdout.splitlines()
-    assert lines[-1] == f"tritonserver --model-repository={repo}"  # always started
-    return [line for line in lines if line.startswith("trtexec")], done.stderr
+    assert done.stdout.splitlines()[-1] == f"tritonserver --model-repository={repo}"  # started
+    return done
+
+
+def _start(repo: Path, env: dict[str, str]) -> tuple[list[str], str]:
+    """The trtexec command lines the entrypoint ran, and what it said on stderr."""
+    done = _run(repo, env)
+    return [line for line in done.stdout.splitlines() if line.startswith("trtexec")], done.stderr
 
 
 def test_old_plans_get_a_profile_up_to_max_batch_size(tmp_path, fake_tools):
@@ -129,20 +134,13 @@ def test_the_engine_cache_is_made_and_keeps_only_versions_the_repository_has(tmp
     for folder in (f"{names.net}.1", f"{names.net}.2", f"{names.net}.9", "unrelated"):
         (cache / folder).mkdir()
         (cache / folder / "engine").write_bytes(b"x")
-    lines = subprocess.run(
-        ["bash", str(ENTRYPOINT), f"--model-repository={repo}"],
-        env=fake_tools,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    said = _run(repo, fake_tools).stdout
     assert sorted(p.name for p in cache.iterdir()) == [
         f"{names.net}.1",
         f"{names.net}.2",
         "unrelated",
     ]
-    assert f"removing the engine cache of {names.net}.9" in lines
+    assert f"removing the engine cache of {names.net}.9" in said
 
 
 def test_the_default_cache_is_the_one_publish_writes_into_configs():
