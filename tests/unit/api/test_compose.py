@@ -130,6 +130,9 @@ def test_each_triton_replica_caches_its_engines_in_a_volume_of_its_own(
     restarts."""
     volumes = compose["services"]["triton"]["volumes"]
     assert ENGINE_CACHE_ROOT in volumes
+    # The image makes it writable by any user; a new volume there starts as a copy of it.
+    dockerfile = (REPO / compose["services"]["triton"]["build"]["dockerfile"]).read_text()
+    assert f"chmod 1777 {ENGINE_CACHE_ROOT}" in dockerfile
     for name, service in compose["services"].items():
         if name != "triton":
             assert not [v for v in service.get("volumes", []) if ENGINE_CACHE_ROOT in v]
