@@ -663,6 +663,7 @@ def publish(
     names, repository = EnsembleNames(name), Path(repository)
     history = _read_history(repository / name / "versions.json")
     version = _next_version(repository, names)
+    cache = engine_cache_folder(engine_cache_root, names.net, version)
     configs = render_configs(
         names,
         meta,
@@ -670,11 +671,7 @@ def publish(
         max_batch_size=max_batch_size,
         instances=instances,
         placement=placement,
-        engine_cache=(
-            engine_cache_folder(engine_cache_root, names.net, version)
-            if network.engine_cache
-            else None
-        ),
+        engine_cache=cache if network.engine_cache else None,
     )
     history.append(_history_entry(version, onnx_path, meta, network, placement))
     files = _version_files(names, meta, network, image_limits)
