@@ -11,15 +11,15 @@ per step, with the same precision. Arms:
   decode, ``annToMask`` polygon rasterisation per sample, resize+pad) with persistent
   workers, NCHW, ``loss.item()`` every step.
 - ``maskops-fp32``: ``run_training`` (shard pipeline, hooks, metrics every 10 steps;
-  channels_last on a CPU, ``trains_channels_last``).
+  channels_last on a CPU and an Ampere or later GPU, ``trains_channels_last``).
 - ``torchvision-amp`` / ``maskops-amp``: the same two with the autocast maskops' ``use_amp``
   picks for the device (``AmpSettings``: bf16 on a CPU with native bf16 kernels; on CUDA
   bf16 where the GPU has it, else fp16 with a GradScaler), the baseline with exactly the
   same autocast and scaler. On a CPU without native bf16 maskops declines AMP, so these
   arms are skipped with a message.
-- ``maskops-<precision>-<variant>``: maskops' arm with one of its CUDA input switches
+- ``maskops-<precision>-<variant>``: maskops' arm with one of its device switches
   (``DeviceTuning``) flipped from its default: ``nopin`` (batches not pinned), ``bench``
-  (cuDNN benchmark on), ``nhwc`` (channels_last on). Not run by default; on a GPU,
+  (cuDNN benchmark on), ``nchw`` (channels_last off). Not run by default; on a GPU,
   ``tuning_vs_default`` gives each one's images/s over the default's, per round: above 1,
   the default loses (bench/gpu_check.py runs them).
 
@@ -80,9 +80,9 @@ ARMS = ("torchvision-fp32", "maskops-fp32", "torchvision-amp", "maskops-amp")
 VARIANTS = {
     "nopin": DeviceTuning(pin_memory=False),
     "bench": DeviceTuning(cudnn_benchmark=True),
-    "nhwc": DeviceTuning(channels_last=True),
+    "nchw": DeviceTuning(channels_last=False),
 }
-"""maskops arms with one CUDA input switch flipped from its default."""
+"""maskops arms with one device switch flipped from its default."""
 VARIANT_ARMS = tuple(f"maskops-{p}-{v}" for p in ("fp32", "amp") for v in VARIANTS)
 
 

@@ -699,17 +699,20 @@ def bench_train_in_process(ctx: Context, arms: list[str]) -> dict[str, Any]:
     }
 
 
-ARM_S_GUESS = 40.0
+ARM_S_ESTIMATE = 30.0
 """Seconds one R50-FPN 832x1344 arm process of bench_train.py is taken to need on a GPU
-(start, CUDA, 13 steps) until this run has timed one (``ctx.state["arm_s"]``): a guess."""
-INFERENCE_S_GUESS = 60.0
-"""Seconds the inference throughput step is taken to need on a GPU: a guess."""
+(start, CUDA, 13 steps) until this run has timed one (``ctx.state["arm_s"]``). Measured on
+an H100 (2026-11-27): 23 s an arm in ``throughput_train``, 25 s in ``throughput_tuning``;
+a slower GPU takes longer."""
+INFERENCE_S_ESTIMATE = 20.0
+"""Seconds the inference throughput step is taken to need on a GPU (6 s on an H100,
+2026-11-27)."""
 
 
 def affordable_rounds(ctx: Context, arms: list[str], rounds: int) -> tuple[int, float]:
     """The most rounds of ``arms``, up to ``rounds``, that the time left affords (0: none),
     and the seconds an arm is taken to need."""
-    arm_s = float(ctx.state.get("arm_s", ARM_S_GUESS))
+    arm_s = float(ctx.state.get("arm_s", ARM_S_ESTIMATE))
     return min(rounds, int((ctx.remaining() - 20) // (len(arms) * arm_s))), arm_s
 
 
@@ -784,8 +787,9 @@ def step_throughput_inference(ctx: Context) -> dict[str, Any]:
     from maskops.modeling import build_model
     from maskops.spec.models import MaskRCNNConfig
 
-    if not ctx.tiny and ctx.remaining() < INFERENCE_S_GUESS:
-        raise StepSkipped(f"{ctx.remaining():.0f} s left, about {INFERENCE_S_GUESS:.0f} s needed")
+    if not ctx.tiny and ctx.remaining() < INFERENCE_S_ESTIMATE:
+        needed = f"about {INFERENCE_S_ESTIMATE:.0f} s needed"
+        raise StepSkipped(f"{ctx.remaining():.0f} s left, {needed}")
     size, nlayers, batches, calls = (
         ((128, 128), 10, (1, 2), 1) if ctx.tiny else ((832, 1344), 50, (1, 8), 5)
     )

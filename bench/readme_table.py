@@ -229,7 +229,9 @@ def records_gpu(doc: dict[str, Any]) -> bool:
 def _gpu_check(doc: dict[str, Any]) -> str:
     steps = doc["steps"]
     ran = [s for s in steps.values() if s["status"] != "skipped"]
+    skipped = [name for name, s in steps.items() if s["status"] == "skipped"]
     parts = [f"{sum(s['status'] == 'passed' for s in ran)}/{len(ran)} steps passed"]
+    parts[0] += f" ({', '.join(skipped)} skipped)" if skipped else ""
     train = steps.get("throughput_train", {}).get("figures")
     if train and "amp" in train["maskops_vs_torchvision"]:
         dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[train["amp"]["dtype"]]
@@ -252,7 +254,7 @@ def gpu_check_lines() -> list[str]:
     doc = json.loads(path.read_text()) if path.exists() else {}
     if not records_gpu(doc) or is_loaded(doc):
         return ["", NO_GPU_YET]
-    what = "one GPU: every path"
+    what = "one GPU: training, evaluation, export, throughput (R50-FPN 832x1344)"
     return [f"| {what} | {_gpu_check(doc)} | {doc['gpu']} | `bench/gpu_check` |"]
 
 

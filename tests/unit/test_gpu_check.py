@@ -128,7 +128,7 @@ def test_throughput_steps_skip_what_the_time_left_cannot_afford(tmp_path: Path) 
         return steps.Context(out, tmp_path, "cuda", False, time.monotonic() + seconds_left)
 
     arms = ["torchvision-amp", "maskops-amp"]
-    guess = steps.ARM_S_GUESS
+    guess = steps.ARM_S_ESTIMATE
     assert steps.affordable_rounds(context(20 + 4 * guess + 5), arms, 2) == (2, guess)
     assert steps.affordable_rounds(context(20 + 3 * guess), arms, 2) == (1, guess)
     assert steps.affordable_rounds(context(20 + guess), arms, 2) == (0, guess)

@@ -27,6 +27,7 @@ from maskops.engine.trainer import (
     HookBase,
     Trainer,
     cuda_bf16_native,
+    trains_channels_last,
 )
 from maskops.spec.models import ExperimentSpec
 
@@ -45,14 +46,23 @@ def test_bf16_only_where_the_training_gpu_computes_it_natively(
     assert amp.needs_scaler is (not native)  # fp16 trains with a GradScaler
 
 
-def test_device_tuning_defaults_and_switches() -> None:
+@pytest.mark.parametrize(
+    ("capability", "channels_last"), [((7, 5), False), ((8, 0), True), ((9, 0), True)]
+)
+def test_device_tuning_defaults_and_switches(
+    capability: tuple[int, int], channels_last: bool
+) -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     assert DeviceTuning().resolve(cpu) == DeviceTuning(True, False, False)
-    assert DeviceTuning().resolve(cuda) == DeviceTuning(False, True, False)
-    assert DeviceTuning(True, False, False).resolve(cuda) == DeviceTuning(True, False, False)
-    assert DeviceTuning(cudnn_benchmark=True).resolve(cuda).cudnn_benchmark is True
+    # channels_last from Ampere on, where fp32 (TF32) and bf16 convolutions use tensor cores.
+    assert DeviceTuning().resolve(cuda, capability) == DeviceTuning(channels_last, True, False)
+    assert trains_channels_last(cuda, capability) is channels_last
+    flipped = DeviceTuning(not channels_last, False, False)
+    assert flipped.resolve(cuda, capability) == flipped
+    assert DeviceTuning(cudnn_benchmark=True).resolve(cuda, capability).cudnn_benchmark is True
     # Pinning and cuDNN are CUDA's: asked for on a CPU they stay off.
     assert DeviceTuning(False, True, True).resolve(cpu) == DeviceTuning(False, False, False)
+    assert not trains_channels_last(torch.device("meta"))
 
 
 class InfiniteLoss(HookBase):

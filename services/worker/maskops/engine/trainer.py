@@ -32,8 +32,10 @@ Batch = tuple[list[torch.Tensor], list[dict[str, Any]]]
 """Images (float ``[3, H, W]`` in 0..1, already resized and padded) and torchvision targets."""
 
 L1_LOSS = "L1 loss"
-BF16_NATIVE_CAPABILITY = (8, 0)
-"""The first CUDA compute capability with bf16 tensor cores (Ampere, sm_80)."""
+AMPERE_CAPABILITY = (8, 0)
+"""The first CUDA compute capability with bf16 and TF32 tensor cores (Ampere, sm_80): bf16
+autocast needs no loss scaling there, and fp32 convolutions run on tensor cores (TF32,
+PyTorch's cuDNN default)."""
 MAX_SKIPPED_STEPS = 50
 """Consecutive optimizer steps the fp16 loss scaler may skip before the run fails.
 
@@ -66,18 +68,29 @@ def cuda_bf16_native(capability: tuple[int, int]) -> bool:
     pre-Ampere GPU, slower than fp16) and asks about the current device, not the one trained
     on.
     """
-    return tuple(capability) >= BF16_NATIVE_CAPABILITY
+    return tuple(capability) >= AMPERE_CAPABILITY
 
 
-def trains_channels_last(device: torch.device) -> bool:
-    """Whether training on ``device`` keeps weights and activations channels_last (NHWC).
+def trains_channels_last(device: torch.device, capability: tuple[int, int] | None = None) -> bool:
+    """Whether training on ``device`` keeps weights and activations channels_last (NHWC);
+    ``capability``: a CUDA device's compute capability (probed when None).
 
     On a CPU oneDNN computes NHWC convolutions without reordering every input and output
     to its blocked layout and back: a training step at 512x512 took 14% less time in fp32
     and 15% less in bf16 (bench/bench_train.py, AVX-512 host; detections are unchanged,
-    tests/unit/modeling/test_model.py). On CUDA the layout stays NCHW until measured.
+    tests/unit/modeling/test_model.py). On CUDA from Ampere on, cuDNN's tensor-core
+    convolutions take NHWC as it is: R50-FPN at 832x1344, batch 4, trained 1.03-1.18x as
+    fast in bf16 and 1.17-1.19x in fp32 (TF32), four and two alternated rounds on an H100
+    (bench/results/gpu_check.json, bench_train_cuda_layout.json; 2026-11-27). Older GPUs,
+    whose fp32 convolutions have no tensor cores, stay NCHW (unmeasured).
     """
-    return device.type == "cpu"
+    if device.type == "cpu":
+        return True
+    if device.type != "cuda":
+        return False
+    if capability is None:
+        capability = torch.cuda.get_device_capability(device)
+    return tuple(capability) >= AMPERE_CAPABILITY
 
 
 @dataclass(frozen=True)
@@ -89,22 +102,27 @@ class DeviceTuning:
     algorithm search (``cudnn_benchmark``) is off unless asked for, as in detectron2 and
     torchvision's references: the backbone sees one padded ``image_size``, but the mask
     head sees a different number of RoIs nearly every step, and each new shape is searched
-    again, forward and backward. Both are off on a CPU, where they do nothing.
-    ``channels_last``: :func:`trains_channels_last`. Only the CPU's channels_last default
-    is measured (docs/benchmarks.md, "GPU check" says how the CUDA ones are).
+    again, forward and backward. On an H100 (R50-FPN 832x1344, bf16, 10 timed steps after
+    3; bench/results/gpu_check.json) training ran 0.80-0.96x as fast with unpinned batches
+    and 0.105-0.126x as fast with the search on. Both are off on a CPU, where they do
+    nothing. ``channels_last``: :func:`trains_channels_last`. bench/gpu_check's
+    ``throughput_tuning`` measures each default against its flip on a GPU.
     """
 
     channels_last: bool | None = None
     pin_memory: bool | None = None
     cudnn_benchmark: bool | None = None
 
-    def resolve(self, device: torch.device) -> DeviceTuning:
-        """Every switch decided for ``device``."""
+    def resolve(
+        self, device: torch.device, capability: tuple[int, int] | None = None
+    ) -> DeviceTuning:
+        """Every switch decided for ``device`` (``capability``: :func:`trains_channels_last`)."""
         cuda = device.type == "cuda"
+        channels_last = self.channels_last
+        if channels_last is None:
+            channels_last = trains_channels_last(device, capability)
         return DeviceTuning(
-            channels_last=(
-                trains_channels_last(device) if self.channels_last is None else self.channels_last
-            ),
+            channels_last=channels_last,
             pin_memory=cuda if self.pin_memory is None else self.pin_memory and cuda,
             cudnn_benchmark=bool(self.cudnn_benchmark) and cuda,
         )
