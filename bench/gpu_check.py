@@ -22,8 +22,10 @@ that do not need it still run):
    recorded on its own; where not, one line says so).
 6. ``throughput_train`` (bench/bench_train.py: maskops vs torchvision's reference loop,
    R50-FPN 832x1344, AMP, arms alternated in rounds), ``throughput_inference`` (images/s
-   at batch 1 and 8), ``throughput_tuning`` (pinned batches, cuDNN benchmark, channels_last:
-   each flipped from its default, against the default).
+   at batch 1 and 8), ``train_profile`` (bench/profile_train.py: where a training step's
+   time goes, how much of it the GPU computes, the host's waits for the device),
+   ``throughput_tuning`` (pinned batches, cuDNN benchmark, channels_last: each flipped from
+   its default, against the default).
 
 Each group of steps runs in a child process with a time limit; the whole run stays within
 ``--budget-s`` (8 minutes by default). On a host without maskops' dependencies, the
@@ -118,7 +120,7 @@ GROUPS = (
     Group("serving", ("eval_parity", "export_onnx", "tensorrt"), 240, 180),
     Group(
         "throughput",
-        ("throughput_train", "throughput_inference", "throughput_tuning"),
+        ("throughput_train", "throughput_inference", "train_profile", "throughput_tuning"),
         BUDGET_S,
         240,
     ),

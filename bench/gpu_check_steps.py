@@ -827,6 +827,32 @@ def step_throughput_inference(ctx: Context) -> dict[str, Any]:
     }
 
 
+PROFILE_S_ESTIMATE = 40.0
+"""Seconds the training profile is taken to need on a GPU (demo data, the R50 model, nine
+steps, the profile's summary): a guess until a GPU run times it."""
+
+
+def step_train_profile(ctx: Context) -> dict[str, Any]:
+    """bench/profile_train.py: where a training step's time goes, and how much of it the
+    GPU computes (R50-FPN 832x1344, batch 4, AMP; five steps after three)."""
+    import profile_train
+
+    if ctx.tiny:
+        sizes = {"nlayers": 10, "image_size": [128, 128], "batch": 1, "workers": 0, "amp": False}
+        args = argparse.Namespace(**sizes, steps=1, warmup=1, device=ctx.device_name)
+    else:
+        if ctx.remaining() < PROFILE_S_ESTIMATE:
+            needed = f"about {PROFILE_S_ESTIMATE:.0f} s needed"
+            raise StepSkipped(f"{ctx.remaining():.0f} s left, {needed}")
+        sizes = {"nlayers": 50, "image_size": [832, 1344], "batch": 4, "workers": 4, "amp": True}
+        args = argparse.Namespace(**sizes, steps=5, warmup=3, device=ctx.device_name)
+    figures = profile_train.profile_on_demo_data(args)
+    require(figures["steps"] == args.steps and figures["step_ms"] > 0, "no step profiled")
+    busy = figures["gpu_busy_fraction"]
+    require(not ctx.cuda or 0 < busy <= 1.05, f"GPU busy fraction {busy}", figures)
+    return {"config": vars(args), **figures}
+
+
 STEPS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "environment": step_environment,
     "pytest_gpu": step_pytest_gpu,
@@ -839,6 +865,7 @@ STEPS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "tensorrt": step_tensorrt,
     "throughput_train": step_throughput_train,
     "throughput_inference": step_throughput_inference,
+    "train_profile": step_train_profile,
     "throughput_tuning": step_throughput_tuning,
 }
 

@@ -110,6 +110,22 @@ def test_bench_train_tiny(tmp_path: Path) -> None:
     assert doc["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
 
 
+def test_profile_train_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "profile.json"
+    run_bench("profile_train.py", "--nlayers", "10", "--image-size", "128", "128", "--batch",
+              "1", "--steps", "2", "--warmup", "1", "--no-amp", "--out", str(out))  # fmt: skip
+    doc = _results(out)
+    assert doc["steps"] == 2 and doc["step_ms"] > 0 and doc["gpu_busy_fraction"] is None
+    assert doc["item_calls"] > 0  # the loop reads some values back every step
+    assert len(doc["top_cpu_ops"]) == load_bench_module("profile_train").TOP
+
+
+def test_kernels_that_overlap_count_once_in_the_gpu_busy_time() -> None:
+    busy_us = load_bench_module("profile_train").busy_us
+    assert busy_us([(20, 25), (0, 10), (5, 15), (21, 22)]) == 20
+    assert busy_us([]) == 0
+
+
 def test_the_training_baseline_computes_the_same_losses_and_gradients() -> None:
     """The torchvision arm's stock poolers change how RoIs are pooled, not what is learned."""
     bench_train = load_bench_module("bench_train")

@@ -74,6 +74,9 @@ def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path)
     assert figures["eval_parity"]["fp32_tf32_off"]["passed"]
     assert figures["throughput_train"]["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
     assert set(figures["throughput_tuning"]["tuning_vs_default"]) == {"maskops-fp32-nopin"}
+    profile = figures["train_profile"]
+    assert profile["steps"] == 1 and profile["gpu_busy_fraction"] is None  # no GPU to be busy
+    assert "aten::convolution_backward" in {name for name, _ in profile["top_cpu_ops"]}
 
 
 def test_a_group_past_its_time_is_recorded_failed_and_earlier_steps_stay(
