@@ -130,11 +130,17 @@ def test_loss_weights_scale_exactly_their_losses(
         torch.testing.assert_close(scaled[key], expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_channels_last_gives_the_same_detections(
-    tiny_config: Callable[..., MaskRCNNConfig],
+    device: str, monkeypatch: pytest.MonkeyPatch, tiny_config: Callable[..., MaskRCNNConfig]
 ) -> None:
-    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128)).eval()
-    images = [torch.rand(3, 128, 128)]
+    """Training keeps the model channels_last on a CPU and on Ampere and later GPUs
+    (``trains_channels_last``): in fp32 (TF32 off, so that both layouts compute exactly) it
+    detects what the NCHW model detects."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128))
+    model = model.to(device).eval()
+    images = [torch.rand(3, 128, 128, device=device)]
     with torch.no_grad():
         (ref,) = model(images)
         (out,) = model.to_channels_last()(images)
