@@ -15,7 +15,7 @@ Reported, per profiled step:
 
     .venv/bin/python bench/profile_train.py                      # resnet18, 512², a CPU
     python bench/profile_train.py --device cuda --nlayers 50 --image-size 832 1344 --batch 4
-    # writes bench/results/profile_train.json (profile_train_cuda.json with --device cuda)
+    # writes profile_train.json (profile_train_cuda.json with --device cuda) in results/
 
 bench/gpu_check.py runs it as its ``train_profile`` step.
 """
