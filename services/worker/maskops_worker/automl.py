@@ -30,6 +30,8 @@ from maskops_core import automl as searches
 from maskops_core.actions import JobAction
 from maskops_core.dispatch import CeleryDispatcher, Dispatcher, dispatch_job
 from maskops_core.options import AutomlOptions, TrainOptions
+from maskops_core.paths import check_client_path
+from maskops_core.settings import Settings
 from maskops_worker.contract import JobCancelled, JobContext, JobInputError
 
 if TYPE_CHECKING:
@@ -52,11 +54,12 @@ def search_settings(options: AutomlOptions, base: ExperimentSpec) -> SearchSetti
     )
 
 
-def search_space(options: AutomlOptions, base: ExperimentSpec) -> list[Param]:
-    """The options' search space checked against the spec (a JobInputError names the
-    field: the API checked it at the door, this holds for jobs stored before)."""
+def search_space(options: AutomlOptions, base: ExperimentSpec, settings: Settings) -> list[Param]:
+    """The options' search space checked against the spec, its path choices confined as
+    a client's paths are (a JobInputError names the field: the API checked it at the door
+    with the server's limits too, this holds for jobs stored before)."""
     try:
-        return resolve_space(
+        space = resolve_space(
             options.search_space(),
             base,
             overrides=options.range_overrides(),
@@ -64,6 +67,15 @@ def search_space(options: AutomlOptions, base: ExperimentSpec) -> list[Param]:
         )
     except SpaceError as exc:
         raise JobInputError(f"options.hyperparameters.{exc}") from None
+    path_fields = {*base.PATH_FIELDS, *(f"data_config.{f}" for f in base.data_config.PATH_FIELDS)}
+    for param in space:
+        for value in param.values() if param.path in path_fields else ():
+            try:
+                if isinstance(value, str) and value:
+                    check_client_path(value, allowed_dirs=settings.pretrained_dirs)
+            except ValueError as exc:
+                raise JobInputError(f"options.hyperparameters.{param.path}: {exc}") from None
+    return space
 
 
 @dataclass
@@ -192,7 +204,7 @@ def run_search(ctx: JobContext, options: AutomlOptions) -> dict[str, Any]:
     """Run (or resume) the search; returns its summary with the best trial."""
     assert ctx.job.spec is not None, "the action checked that the job has a spec"
     base = ExperimentSpec.model_validate(ctx.job.spec)
-    space = search_space(options, base)
+    space = search_space(options, base, ctx.settings)
     storage = searches.study_storage(ctx.settings)
     settings = search_settings(options, base)
     study = open_study(searches.study_name(ctx.job.id), storage, settings)

@@ -157,12 +157,18 @@ def test_search_space_is_checked_at_the_door(
         "maskrcnn_config.no_such_field": {"min": 1, "max": 2},
         "init_learning_rate": {"min": -1.0, "max": 0.1, "log": True},
         "maskrcnn_config.rpn_batch_size_per_im": {"choices": [0, 64]},
+        # Values the schema takes but the server refuses from POST /experiments: its limits
+        # and its path confinement hold for every choice and both ends of every range.
+        "data_config.num_classes": {"min": 2, "max": 1_000_000_000},
+        "checkpoint": {"choices": ["", "/etc/hostname"]},
+        "data_config.training_file_pattern": {"choices": ["/etc/*"]},
     }
     for field, given in cases.items():
         body = {"experiment_id": experiment_id, "options": {"hyperparameters": {field: given}}}
         response = client.post("/automl", json=body)
         assert response.status_code == 422, response.text
-        assert field in response.json()["detail"], response.text
+        assert f"options.hyperparameters.{field}" in response.json()["detail"], response.text
+    assert client.get(f"/experiments/{experiment_id}").json()["latest_version"] == 1
     unknown = client.post(
         "/automl", json={"experiment_id": experiment_id, "options": {"automl_algorithm": "grid"}}
     )

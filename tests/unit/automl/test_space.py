@@ -157,3 +157,20 @@ def test_a_named_sampler_replaces_the_algorithms(name: str, sampler: type) -> No
 def test_losses_are_minimised_and_ap_maximised() -> None:
     assert direction("val/Total loss") == "minimize"
     assert direction("mask_AP") == direction("AP50") == "maximize"
+
+
+@pytest.mark.parametrize(
+    ("field", "choice"),
+    [("checkpoint", "/etc/hostname"), ("data_config.training_file_pattern", "/etc/*")],
+)
+def test_the_worker_confines_a_stored_searchs_path_choices(field: str, choice: str) -> None:
+    """A search stored before the API held its choices to the server's paths: its
+    controller refuses it, naming the field, before any trial opens the path."""
+    from maskops_core.settings import Settings
+    from maskops_worker.automl import search_space
+    from maskops_worker.contract import JobInputError
+
+    options = AutomlOptions.model_validate({"hyperparameters": {field: {"choices": [choice]}}})
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    with pytest.raises(JobInputError, match=f"options.hyperparameters.{field}: must be"):
+        search_space(options, ExperimentSpec(), settings)

@@ -29,10 +29,16 @@ def _parse(
     else:
         assert spec is not None
         parsed, source = spec_from_json(dict(spec)), "spec"
-    check_limits(parsed, source=source)
-    check_paths(parsed, source=source, allowed_dirs=settings.pretrained_dirs)
-    check_trackers(parsed, source=source, allowed=settings.trackers)
+    check_server_rules(parsed, source=source, settings=settings)
     return parsed
+
+
+def check_server_rules(spec: ExperimentSpec, *, source: str, settings: Settings) -> None:
+    """This server's limits, path confinement and trackers, beyond the spec schema
+    (SpecError naming the field): every spec a job may run passes them."""
+    check_limits(spec, source=source)
+    check_paths(spec, source=source, allowed_dirs=settings.pretrained_dirs)
+    check_trackers(spec, source=source, allowed=settings.trackers)
 
 
 ENDPOINT = "POST /experiments"

@@ -12,6 +12,8 @@ from maskops.spec.models import ExperimentSpec
 from maskops_api.errors import Conflict, Invalid, NotFound
 from maskops_api.schemas import JobCreate, JobOut, Progress
 from maskops_api.services import idempotency
+from maskops_api.services.experiments import check_server_rules
+from maskops_api.specs import SpecError
 from maskops_core import experiments as versions
 from maskops_core import workers
 from maskops_core.actions import JobAction
@@ -79,7 +81,7 @@ def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job
     if action == JobAction.train and body.options.get("trial") is not None:
         raise Invalid("options.trial: set by an AutoML search on its own trials only")
     if action == JobAction.automl and version is not None:
-        check_search_space(version, AutomlOptions.model_validate(body.options))
+        check_search_space(settings, version, AutomlOptions.model_validate(body.options))
     return Job(
         action=action,
         status=JobStatus.queued,
@@ -204,17 +206,20 @@ def _check_trains(version: ExperimentVersion) -> None:
         )
 
 
-def check_search_space(version: ExperimentVersion, options: AutomlOptions) -> None:
-    """Every searched field must be a field of the spec schema with values it allows
-    (422 naming the field)."""
-    from maskops.automl.space import SpaceError, resolve_space
+def check_search_space(
+    settings: Settings, version: ExperimentVersion, options: AutomlOptions
+) -> None:
+    """Every searched field must be a field of the spec schema with values it allows, and
+    every choice and both ends of every range must make a spec this server accepts from
+    ``POST /experiments`` (its limits, paths and trackers): 422 naming the field."""
+    from maskops.automl.space import SpaceError, apply_params, resolve_space
 
     try:
         base = ExperimentSpec.model_validate(version.spec)
     except ValidationError:
         return  # a version stored by an older engine: the worker names what is wrong
     try:
-        resolve_space(
+        space = resolve_space(
             options.search_space(),
             base,
             overrides=options.range_overrides(),
@@ -222,6 +227,16 @@ def check_search_space(version: ExperimentVersion, options: AutomlOptions) -> No
         )
     except SpaceError as exc:
         raise Invalid(f"options.hyperparameters.{exc}") from None
+    for param in space:
+        for value in param.values():
+            try:
+                spec = apply_params(base, {param.path: value})
+                check_server_rules(spec, source="options.hyperparameters", settings=settings)
+            except SpecError as exc:
+                where = "" if exc.field == param.path else f" (makes {exc.field})"
+                raise Invalid(
+                    f"options.hyperparameters.{param.path}: {value!r}{where}: {exc.message}"
+                ) from None
 
 
 def get_job(session: Session, job_id: int) -> Job:

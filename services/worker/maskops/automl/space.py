@@ -44,6 +44,14 @@ class Param:
     log: bool = False
     choices: tuple[Choice, ...] = ()
 
+    def values(self) -> tuple[Choice, ...]:
+        """What a trial may set: every choice, or both ends of the range."""
+        if self.kind == "categorical":
+            return self.choices
+        if self.kind == "int":
+            return (int(self.low), int(self.high))
+        return (float(self.low), float(self.high))
+
     def distribution(self) -> BaseDistribution:
         """The Optuna distribution sampling this field."""
         from optuna.distributions import (
@@ -157,8 +165,8 @@ def _param(path: str, given: Mapping[str, Any], base: ExperimentSpec) -> Param:
     if kind is int and not (float(low).is_integer() and float(high).is_integer()):
         raise SpaceError(path, "an integer field takes integer min and max")
     param = Param(path, "int" if kind is int else "float", low=low, high=high, log=log)
-    for bound in (low, high):
-        _check_value(base, path, int(bound) if kind is int else float(bound))
+    for bound in param.values():
+        _check_value(base, path, bound)
     return param
 
 
