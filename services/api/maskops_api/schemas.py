@@ -45,6 +45,16 @@ def _integral(value: object) -> object:
 
 MAX_OPTIONS_BYTES = 64 * 1024
 """A job's options, serialized as JSON."""
+
+
+def _bounded_options(value: dict[str, Any]) -> dict[str, Any]:
+    # Stored with the job and returned in every listing: bounded like a column.
+    size = len(json.dumps(value, separators=(",", ":")).encode())
+    if size > MAX_OPTIONS_BYTES:
+        raise ValueError(f"at most {MAX_OPTIONS_BYTES} bytes as JSON ({size} given)")
+    return value
+
+
 # Request bodies take JSON's own types: "1" is not an id, nor true a count (pydantic's lax
 # mode would coerce both).
 Int = Annotated[int, BeforeValidator(_integral), Strict()]
@@ -305,14 +315,7 @@ class JobCreate(_Body):
         description=f"The action's options; at most {MAX_OPTIONS_BYTES} bytes as JSON.",
     )
 
-    @field_validator("options")
-    @classmethod
-    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # Stored with the job and returned in every listing: bounded like a column.
-        size = len(json.dumps(value, separators=(",", ":")).encode())
-        if size > MAX_OPTIONS_BYTES:
-            raise ValueError(f"at most {MAX_OPTIONS_BYTES} bytes as JSON ({size} given)")
-        return value
+    _bounded = field_validator("options")(_bounded_options)
 
     @classmethod
     def __get_pydantic_json_schema__(
@@ -486,8 +489,12 @@ class AutomlCreate(_Body):
     )
     dataset_id: Id | None = Field(default=None, description="Defaults to the experiment's dataset.")
     options: dict[str, Any] = Field(
-        default_factory=dict, description="The search (see the automl job's options)."
+        default_factory=dict,
+        description=f"The search (see the automl job's options); at most {MAX_OPTIONS_BYTES} "
+        "bytes as JSON.",
     )
+
+    _bounded = field_validator("options")(_bounded_options)
 
 
 class TrialOut(BaseModel):
