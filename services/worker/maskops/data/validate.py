@@ -11,6 +11,9 @@ Annotation kinds (values: annotation ids):
                         bounding box when there is a mask, else the annotation is dropped
     degenerate_polygon  polygon with fewer than 3 points, an odd or non-finite coordinate
                         list, or zero area: that polygon is dropped
+    far_polygon         polygon reaching farther beyond the image than the image's own
+                        width or height: clipped to that margin before it is rasterised
+                        (what lies inside the image is unchanged)
     empty_mask          masks are converted but the annotation has none (no segmentation,
                         all polygons degenerate, or nothing inside the image): dropped
     bad_mask            RLE whose size is not the image's, or whose counts are corrupt:
@@ -35,7 +38,7 @@ Image kinds (values: short details):
 Source-format kinds (datasets labelled in another tool's format, read by
 :mod:`maskops.data.formats`; keyed by image id, or by the source file's name when no image
 could be read from it): ``malformed_record``, ``unknown_label``, ``unsupported_shape``,
-``mask_polygon_mismatch`` (see :mod:`maskops.data.formats.builder`).
+``mask_polygon_mismatch``, ``default_label`` (see :mod:`maskops.data.formats.builder`).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ ANNOTATION_KINDS = (
     "mask",
     "degenerate_box",
     "degenerate_polygon",
+    "far_polygon",
     "empty_mask",
     "bad_mask",
     "unknown_category",
@@ -77,7 +81,13 @@ IMAGE_KINDS = (
     "format",
     "size_mismatch",
 )
-FORMAT_KINDS = ("malformed_record", "unknown_label", "unsupported_shape", "mask_polygon_mismatch")
+FORMAT_KINDS = (
+    "malformed_record",
+    "unknown_label",
+    "unsupported_shape",
+    "mask_polygon_mismatch",
+    "default_label",
+)
 WARNING_KINDS = ANNOTATION_KINDS + IMAGE_KINDS + FORMAT_KINDS
 
 _BOX_TOLERANCE = 0.01
@@ -348,8 +358,11 @@ def _mask(
         polygons = [p for p in seg if _valid_polygon(p)]
         if len(polygons) < len(seg):
             outcome.note("degenerate_polygon", ann.id)
-        if polygons:
-            lists = [list(p) for p in polygons]  # pycocotools wants plain lists
+        clipped = [clip_polygon(p, width, height) for p in polygons]
+        if any(far for _, far in clipped):
+            outcome.note("far_polygon", ann.id)
+        lists = [p for p, _ in clipped if len(p) >= 6]  # pycocotools wants plain lists
+        if lists:
             rle = mask_utils.merge(mask_utils.frPyObjects(lists, height, width))
     elif isinstance(seg, dict):
         if seg["size"] != [height, width]:
@@ -383,6 +396,45 @@ def _cropped_mask(rle: dict[str, Any]) -> dict[str, Any]:
     crop = np.asfortranarray(mask_utils.decode(rle)[y : y + h, x : x + w])
     counts: bytes = mask_utils.encode(crop)["counts"]
     return {"mask_box": [x, y, w, h], "mask": counts.decode("ascii")}
+
+
+def clip_polygon(polygon: Sequence[float], width: int, height: int) -> tuple[list[float], bool]:
+    """``polygon`` (``[x1, y1, x2, y2, ...]``, pixels) as a plain list, clipped to the image
+    grown by its own width and height on every side when it reaches beyond that; and
+    whether it did.
+
+    pycocotools rasterises by walking every edge pixel by pixel at 5x: a vertex at 4e6 px
+    costs hundreds of megabytes and one at 1e10 overflows its integers and crashes the
+    process. Clipping to a convex region (Sutherland-Hodgman) keeps the part inside the
+    image exactly, so the mask is the same.
+    """
+    points = list(zip(polygon[0::2], polygon[1::2], strict=True))
+    low = (-float(width), -float(height))
+    high = (2.0 * width, 2.0 * height)
+    if all(low[0] <= x <= high[0] and low[1] <= y <= high[1] for x, y in points):
+        return [float(v) for v in polygon], False
+    for axis in (0, 1):
+        points = _clip_half_plane(points, axis, low[axis], keep_above=True)
+        points = _clip_half_plane(points, axis, high[axis], keep_above=False)
+    return [float(v) for point in points for v in point], True
+
+
+def _clip_half_plane(
+    points: list[tuple[float, float]], axis: int, bound: float, *, keep_above: bool
+) -> list[tuple[float, float]]:
+    """The polygon's part on one side of the line ``point[axis] == bound``."""
+    out: list[tuple[float, float]] = []
+    for k, current in enumerate(points):
+        previous = points[k - 1]
+        inside = (current[axis] >= bound) == keep_above or current[axis] == bound
+        was_inside = (previous[axis] >= bound) == keep_above or previous[axis] == bound
+        if inside != was_inside:
+            t = (bound - previous[axis]) / (current[axis] - previous[axis])
+            other = previous[1 - axis] + t * (current[1 - axis] - previous[1 - axis])
+            out.append((bound, other) if axis == 0 else (other, bound))
+        if inside:
+            out.append(current)
+    return out
 
 
 def _valid_polygon(polygon: Sequence[float]) -> bool:

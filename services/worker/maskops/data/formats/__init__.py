@@ -64,6 +64,7 @@ __all__ = [
     "FORMAT_NAMES",
     "CocoBuilder",
     "FormatMismatch",
+    "check_kept",
     "coco_path",
     "convert_labelled_dataset",
     "to_coco",
@@ -122,6 +123,7 @@ def convert_labelled_dataset(
     if format_name == DEFAULT_FORMAT:
         return convert_dataset(image_dir, annotations, out_dir, options, progress=progress)
     builder = to_coco(format_name, annotations, image_dir, options.labels)
+    check_kept(builder, f"{annotations.name} ({tag})")
     out_dir.mkdir(parents=True, exist_ok=True)
     converted = atomic_write(coco_path(out_dir, tag), json.dumps(builder.document()))
     return convert_dataset(
@@ -132,4 +134,33 @@ def convert_labelled_dataset(
         progress=progress,
         extra_findings=builder.findings,
         source={"format": format_name, "annotations": str(annotations.resolve())},
+    )
+
+
+def check_kept(builder: CocoBuilder, source: str) -> None:
+    """Raise :class:`DatasetError` when ``builder`` read objects (or shapes it could not
+    convert) but kept none, saying why and which ``labels`` to pass: a split that converts
+    to nothing is a mistake, not a dataset (a VIA project whose regions name no label,
+    read with several labels, kept 0 of 1,072 regions)."""
+    found: dict[str, list[Any]] = {}
+    for entry in builder.findings.values():
+        for kind, items in entry.items():
+            found.setdefault(kind, []).extend(items)
+    unsupported = len(found.get("unsupported_shape", []))
+    if builder.annotations or not (builder.objects or unsupported):
+        return
+    reasons = ", ".join(f"{kind} {len(v)}" for kind, v in found.items() if v and kind != "box")
+    unknown = sorted({str(v) for v in found.get("unknown_label", [])})
+    hint = "no object has a shape with an area (a polygon, box or mask)"
+    if "" in unknown:
+        hint = (
+            "objects without a label (VIA regions with no label attribute) take the only "
+            "name of labels: pass a single label, or label every object"
+        )
+    elif unknown:
+        names = ", ".join(repr(name) for name in unknown[:20])
+        hint = f"the labels found are {names}: pass labels naming them"
+    raise DatasetError(
+        f"{source}: no annotation kept of {builder.objects + unsupported} objects "
+        f"({reasons}); {hint}"
     )

@@ -17,6 +17,8 @@ image id as text, or the source file's name when no image could be read from it)
                            left out
     mask_polygon_mismatch  an object given both as a mask and as a polygon or box that
                            overlap less than :data:`MISMATCH_IOU`: the mask is kept
+    default_label          an object the format gives no label (a VIA region with empty
+                           ``region_attributes``): it takes :meth:`CocoBuilder.default_label`
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from maskops.data.coco import DatasetError
-from maskops.data.validate import FORMAT_KINDS
+from maskops.data.validate import FORMAT_KINDS, clip_polygon
 
-__all__ = ["FORMAT_KINDS", "CocoBuilder", "FormatMismatch"]
+__all__ = ["DEFAULT_LABEL", "FORMAT_KINDS", "CocoBuilder", "FormatMismatch"]
+DEFAULT_LABEL = "object"
+"""The label of an object given none, when the user's label list is not a single name."""
 MISMATCH_IOU = 0.5
 """Below this IoU a mask and the polygon or box given for the same object disagree."""
 
@@ -54,6 +58,8 @@ class CocoBuilder:
     images: list[dict[str, Any]] = field(default_factory=list)
     annotations: list[dict[str, Any]] = field(default_factory=list)
     findings: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    objects: int = 0
+    """Objects handed to the builder, kept or not (a label it left out included)."""
     _category_ids: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -68,16 +74,32 @@ class CocoBuilder:
         entry = self.findings.setdefault(str(key), {"box": [], "mask": []})
         entry.setdefault(kind, []).append(item)
 
-    def add_image(self, file_name: str, width: int | None = None, height: int | None = None) -> int:
+    def add_image(self, file_name: str, width: Any = None, height: Any = None) -> int:
+        """An image; a size that is not two positive integers is a ``malformed_record`` and
+        left out (the file's own size is used)."""
         image_id = len(self.images) + 1
+        if (width, height) != (None, None) and not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (width, height)
+        ):
+            self.note(image_id, "malformed_record", f"{file_name}: size {width!r} x {height!r}")
+            width = height = None
         self.images.append(
             {"id": image_id, "file_name": file_name, "width": width, "height": height}
         )
         return image_id
 
+    @property
+    def default_label(self) -> str | None:
+        """The label of an object the format gives none: the user's only label, else
+        :data:`DEFAULT_LABEL`; None when the user named several (it cannot be chosen)."""
+        if self.labels is None:
+            return DEFAULT_LABEL
+        return str(self.labels[0]) if len(self.labels) == 1 else None
+
     def category_id(self, image_id: int, label: str) -> int | None:
         """The label's category id; None (noted as ``unknown_label``) when the user's
         label list does not name it."""
+        self.objects += 1
         label = str(label).strip()
         if label in self._category_ids:
             return self._category_ids[label]
@@ -95,9 +117,15 @@ class CocoBuilder:
         if category is None:
             return None
         flat = [[float(v) for v in p] for p in polygons]
-        points = [v for p in flat for v in p if math.isfinite(v)]
-        xs, ys = points[0::2], points[1::2]
-        bbox = [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)] if xs else [0.0] * 4
+        # An odd coordinate list's last number is no point (validation drops that polygon).
+        pairs = [
+            xy
+            for p in flat
+            for xy in zip(p[0:-1:2], p[1::2], strict=True)
+            if all(map(math.isfinite, xy))
+        ]
+        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+        bbox = [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)] if pairs else [0.0] * 4
         return self._add(image_id, category, bbox, flat, iscrowd)
 
     def add_mask(
@@ -115,9 +143,18 @@ class CocoBuilder:
             return None
         rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
         height, width = (int(v) for v in rle["size"])
-        if drawn_as is not None and len(drawn_as) >= 6:
-            other = mask_utils.frPyObjects([[float(v) for v in drawn_as]], height, width)
-            iou = float(mask_utils.iou([rle], other, [0])[0][0])
+        if (
+            drawn_as is not None
+            and len(drawn_as) >= 6
+            and len(drawn_as) % 2 == 0
+            and all(math.isfinite(v) for v in drawn_as)
+        ):
+            # Clipped as the conversion clips polygons: a vertex at 1e10 crashes pycocotools.
+            polygon = clip_polygon([float(v) for v in drawn_as], width, height)[0]
+            iou = 0.0
+            if len(polygon) >= 6:
+                other = mask_utils.frPyObjects([polygon], height, width)
+                iou = float(mask_utils.iou([rle], other, [0])[0][0])
             if iou < MISMATCH_IOU:
                 self.note(image_id, "mask_polygon_mismatch", f"{label}: IoU {iou:.2f}")
         bbox = [float(v) for v in mask_utils.toBbox(rle)]

@@ -37,6 +37,8 @@ def read(annotations: Path, builder: CocoBuilder) -> None:
         try:
             name = element.attrib["name"]
             width, height = int(element.attrib["width"]), int(element.attrib["height"])
+            if not name or width <= 0 or height <= 0:
+                raise ValueError(f"name {name!r}, width {width}, height {height}")
         except (KeyError, ValueError) as exc:
             builder.note(annotations.name, "malformed_record", f"image[{index}]: {exc!r}")
             continue

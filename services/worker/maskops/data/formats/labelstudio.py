@@ -48,17 +48,23 @@ def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
             # Pre-annotations (``predictions``) read as well when nobody annotated the task.
             done = task.get("annotations") or task.get("predictions") or [{}]
             results = done[0].get("result") or []
-        except (KeyError, TypeError, AttributeError, IndexError) as exc:
+            if not isinstance(results, list):
+                raise TypeError(f"result: expected a list of regions, got {results!r}")
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
             builder.note(annotations.name, "malformed_record", f"tasks[{index}]: {exc!r}")
             continue
         _task(builder, file_name, results)
 
 
 def _file_name(data: dict[str, Any], image_dir: Path) -> str:
+    if not data:
+        raise ValueError("data: no image")
     url = urlparse(str(data.get("image") or next(iter(data.values()))))
     # Local storage serves "/data/local-files/?d=<path>": the path is the query.
     local = parse_qs(url.query).get("d")
     name = PurePosixPath(unquote(local[0] if local else url.path)).name
+    if not name:
+        raise ValueError(f"data: no image file name in {data!r}")
     if not (image_dir / name).exists() and _UPLOAD_PREFIX.match(name):
         plain = _UPLOAD_PREFIX.sub("", name)
         if (image_dir / plain).exists():
@@ -68,7 +74,11 @@ def _file_name(data: dict[str, Any], image_dir: Path) -> str:
 
 def _task(builder: CocoBuilder, file_name: str, results: list[Any]) -> None:
     size = next(
-        ((r["original_width"], r["original_height"]) for r in results if "original_width" in r),
+        (
+            (r["original_width"], r.get("original_height"))
+            for r in results
+            if isinstance(r, dict) and "original_width" in r
+        ),
         (None, None),
     )
     image_id = builder.add_image(file_name, *size)
@@ -82,6 +92,8 @@ def _task(builder: CocoBuilder, file_name: str, results: list[Any]) -> None:
             value = region["value"]
             label = value[kind][0]
             w, h = float(region["original_width"]), float(region["original_height"])
+            if not (w > 0 and h > 0):
+                raise ValueError(f"original_width x original_height {w} x {h}: not positive")
             if kind == "brushlabels":
                 # A brush stroke is one object; parts drawn apart are one mask already.
                 if value.get("format", "rle") != "rle":

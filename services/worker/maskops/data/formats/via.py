@@ -10,10 +10,13 @@ under ``_via_img_metadata``. A region is ``{"shape_attributes": {"name": "polygo
 
 The label is the region attribute named ``label``, ``name``, ``class`` or ``type`` (the
 first present), else the only attribute; a checkbox/dropdown attribute (an object
-``{"cat": true}``) gives its selected key. VIA has one region per shape and no notion of
-an object in several parts: regions of an image that share a ``group_id`` attribute (as
-LabelMe's ``group_id``) and a label are one object, which is how maskops writes an
-occluded object. VIA stores no image size: it is read from the image file.
+``{"cat": true}``) gives its selected key. A region without one (VIA projects of one class
+leave ``region_attributes`` empty) takes the builder's default label, the single name of
+the user's label list or else ``object``, and is reported as ``default_label``. VIA has
+one region per shape and no notion of an object in several parts: regions of an image
+that share a ``group_id`` attribute (as LabelMe's ``group_id``) and a label are one
+object, which is how maskops writes an occluded object. VIA stores no image size: it is
+read from the image file.
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ _LABEL_KEYS = ("label", "name", "class", "type")
 def read(annotations: Path, builder: CocoBuilder) -> None:
     document = _load(annotations)
     for key, entry in document.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("filename"), str)
+            or not entry["filename"]
+        ):
             builder.note(annotations.name, "malformed_record", f"{key}: no 'filename'")
             continue
         image_id = builder.add_image(entry["filename"])
@@ -48,6 +55,9 @@ def read(annotations: Path, builder: CocoBuilder) -> None:
             if isinstance(polygon, str):
                 builder.note(image_id, "unsupported_shape", polygon)
                 continue
+            if not label and builder.default_label is not None:
+                label = builder.default_label
+                builder.note(image_id, "default_label", f"regions[{index}]: {label}")
             group = attributes.get("group_id")
             object_key = (label, str(group)) if group not in (None, "") else index
             objects.setdefault(object_key, (label, []))[1].append(polygon)

@@ -33,7 +33,9 @@ def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
     files = [f for f in files if f.name != "classes.txt" and f.is_file()]  # no FIFO
     if not files:
         raise FormatMismatch(f"{annotations.name}: expected {EXPECTED}; none found")
-    names = list(builder.labels) if builder.labels is not None else _yaml_names(annotations)
+    names = (
+        list(builder.labels) if builder.labels is not None else _yaml_names(annotations, builder)
+    )
     for path in files:
         relative = path.relative_to(annotations) if annotations.is_dir() else Path(path.name)
         stem = relative.with_suffix("")
@@ -78,6 +80,10 @@ def _line(
     except ValueError:
         builder.note(image_id, "malformed_record", f"line {number}: not numbers")
         return
+    if len(coords) % 2 or len(coords) < 4:
+        # A polygon is x y pairs (a detection line cx cy w h, 4 numbers, is a box).
+        builder.note(image_id, "malformed_record", f"line {number}: {len(coords)} coordinates")
+        return
     if names is not None and not 0 <= index < len(names):
         builder.note(image_id, "unknown_label", f"class {index}")
         return
@@ -98,17 +104,36 @@ def _line(
     builder.add_polygons(image_id, label, [polygon])
 
 
-def _yaml_names(annotations: Path) -> list[str] | None:
+def _yaml_names(annotations: Path, builder: CocoBuilder) -> list[str] | None:
+    """``names`` of the first data.yaml / dataset.yaml found; one that does not parse or
+    has no usable ``names`` is a ``malformed_record`` (classes are then named by index)."""
     folder = annotations if annotations.is_dir() else annotations.parent
     for candidate in (folder, folder.parent, folder.parent.parent):
         for name in ("data.yaml", "dataset.yaml"):
             path = candidate / name
             if path.is_file():
-                names = (yaml.safe_load(path.read_text()) or {}).get("names")
-                if isinstance(names, dict):
-                    return [str(names[k]) for k in sorted(names)]
-                if isinstance(names, list):
-                    return [str(n) for n in names]
+                try:
+                    names = _names(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+                except (yaml.YAMLError, UnicodeDecodeError, TypeError) as exc:
+                    why = " ".join(str(exc).split())  # YAML's messages span lines
+                    builder.note(name, "malformed_record", f"{name}: {why}")
+                    continue
+                if names is not None:
+                    return names
+    return None
+
+
+def _names(document: object) -> list[str] | None:
+    """The class names of a parsed data.yaml (None: it names none)."""
+    if not isinstance(document, dict):
+        raise TypeError(f"expected a map with 'names', got a {type(document).__name__}")
+    names = document.get("names")
+    if isinstance(names, dict):
+        return [str(names[k]) for k in sorted(names)]
+    if isinstance(names, list):
+        return [str(n) for n in names]
+    if names is not None:
+        raise TypeError(f"names: expected a list or a map, got a {type(names).__name__}")
     return None
 
 
