@@ -3,7 +3,8 @@
 Rejected: members with absolute paths or ``..``, links of any kind, devices, more than
 ``MAX_MEMBERS`` members, paths deeper than ``MAX_DEPTH`` folders or longer than
 ``MAX_PATH_BYTES`` (a 1,100-level tree overflowed Python's recursion in every tool that
-walks it), and archive bombs of every format. The bytes written are counted
+walks it), encrypted zip members or ones compressed by a method zipfile does not read
+(``ZIP_METHODS``), and archive bombs of every format. The bytes written are counted
 as they are written (never trusted from headers) against one budget: ``max_bytes`` in
 total, and at most ``max_ratio`` times the archive's own size (a few KB of bzip2 can
 expand to gigabytes of zeros), with ``RATIO_FLOOR`` as the least any archive may expand
@@ -34,6 +35,10 @@ RATIO_FLOOR = 1024 * 1024
 """Small archives may always expand to this much (a tiny zip of one COCO JSON compresses
 better than ``MAX_RATIO`` without being a bomb)."""
 CHUNK = 1024 * 1024
+ZIP_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+"""The zip compression methods Python's zipfile decompresses."""
+_ZIP_ENCRYPTED = 0x1
+"""General-purpose flag bit 0: the member is encrypted."""
 
 
 class UnsafeArchive(ValueError):
@@ -104,8 +109,21 @@ def _extract_zip(archive: zipfile.ZipFile, dest: Path, budget: _Budget, max_rati
             continue
         if info.compress_size and info.file_size / info.compress_size > max_ratio:
             raise TooLargeArchive(f"member {info.filename!r}: compression ratio too high")
+        _check_readable(info)
         with archive.open(info) as source:
             _copy(source, dest / path, budget, info.filename)
+
+
+def _check_readable(info: zipfile.ZipInfo) -> None:
+    """Refuse a member zipfile cannot read (it raises RuntimeError or NotImplementedError,
+    which are no corrupt-archive errors), naming it."""
+    if info.flag_bits & _ZIP_ENCRYPTED:
+        raise UnsafeArchive(f"member {info.filename!r}: encrypted (no password is taken)")
+    if info.compress_type not in ZIP_METHODS:
+        raise UnsafeArchive(
+            f"member {info.filename!r}: compression method {info.compress_type} is not "
+            "supported (stored, deflate, bzip2 or lzma)"
+        )
 
 
 def _extract_tar(archive: tarfile.TarFile, dest: Path, budget: _Budget) -> None:
