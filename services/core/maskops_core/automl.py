@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core import experiments
+from maskops_core.actions import JobAction
 from maskops_core.db.models import TERMINAL_STATUSES, Job, JobStatus, utcnow
 from maskops_core.db.session import transaction
 from maskops_core.settings import Settings
@@ -157,3 +158,37 @@ def cancel_trials(factory: sessionmaker[Session], search_job_id: int) -> list[in
                 job.status = JobStatus.cancelling
             job.updated_at = now
         return [job.id for job in open_jobs]
+
+
+def searches_ahead(factory: sessionmaker[Session], search_job_id: int) -> list[int]:
+    """The other searches holding (or about to hold) a controller's worker slot: running,
+    cancelling, or queued with their message sent; oldest first."""
+    taking = or_(
+        Job.status.in_([JobStatus.running, JobStatus.cancelling]),
+        (Job.status == JobStatus.queued) & Job.dispatched_at.is_not(None),
+    )
+    query = select(Job.id).where(Job.action == JobAction.automl, Job.id != search_job_id)
+    with transaction(factory) as session:
+        return list(session.scalars(query.where(taking).order_by(Job.id)))
+
+
+def may_send_search(factory: sessionmaker[Session], search_job_id: int, limit: int | None) -> bool:
+    """Whether search ``search_job_id``'s controller may be sent now: fewer than ``limit``
+    other searches take a slot (``Settings.max_running_searches``; None: always)."""
+    return limit is None or len(searches_ahead(factory, search_job_id)) < limit
+
+
+def must_yield(factory: sessionmaker[Session], search_job_id: int, limit: int | None) -> bool:
+    """Whether a running controller must give its slot back: ``limit`` older searches run
+    too (two sent at once both started; the younger waits, queued and unsent)."""
+    if limit is None:
+        return False
+    older_running = [job_id for job_id in _running_searches(factory) if job_id < search_job_id]
+    return len(older_running) >= limit
+
+
+def _running_searches(factory: sessionmaker[Session]) -> list[int]:
+    running = Job.status.in_([JobStatus.running, JobStatus.cancelling])
+    with transaction(factory) as session:
+        query = select(Job.id).where(Job.action == JobAction.automl, running)
+        return list(session.scalars(query))

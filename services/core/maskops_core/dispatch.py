@@ -12,6 +12,7 @@ from celery import Celery
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops_core import automl as searches
 from maskops_core.actions import JobAction, dispatch_task_id, stack_kwargs
 from maskops_core.broker import make_celery
 from maskops_core.db.models import Job, utcnow
@@ -38,6 +39,7 @@ class CeleryDispatcher:
 
     def __init__(self, settings: Settings, app: Celery | None = None) -> None:
         self.stack_id = settings.stack_id
+        self.max_running_searches = settings.max_running_searches
         self._owns_app = app is None
         if app is None:
             app = make_celery(settings)
@@ -61,7 +63,13 @@ class CeleryDispatcher:
 
 
 def dispatch_job(factory: sessionmaker[Session], dispatcher: Dispatcher, job: Job) -> bool:
-    """Send a message for a queued job and record it; False if the broker refused."""
+    """Send a message for a queued job and record it; False if the broker refused, or if
+    the job is a search and ``max_running_searches`` others hold their slots (it stays
+    queued and unsent: the reconciler's passes send it once one ends)."""
+    limit = getattr(dispatcher, "max_running_searches", None)
+    if job.action == JobAction.automl and not searches.may_send_search(factory, job.id, limit):
+        log.info("job %s: %s searches already run; it waits, queued", job.id, limit)
+        return False
     attempt = job.dispatch_count + 1
     task_id = dispatch_task_id(job.id, attempt)
     database = database_identity(factory)

@@ -109,4 +109,29 @@ def check_workers(
         for row in live
         if row.cuda.startswith(CUDA_UNUSABLE)
     ]
-    return "; ".join(missing + broken) or "ok"
+    stalled = stalled_queues(session, settings, now=now)
+    return "; ".join(missing + broken + stalled) or "ok"
+
+
+def stalled_queues(session: Session, settings: Settings, *, now: datetime) -> list[str]:
+    """Queues whose oldest sent job has waited ``queue_stall_after_s`` while nothing of the
+    queue runs but search controllers: their workers' slots are all taken by controllers
+    waiting on the very jobs queued behind them, or no worker takes the messages."""
+    due = now - timedelta(seconds=settings.queue_stall_after_s)
+    busy = select(Job.queue).where(
+        Job.status.in_([JobStatus.running, JobStatus.cancelling]), Job.action != "automl"
+    )
+    query = (
+        select(Job.queue, Job.id, Job.updated_at)
+        .where(Job.status == JobStatus.queued, Job.dispatched_at.is_not(None))
+        .where(Job.updated_at < due, Job.queue.not_in(busy))
+        .order_by(Job.updated_at)
+    )
+    oldest: dict[str, tuple[int, datetime]] = {}
+    for queue, job_id, since in session.execute(query):
+        oldest.setdefault(queue, (job_id, since))
+    return [
+        f"queue {queue} is stalled: job {job_id} has waited {(now - since).total_seconds():.0f}"
+        " s and no worker slot runs anything of it (only search controllers, or nothing)"
+        for queue, (job_id, since) in sorted(oldest.items())
+    ]

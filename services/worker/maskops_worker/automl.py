@@ -32,7 +32,7 @@ from maskops_core.dispatch import CeleryDispatcher, Dispatcher, dispatch_job
 from maskops_core.options import AutomlOptions, TrainOptions
 from maskops_core.paths import check_client_path
 from maskops_core.settings import Settings
-from maskops_worker.contract import JobCancelled, JobContext, JobInputError
+from maskops_worker.contract import JobCancelled, JobContext, JobInputError, JobRequeued
 
 if TYPE_CHECKING:
     import optuna
@@ -96,6 +96,10 @@ class Search:
                 cancelled = searches.cancel_trials(self.ctx.factory, self.ctx.job.id)
                 self._log(f"cancelled; trial jobs cancelled: {cancelled}")
                 raise JobCancelled(self.summary())
+            limit = self.ctx.settings.max_running_searches
+            if searches.must_yield(self.ctx.factory, self.ctx.job.id, limit):
+                # Its trials keep their jobs; resumed, the controller re-derives the search.
+                raise JobRequeued(f"waiting: at most {limit} searches run at once here")
             if self.step():
                 return self.summary()
             self.ctx.stop_event.wait(POLL_INTERVAL_S)
