@@ -3,13 +3,15 @@
 The worker converts each format to COCO (``maskops.data.formats``, one reader per format);
 the API only checks, before queuing that conversion, that what the client named looks like
 the declared format, so that a VIA file declared as Label Studio is a 422 naming what was
-expected rather than a failed job. The check reads structure only; every record is
-checked (and each fault reported) by the conversion.
+expected rather than a failed job. The check reads at most :data:`SNIFF_BYTES` of a file,
+never parsing it whole: a 36 MB VIA file parsed in the API's process cost it 680 MB and
+stalled its event loop for 6.8 s, and a deeply nested one overflowed the recursion limit.
+Every record is parsed and checked (and each fault reported) by the conversion, in the
+worker.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from maskops.data.convert_options import FORMAT_NAMES, DatasetFormat
@@ -29,7 +31,16 @@ EXPECTED: dict[str, str] = {
     "yolo-seg": "a folder of YOLO segmentation .txt files ('<class> x1 y1 x2 y2 ...' per line)",
 }
 """What each format's annotations must be: the 422's wording."""
-_SNIFF_BYTES = 4096
+SNIFF_BYTES = 64 * 1024
+"""The most of an annotation file the check reads."""
+_LABELME_FILES = 50
+"""LabelMe files of a folder the check reads (one of them must look right)."""
+_JSON_SNIFFS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # format: (how the document opens, keys one of which must appear in the prefix)
+    "via": ("{", ('"regions"', '"_via_img_metadata"')),
+    "labelstudio": ("[{", ('"data"', '"annotations"', '"predictions"')),
+    "labelme": ("{", ('"shapes"',)),
+}
 
 
 def format_problem(format_name: str, path: Path) -> str | None:
@@ -38,29 +49,17 @@ def format_problem(format_name: str, path: Path) -> str | None:
     expected = f"expected {EXPECTED[format_name]}"
     if format_name in FOLDER_FORMATS and not path.is_dir():
         if format_name == "labelme" and path.suffix == ".json" and path.is_file():
-            return None if _json_has(path, "shapes") else expected
+            return None if _looks_like(path, "labelme") else expected
         return f"{expected}; got a file"
     if format_name not in FOLDER_FORMATS and not path.is_file():
         return f"{expected}; got a folder"
-    if format_name == "via":
-        document = _json(path)
-        if isinstance(document, dict):
-            document = document.get("_via_img_metadata", document)
-        ok = isinstance(document, dict) and any(
-            isinstance(v, dict) and "regions" in v for v in document.values()
-        )
-    elif format_name == "labelstudio":
-        document = _json(path)
-        ok = isinstance(document, list) and any(
-            isinstance(t, dict) and "data" in t for t in document
-        )
+    if format_name in ("via", "labelstudio"):
+        ok = _looks_like(path, format_name)
     elif format_name == "cvat":
-        with path.open("rb") as f:
-            head = f.read(_SNIFF_BYTES)
-        ok = b"<annotations" in head
+        ok = "<annotations" in _head(path)
     elif format_name == "labelme":
-        files = [p for p in sorted(path.rglob("*.json"))[:50] if p.is_file()]  # no FIFO
-        ok = any(_json_has(p, "shapes") for p in files)
+        files = [p for p in sorted(path.rglob("*.json"))[:_LABELME_FILES] if p.is_file()]
+        ok = any(_looks_like(p, "labelme") for p in files)  # is_file: no FIFO
     elif format_name == "voc":
         ok = (path / "SegmentationObject").is_dir() and (path / "SegmentationClass").is_dir()
     elif format_name == "yolo-seg":
@@ -70,13 +69,22 @@ def format_problem(format_name: str, path: Path) -> str | None:
     return None if ok else expected
 
 
-def _json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
+def _head(path: Path) -> str:
+    """The file's first :data:`SNIFF_BYTES` as text, without a byte-order mark or leading
+    whitespace (a multi-byte character cut at the end is dropped)."""
+    with path.open("rb") as f:
+        head = f.read(SNIFF_BYTES)
+    return head.decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n")
 
 
-def _json_has(path: Path, key: str) -> bool:
-    document = _json(path)
-    return isinstance(document, dict) and key in document
+def _looks_like(path: Path, format_name: str) -> bool:
+    """Whether the JSON file opens as ``format_name``'s documents do and names one of its
+    keys within the prefix read (JSON allows whitespace between the opening brackets)."""
+    opening, keys = _JSON_SNIFFS[format_name]
+    head = _head(path)
+    rest = head
+    for bracket in opening:
+        if not rest.startswith(bracket):
+            return False
+        rest = rest[1:].lstrip(" \t\r\n")
+    return any(key in head for key in keys)

@@ -36,8 +36,8 @@ def _zip(members: dict[str, bytes], *, flag_bits: int = 0, method: int | None = 
     trust) declares ``flag_bits`` and, when given, the compression ``method``."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
+        for name, content in members.items():
+            archive.writestr(name, content)
     data = bytearray(buffer.getvalue())
     entry = data.rindex(b"PK\x01\x02")
     data[entry + 8] |= flag_bits
@@ -63,3 +63,24 @@ def test_zip_members_zipfile_cannot_read_are_422_naming_the_member(
     assert response.status_code == 422, response.text
     assert f"member 'images/train/2.jpg': {message}" in response.json()["detail"]
     assert not any((clean_db.data_root / "uploads").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("format_name", "text", "expected"),
+    [
+        ("labelstudio", "[" * 100_000 + "]" * 100_000, "a Label Studio JSON export"),
+        ("via", '{"a": ' * 100_000 + "1" + "}" * 100_000, "a VIA JSON export"),
+    ],
+)
+def test_deeply_nested_json_is_422_naming_the_file(
+    client: TestClient, clean_db: Settings, format_name: str, text: str, expected: str
+) -> None:
+    (clean_db.data_root / "deep" / "images").mkdir(parents=True, exist_ok=True)
+    (clean_db.data_root / "deep" / "tasks.json").write_text(text)
+    train = {"image_dir": "deep/images", "annotation_file": "deep/tasks.json"}
+    response = client.post(
+        "/datasets", json={"name": "deep", "format": format_name, "train": train}
+    )
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith("train.annotation_file: 'deep/tasks.json': expected " + expected)
