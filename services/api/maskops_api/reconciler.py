@@ -29,6 +29,7 @@ from maskops_api.published import serve_published_on_replicas
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import rowcount, transaction
 from maskops_core.dispatch import Dispatcher, dispatch_job
+from maskops_core.job_state import what_it_was_doing
 from maskops_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -86,19 +87,28 @@ def reconcile(
     stale = now - timedelta(seconds=settings.heartbeat_timeout_s)
     with transaction(factory) as session:
         orphans = session.execute(
-            select(Job.id, Job.status, Job.lease_owner, Job.attempts).where(
+            select(
+                Job.id,
+                Job.status,
+                Job.lease_owner,
+                Job.attempts,
+                Job.progress_step,
+                Job.progress_total,
+            ).where(
                 Job.status.in_([JobStatus.running, JobStatus.cancelling]),
                 or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale),
             )
         ).all()
-    for job_id, status, owner, attempts in orphans:
+    for job_id, status, owner, attempts, step, total in orphans:
         target = JobStatus.queued if status == JobStatus.running else JobStatus.cancelled
         values: dict[str, object] = {"status": target, "lease_owner": None, "updated_at": now}
         if target == JobStatus.queued and attempts >= settings.max_attempts:
             target = JobStatus.failed
+            doing = what_it_was_doing(settings.data_root, job_id, step, total)
             values.update(
                 status=target,
-                error=f"the worker was lost {attempts} times (heartbeat timeout); giving up",
+                error=f"the worker was lost {attempts} times (heartbeat timeout), {doing}; "
+                "giving up",
             )
         if target != JobStatus.queued:
             values["finished_at"] = now

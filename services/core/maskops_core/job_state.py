@@ -218,6 +218,64 @@ def requeue(factory: sessionmaker[Session], job_id: int, *, owner: str, reason: 
     return kept == 1
 
 
+MAX_WORKER_CRASHES = 2
+"""A job whose worker process died this many times while running it fails instead of being
+sent again: a job that crashes its process (a segfault in native code, the kernel's OOM
+killer) would otherwise crash every worker it is sent to."""
+_LOG_TAIL_BYTES = 8192
+
+
+def worker_crashed(
+    factory: sessionmaker[Session], job_id: int, *, owner_prefix: str, why: str, data_root: Path
+) -> str | None:
+    """Record that the worker process holding job ``job_id`` (its lease owner starts with
+    ``owner_prefix``, ``"<host>:<pid>:"``) died running it, ``why`` saying how (``signal 11
+    (SIGSEGV)``). The job goes back to queued for another attempt, or fails once it has
+    killed :data:`MAX_WORKER_CRASHES` processes (a cancelling job is cancelled); the error
+    says what it was doing (:func:`what_it_was_doing`). Returns the new status; None when
+    that process held no running attempt of the job (another worker took it over)."""
+    now = utcnow()
+    with transaction(factory) as session:
+        job = session.scalars(
+            select(Job)
+            .where(Job.id == job_id, Job.status.in_([JobStatus.running, JobStatus.cancelling]))
+            .where(Job.lease_owner.startswith(owner_prefix, autoescape=True))
+            .with_for_update()
+        ).one_or_none()
+        if job is None:
+            return None
+        crashes = job.worker_crashes + 1
+        doing = what_it_was_doing(data_root, job_id, job.progress_step, job.progress_total)
+        values: dict[str, Any] = {"worker_crashes": crashes, "lease_owner": None, "updated_at": now}
+        if job.status == JobStatus.cancelling:
+            values.update(status=JobStatus.cancelled, finished_at=now)
+        elif crashes >= MAX_WORKER_CRASHES:
+            error = f"the worker process died {crashes} times running this job ({why}), "
+            values.update(status=JobStatus.failed, finished_at=now, error=error + doing)
+        else:
+            error = f"the worker process died ({why}), {doing}; sent again"
+            values.update(status=JobStatus.queued, error=error)
+        session.execute(update(Job).where(Job.id == job_id).values(**values))
+        return str(values["status"])
+
+
+def what_it_was_doing(data_root: Path, job_id: int, step: int | None, total: int | None) -> str:
+    """What a job was doing, for an error that ends it from outside: the last line of its
+    log (``<data root>/jobs/<id>/job.log``) and its progress, as ``at 'line', progress
+    3/10``."""
+    line = ""
+    try:
+        with (job_dir(data_root, job_id) / "job.log").open("rb") as log:
+            size = log.seek(0, 2)
+            log.seek(max(0, size - _LOG_TAIL_BYTES))
+            lines = log.read().decode("utf-8", "replace").splitlines()
+        line = next((x.strip() for x in reversed(lines) if x.strip()), "")
+    except OSError:
+        pass
+    progress = f"progress {step}/{total}" if step is not None else "no progress reported"
+    return f"at {line!r}, {progress}" if line else f"at {progress}"
+
+
 def job_dir(data_root: Path, job_id: int) -> Path:
     return data_root / "jobs" / str(job_id)
 

@@ -97,6 +97,11 @@ def dataset_convert(ctx: JobContext) -> dict[str, Any]:
             # lock into the children and hang them. CPU workers scale by Celery concurrency.
             workers=1,
         )
+        # The job's last line says what it was doing should its process die mid-conversion.
+        ctx.job_log.write(
+            f"converting {split}: {format_name} annotations {paths['annotation_file']}, "
+            f"images {paths['image_dir']}"
+        )
         result = convert_labelled_dataset(
             ctx.input_path(paths["image_dir"], f"the {split} images"),
             ctx.input_path(paths["annotation_file"], f"the {split} annotations"),

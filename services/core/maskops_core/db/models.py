@@ -137,6 +137,9 @@ class Job(Base):
 
     attempts: Mapped[int] = mapped_column(default=0)
     """Times a worker claimed the job; a resumed or re-dispatched run increments it."""
+    worker_crashes: Mapped[int] = mapped_column(default=0, server_default="0")
+    """Times the worker process running the job died under it (a signal such as SIGSEGV, or
+    the kernel's OOM killer) while its worker went on (``job_state.worker_crashed``)."""
     dispatch_count: Mapped[int] = mapped_column(default=0)
     dispatched_at: Mapped[datetime | None] = mapped_column(default=None)
     task_id: Mapped[str | None] = mapped_column(String(100), default=None)
