@@ -19,6 +19,7 @@ This module imports the standard library only: the engine and the control plane
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,15 @@ def temporary_sibling(path: Path) -> Path:
     apart; the leading dot keeps globs such as ``*.json`` from seeing the half-written file.
     """
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
+_TEMPORARY_NAME = re.compile(r"^\..+\.\d+-[0-9a-f]{8}\.tmp$")
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is one :func:`temporary_sibling` makes (a writer killed before
+    its rename leaves it behind)."""
+    return _TEMPORARY_NAME.match(name) is not None
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from maskops_api.schemas import DataPath, DatasetCreate, Name
 from maskops_api.services.uploads import TooLargeArchive, UnsafeArchive, extract_archive
 from maskops_api.streamed_form import read_form
 from maskops_core.dataset_formats import DatasetFormat
+from maskops_core.leftovers import UPLOAD_SPOOL_PREFIX, UPLOAD_SPOOL_SUFFIX
 from maskops_core.settings import Settings
 
 ARCHIVE_FIELD = "archive"
@@ -74,7 +75,9 @@ async def receive(request: Request, settings: Settings) -> tuple[Path, UploadFor
     and extract it to ``uploads/<uuid>``."""
     uploads = settings.data_root / "uploads"
     uploads.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=uploads, suffix=".part") as spool:
+    with tempfile.NamedTemporaryFile(
+        dir=uploads, prefix=UPLOAD_SPOOL_PREFIX, suffix=UPLOAD_SPOOL_SUFFIX
+    ) as spool:
         form = await read_form(
             request, spool, file_field=ARCHIVE_FIELD, max_file_bytes=settings.max_upload_bytes
         )
