@@ -33,21 +33,26 @@ def test_a_job_that_kills_its_worker_process_twice_fails_saying_what_it_was_doin
     settings: Settings, factory: sessionmaker[Session]
 ) -> None:
     job_id = _running(factory, settings, progress_step=17, progress_total=40)
-    crash = {"owner_prefix": f"{socket.gethostname()}:4242:", "data_root": settings.data_root}
     assert MAX_WORKER_CRASHES == 2
-    assert worker_crashed(factory, job_id, why="signal 11 (SIGSEGV)", **crash) == "queued"
+
+    def crashed(why: str, pid: int = 4242) -> str | None:
+        prefix = f"{socket.gethostname()}:{pid}:"
+        return worker_crashed(
+            factory, job_id, owner_prefix=prefix, why=why, data_root=settings.data_root
+        )
+
+    assert crashed("signal 11 (SIGSEGV)") == "queued"
     job = get_job(factory, job_id)
     assert job.lease_owner is None and job.worker_crashes == 1
     assert job.error == f"the worker process died (signal 11 (SIGSEGV)), at {LINE!r}, " + (
         "progress 17/40; sent again"
     )
-    # Another process of this host (pid 42) never held the job: nothing to record.
-    other = crash | {"owner_prefix": f"{socket.gethostname()}:42:"}
     with factory() as s, s.begin():
         s.get_one(Job, job_id).status = "running"
         s.get_one(Job, job_id).lease_owner = OWNER
-    assert worker_crashed(factory, job_id, why="signal 9 (SIGKILL)", **other) is None
-    assert worker_crashed(factory, job_id, why="signal 9 (SIGKILL)", **crash) == "failed"
+    # Another process of this host (pid 42) never held the job: nothing to record.
+    assert crashed("signal 9 (SIGKILL)", pid=42) is None
+    assert crashed("signal 9 (SIGKILL)") == "failed"
     job = get_job(factory, job_id)
     assert job.status == "failed" and job.finished_at is not None
     assert job.error == (
