@@ -11,8 +11,11 @@ keeps its data (errors are made relative the same way, ``maskops_core.paths``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
+import sysconfig
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +30,31 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 """The engine's own format for its log file (``maskops.engine.train``)."""
 
 
+@functools.cache
+def install_roots() -> tuple[str, ...]:
+    """Where this process's code is installed, longest first: site-packages, the standard
+    library, and the folders holding maskops' own packages (a source checkout)."""
+    import maskops
+    import maskops_core
+    import maskops_worker
+
+    paths = sysconfig.get_paths()
+    roots = {paths[name] for name in ("purelib", "platlib", "stdlib", "platstdlib")}
+    roots |= {
+        str(Path(p.__file__ or "").parent.parent) for p in (maskops, maskops_core, maskops_worker)
+    }
+    resolved = {str(Path(root).resolve()) for root in roots} | roots
+    return tuple(sorted((r.rstrip("/") for r in resolved if r.strip("/")), key=len, reverse=True))
+
+
+def relative_to_install(text: str) -> str:
+    """``text`` with each path of installed code (a traceback's frames, a warning's source)
+    written from its package on: ``/opt/venv/lib/python3.11/site-packages/torch/nn/x.py``
+    -> ``torch/nn/x.py``; clients never learn how the server is installed."""
+    pattern = "|".join(re.escape(root) + "/" for root in install_roots())
+    return re.sub(pattern, "", text)
+
+
 class JobLog:
     """Appends to ``path``, writing paths under ``data_root`` relative to it."""
 
@@ -37,7 +65,8 @@ class JobLog:
 
     def write(self, text: str) -> None:
         """Append ``text`` as whole lines (a newline is added where missing)."""
-        text = relative_to_root(text.rstrip("\n"), self.data_root) + "\n"
+        text = relative_to_root(text.rstrip("\n"), self.data_root)
+        text = relative_to_install(text) + "\n"
         with self._lock, self.path.open("a", encoding="utf-8") as f:
             f.write(text)
 

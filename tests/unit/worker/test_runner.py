@@ -3,6 +3,8 @@ failure, cancel, requeue, and what a job's error and log may show."""
 
 from __future__ import annotations
 
+import json
+import sysconfig
 import threading
 import time
 from typing import Any
@@ -52,6 +54,27 @@ def test_failure_is_one_line_with_traceback_in_the_log(settings: Settings, facto
     job = _get(factory, job_id)
     assert job.error == "ValueError: image 7: annotation 3 has a negative width"
     assert "Traceback" in (settings.jobs_dir / str(job_id) / "job.log").read_text()
+
+
+def test_a_tracebacks_frames_name_paths_from_their_package_on(settings: Settings, factory) -> None:
+    """Clients read the log: a frame of site-packages, the standard library or the
+    worker's own code shows no install path."""
+    job_id = _job(factory)
+
+    def action(ctx: JobContext) -> dict[str, Any]:
+        from sqlalchemy import make_url
+
+        try:
+            json.loads("{")
+        except ValueError:
+            make_url("::not a url")
+        return {}
+
+    assert run_job(job_id, settings=settings, actions={"train": action}) == "failed"
+    log = (settings.jobs_dir / str(job_id) / "job.log").read_text()
+    for frame in ("sqlalchemy/engine/url.py", "json/decoder.py", "maskops_worker/runner.py"):
+        assert f'File "{frame}", line ' in log, log
+    assert "site-packages" not in log and sysconfig.get_paths()["stdlib"] not in log, log
 
 
 def test_a_job_that_cannot_start_yet_goes_back_to_the_queue_with_the_reason(
