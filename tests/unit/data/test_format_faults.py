@@ -208,6 +208,21 @@ def test_a_negative_cvat_image_size_is_a_finding_on_that_image(tmp_path: Path) -
     assert (result.num_images, result.num_annotations) == (1, 1)
 
 
+def test_a_negative_labelme_image_size_is_a_finding_and_the_file_size_is_used(
+    tmp_path: Path,
+) -> None:
+    images, folder = tmp_path / "images", tmp_path / "labelme"
+    _png(images, "a.png")
+    folder.mkdir()
+    shape = {"label": "cat", "points": [[2, 2], [20, 2], [20, 20]], "shape_type": "polygon"}
+    record = {"shapes": [shape], "imagePath": "a.png", "imageWidth": -32, "imageHeight": 32}
+    (folder / "a.json").write_text(json.dumps(record))
+    result = _convert(images, folder, tmp_path, format_name="labelme")
+    warnings = json.loads(result.warnings_path.read_text())
+    assert warnings["1"]["malformed_record"] == ["a.png: size -32 x 32"]
+    assert (result.num_images, result.num_annotations) == (1, 1)
+
+
 def _balloons(tmp_path: Path, regions: int = 3) -> tuple[Path, Path]:
     """A VIA project as the balloon tutorial's: one class, ``region_attributes`` empty."""
     images = tmp_path / "images"

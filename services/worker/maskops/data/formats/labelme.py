@@ -50,11 +50,10 @@ def read(annotations: Path, builder: CocoBuilder) -> None:
 
 
 def _image(builder: CocoBuilder, document: dict[str, Any], image_path: str) -> None:
-    width, height = document.get("imageWidth"), document.get("imageHeight")
-    if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
-        width = height = None
     file_name = PurePosixPath(image_path.replace("\\", "/")).name
-    image_id = builder.add_image(file_name, width, height)
+    # A size that is not two positive integers is reported by the builder and left out.
+    image_id = builder.add_image(file_name, document.get("imageWidth"), document.get("imageHeight"))
+    width, height = builder.images[-1]["width"], builder.images[-1]["height"]
     objects: dict[object, tuple[str, list[list[float]]]] = {}
     for index, shape in enumerate(document["shapes"]):
         try:
