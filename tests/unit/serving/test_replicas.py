@@ -6,9 +6,12 @@ Triton replicas are in tests/integration/api/test_triton_replicas.py.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from pydantic import ValidationError
 
+from maskops.serving.circuit import ReplicasDown
 from maskops.serving.client import TritonUnavailable
 from maskops.serving.replicas import ReplicaPool, roll_out_all
 from maskops_core.settings import Settings
@@ -50,29 +53,49 @@ def test_triton_dns_adds_every_address_of_the_name() -> None:
         triton_replicas(_settings(triton_dns="triton.invalid:8000"))
 
 
-def test_rotation_is_round_robin_and_puts_a_down_replica_last() -> None:
+def test_rotation_is_round_robin_and_skips_an_open_circuit() -> None:
     pool = ReplicaPool(lambda: ["a:1", "b:2", "c:3"])
     assert [pool.rotation()[0] for _ in range(4)] == ["a:1", "b:2", "c:3", "a:1"]
-    pool.mark("b:2", up=False)
-    assert pool.rotation() == ["c:3", "a:1", "b:2"]  # b's turn: skipped
-    assert pool.rotation() == ["c:3", "a:1", "b:2"]
-    pool.mark("b:2", up=True)
+    pool.circuits.trip("b:2", "it stalled")
+    assert pool.rotation() == ["c:3", "a:1"]  # b's turn: skipped
+    assert pool.rotation() == ["c:3", "a:1"]
+    assert pool.refusal() is None  # a and c may take requests
+    pool.circuits.close("b:2")
     assert pool.rotation() == ["a:1", "b:2", "c:3"]
 
 
 def test_no_replica_answering_is_unavailable_naming_each() -> None:
     down = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     pool = ReplicaPool(lambda: down, down_for_s=60)
-    with pytest.raises(TritonUnavailable, match="no Triton replica is ready") as raised:
+    with pytest.raises(ReplicasDown, match="no Triton replica is ready") as raised:
         pool.infer("shapes", [b"image"])
     assert all(url in str(raised.value) for url in down)
-    # Both marked down, both still tried: a request is refused only when none answers.
-    with pytest.raises(TritonUnavailable, match=down[1]):
+    # Both circuits open: refused at once, naming each, until the first health probe.
+    refusal = pool.refusal()
+    assert refusal is not None and refusal.retry_after_s == 60
+    assert all(f"{url}: Triton is not reachable" in str(refusal) for url in down)
+    assert "circuit open, next probe in 60 s" in str(refusal)
+    started = time.monotonic()
+    with pytest.raises(ReplicasDown, match=down[1]):
         pool.infer("shapes", [b"image"])
+    assert time.monotonic() - started < 0.1
     with pytest.raises(TritonUnavailable, match="no Triton replica is configured"):
         ReplicaPool(lambda: []).infer("shapes", [b"image"])
     with pytest.raises(TritonUnavailable, match="does not resolve"):
         ReplicaPool(lambda: triton_replicas(_settings(triton_dns="x.invalid:1"))).replicas()
+
+
+def test_an_open_circuit_is_probed_after_its_time_and_stays_open_while_down() -> None:
+    down = f"127.0.0.1:{free_port()}"
+    pool = ReplicaPool(lambda: [down], down_for_s=0.2)
+    with pytest.raises(ReplicasDown):
+        pool.infer("shapes", [b"image"])
+    assert pool.rotation() == [] and pool.refusal() is not None
+    time.sleep(0.3)
+    assert pool.rotation() == [down] and pool.refusal() is None  # due for a probe
+    with pytest.raises(ReplicasDown, match="the health probe found it not ready"):
+        pool.infer("shapes", [b"image"])
+    assert pool.rotation() == []  # open again for another 0.2 s
 
 
 def test_roll_out_all_reports_each_replica() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,7 @@ from maskops.serving.protocol import ImageLimits
 from maskops_api.deps import FactoryDep, ReadAccess, SettingsDep
 from maskops_api.errors import ERROR_RESPONSES, ApiError, Invalid, NotFound, TooLarge
 from maskops_api.images import ImageError, UnsupportedFormat, read_header
+from maskops_api.infer_lane import infer_lane
 from maskops_api.replicas import replica_pool
 from maskops_api.schemas import MODEL_NAME_PATTERN, CocoResult
 from maskops_core.db.models import PublishedModel
@@ -37,7 +39,8 @@ class UnsupportedMedia(ApiError):
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png")
 """What each image part may be (told by its bytes, not by its part's Content-Type)."""
 RETRY_AFTER_S = 5
-"""What a 503 for a published model Triton has not loaded yet tells clients to wait."""
+"""What a 503 for a published model Triton has not loaded yet, or for a Triton that is
+away, tells clients to wait (a refusal by the replicas' circuits says when they probe)."""
 _OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
 
 
@@ -48,6 +51,11 @@ _OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
     responses={
         413: ERROR_RESPONSES[422] | {"description": "Too many or too large images"},
         415: ERROR_RESPONSES[422] | {"description": "An image is not a JPEG or PNG"},
+        429: ERROR_RESPONSES[422]
+        | {
+            "description": "MASKOPS_MAX_CONCURRENT_INFER requests are waiting on Triton "
+            "(with Retry-After)"
+        },
         502: ERROR_RESPONSES[422] | {"description": "Triton failed to run the model"},
         503: ERROR_RESPONSES[503],
     },
@@ -102,7 +110,8 @@ async def infer(
         raise NotFound(f"{which}model {model!r} is not published")
     if not settings.has_triton:
         raise Unavailable("no Triton is configured (MASKOPS_TRITON_URL, MASKOPS_TRITON_DNS)")
-    per_image = await _run_on_triton(request, model, version, payloads, score_threshold)
+    timeout_s = settings.infer_timeout_s * len(payloads)
+    per_image = await _run_on_triton(request, model, version, payloads, score_threshold, timeout_s)
     detections = [d for results in per_image for d in results]
     if mask_format == "polygon":
         detections = await run_in_threadpool(as_polygons, detections, polygon_tolerance)
@@ -124,19 +133,32 @@ async def _checked_payloads(images: list[UploadFile], settings: Settings) -> lis
 
 
 async def _run_on_triton(
-    request: Request, model: str, version: str, payloads: list[bytes], score_threshold: float
+    request: Request,
+    model: str,
+    version: str,
+    payloads: list[bytes],
+    score_threshold: float,
+    timeout_s: float,
 ) -> list[list[dict[str, Any]]]:
-    """Each image's COCO results from a Triton replica, Triton's errors as API errors."""
+    """Each image's COCO results from a Triton replica within ``timeout_s``, Triton's
+    errors as API errors; 429 when ``/infer``'s lane is full (:mod:`maskops_api.infer_lane`)."""
+    from maskops.serving.circuit import ReplicasDown
     from maskops.serving.client import InvalidImage, ModelNotFound, TritonError, TritonUnavailable
 
+    pool = replica_pool(request.app.state)
     try:
-        # Round-robin over the replicas; one that does not answer is skipped.
-        per_image: list[list[dict[str, Any]]] = await run_in_threadpool(
-            replica_pool(request.app.state).infer,
+        # Every replica's circuit open: refused here, without taking a slot or a thread.
+        refusal = pool.refusal()
+        if refusal is not None:
+            raise refusal
+        # Round-robin over the replicas; one whose circuit is open is skipped.
+        per_image: list[list[dict[str, Any]]] = await infer_lane(request.app.state).run(
+            pool.infer,
             model,
             payloads,
             score_threshold=score_threshold,
             version=version,
+            timeout_s=timeout_s,
         )
     except InvalidImage as exc:
         raise Invalid(_readable(exc)) from None
@@ -153,7 +175,11 @@ async def _run_on_triton(
         # exited with code -9, restarting in 2 s").
         supervisor = getattr(request.app.state, "supervisor", None)
         triton = None if supervisor is None else supervisor.triton
-        raise Unavailable((triton and triton.problem) or _readable(exc)) from None
+        wait = exc.retry_after_s if isinstance(exc, ReplicasDown) else RETRY_AFTER_S
+        raise Unavailable(
+            (triton and triton.problem) or _readable(exc),
+            headers={"Retry-After": str(math.ceil(wait))},
+        ) from None
     except TritonError as exc:
         raise BadGateway(_readable(exc)) from None
     return per_image

@@ -3,9 +3,10 @@
 :func:`roll_out_all` loads a version on every replica (each brings it up next to the one it
 serves, as :func:`~maskops.serving.client.roll_out` does) and says how each went;
 :func:`retire_all` stops serving a model everywhere; :class:`ReplicaPool` spreads inference
-round-robin over the replicas that answer, skipping one that does not for a while.
+round-robin over the replicas that answer, each behind a circuit breaker.
 
-Imports only :mod:`maskops.serving.client` (the API image has no torch nor onnx).
+Imports only :mod:`maskops.serving.client` and :mod:`maskops.serving.circuit` (the API
+image has no torch nor onnx).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from maskops.serving.circuit import Circuits, ReplicasDown, probe_health
 from maskops.serving.client import (
     ModelNotFound,
     TritonError,
+    TritonTimeout,
     TritonUnavailable,
     infer_images,
     model_states,
@@ -88,12 +91,15 @@ def states_all(urls: Sequence[str], model: str) -> dict[str, dict[str, str] | st
 
 
 class ReplicaPool:
-    """Inference spread round-robin over Triton replicas.
+    """Inference spread round-robin over Triton replicas, each behind a circuit breaker
+    (:mod:`maskops.serving.circuit`).
 
-    A replica that does not answer is skipped for ``down_for_s`` and the request goes on to
-    the next one (inference has no side effect, so a retry is safe); when every replica is
-    marked down they are all tried again rather than refusing at once. ``resolve`` gives the
-    replicas (it may look them up in DNS) and is called again after ``refresh_s``.
+    A replica that cannot be reached has its circuit opened for ``down_for_s`` and the
+    request goes on to the next one (inference has no side effect, so a retry is safe). A
+    replica that takes a request and does not answer within its time has its circuit opened
+    too, and that request ends (its time is spent). With every circuit open a request is
+    refused at once. ``resolve`` gives the replicas (it may look them up in DNS) and is
+    called again after ``refresh_s``.
     """
 
     def __init__(
@@ -102,13 +108,14 @@ class ReplicaPool:
         *,
         refresh_s: float = 10.0,
         down_for_s: float = 5.0,
+        probe: Callable[[str], bool] = probe_health,
     ) -> None:
         self._resolve, self.refresh_s, self.down_for_s = resolve, refresh_s, down_for_s
         self._lock = threading.Lock()
         self._urls: list[str] = []
         self._resolved_at = float("-inf")
         self._next = 0
-        self._down_until: dict[str, float] = {}
+        self.circuits = Circuits(open_for_s=down_for_s, probe=probe)
 
     def replicas(self) -> list[str]:
         """The replicas now (looked up again once ``refresh_s`` has passed). A lookup that
@@ -128,24 +135,21 @@ class ReplicaPool:
             return list(self._urls)
 
     def rotation(self) -> list[str]:
-        """The order to try the replicas in for one request: the next in turn first, the
-        ones marked down last."""
+        """The order to try the replicas in for one request, the next in turn first: those
+        whose circuit is closed or due for a health probe."""
         urls = self.replicas()
         if not urls:
             raise TritonUnavailable("no Triton replica is configured")
         with self._lock:
             start, self._next = self._next % len(urls), self._next + 1
-            now = time.monotonic()
-            turn = urls[start:] + urls[:start]
-            down = {url for url in turn if self._down_until.get(url, 0.0) > now}
-        return [url for url in turn if url not in down] + [url for url in turn if url in down]
+        return self.circuits.usable(urls[start:] + urls[:start])
 
-    def mark(self, url: str, *, up: bool) -> None:
+    def refusal(self) -> ReplicasDown | None:
+        """Without any I/O (the replicas last found): the error for a request no replica
+        may take now, every circuit open; None when one may, or none was found yet."""
         with self._lock:
-            if up:
-                self._down_until.pop(url, None)
-            else:
-                self._down_until[url] = time.monotonic() + self.down_for_s
+            urls = list(self._urls)
+        return self.circuits.refusal(urls)
 
     def infer(
         self, model: str, images: Sequence[bytes], **kwargs: Any
@@ -154,30 +158,45 @@ class ReplicaPool:
 
         Raises:
             ModelNotFound: no replica serves ``model`` (every one answered so).
-            TritonUnavailable: no replica could answer; the message names each one's reason.
+            ReplicasDown: no replica could answer (its circuit was open, it could not be
+                reached, or it did not answer in time); the message names each one's reason.
             TritonError: the other errors of the replica that answered (a bad image...).
         """
         unreachable: dict[str, str] = {}
         missing: dict[str, ModelNotFound] = {}
         for url in self.rotation():
+            if not self.circuits.admit(url):
+                continue
             try:
                 answer = infer_images(url, model, images, **kwargs)
+            except TritonTimeout as exc:
+                self.circuits.trip(url, str(exc))
+                raise ReplicasDown(f"{url}: {exc}", retry_after_s=self.down_for_s) from None
             except TritonUnavailable as exc:
-                self.mark(url, up=False)
+                self.circuits.trip(url, str(exc))
                 unreachable[url] = str(exc)
             except ModelNotFound as exc:
                 # Published but not loaded there (a replica that restarted and has not been
                 # given its models back yet): another replica may serve it.
                 missing[url] = exc
             else:
-                self.mark(url, up=True)
                 return answer
-        if unreachable:
-            reasons = unreachable | {url: str(exc) for url, exc in missing.items()}
-            raise TritonUnavailable(f"no Triton replica is ready: {_listed(reasons)}")
+        if unreachable or not missing:
+            # Every replica named: those tried with their error, the others' circuits.
+            urls = self.replicas()
+            known = unreachable | _as_text(missing) | self.circuits.describe(urls)
+            reasons = {url: known[url] for url in urls if url in known}
+            raise ReplicasDown(
+                f"no Triton replica is ready: {_listed(reasons)}",
+                retry_after_s=self.circuits.wait_s(urls),
+            )
         if len(missing) == 1:
             raise next(iter(missing.values()))
         raise ModelNotFound(f"no Triton replica serves {model}: {_listed(missing)}")
+
+
+def _as_text(errors: dict[str, ModelNotFound]) -> dict[str, str]:
+    return {url: str(exc) for url, exc in errors.items()}
 
 
 def _listed(reasons: dict[str, Any]) -> str:
