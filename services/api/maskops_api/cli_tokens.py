@@ -10,6 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from maskops_api.services.tokens import create_token, token_state
 from maskops_core.db.models import ApiToken, TokenScope, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
+from maskops_core.names import name_problem
 from maskops_core.settings import Settings
 
 
@@ -35,6 +36,8 @@ def run_token_command(
             if action == "create":
                 if expires_in_days is not None and expires_in_days <= 0:
                     raise TokenCommandError("--expires-in-days must be > 0")
+                if name is not None and (problem := name_problem(name)):
+                    raise TokenCommandError(f"--name: {problem}")
                 row, secret = create_token(
                     session,
                     name=name or "token",

@@ -21,7 +21,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from maskops_core import options
+from maskops_core import names, options
 from maskops_core.actions import JobAction
 from maskops_core.dataset_formats import DatasetFormat
 from maskops_core.db.models import JobStatus
@@ -33,9 +33,7 @@ MAX_ID = 2**31 - 1
 
 
 def _printable(value: str) -> str:
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError("must not contain control characters")
-    return value
+    return names.check_name(value)
 
 
 def _integral(value: object) -> object:
@@ -66,7 +64,7 @@ Name = Annotated[
     Field(min_length=1, max_length=200, json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*$"}),
     AfterValidator(_printable),
 ]
-"""A resource's name: no control characters (a NUL byte was stored as it came)."""
+"""A resource's name: printable text (:mod:`maskops_core.names`)."""
 
 TAO_SPEC_EXAMPLE = """\
 seed: 123

@@ -44,6 +44,25 @@ def test_names_with_control_characters_are_refused(client: TestClient, name: str
     assert response.status_code == 422 and "control characters" in response.json()["detail"]
 
 
+@pytest.mark.parametrize("char", ["\u202e", "\u2066", "\u200b", "\ufeff"])
+def test_names_with_bidi_controls_or_invisible_characters_are_refused(
+    client: TestClient, char: str
+) -> None:
+    """U+202E shows "exe.txt" for "txt.exe"; U+200B and U+FEFF make look-alike names."""
+    name = f"cats{char}txt.exe"
+    code = f"U+{ord(char):04X}"
+    response = client.post("/datasets", json={**DATASET_BODY, "name": name})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith("name: ") and code in response.text
+    response = client.post("/experiments", json={"name": name, "spec": SMALL_SPEC})
+    assert response.status_code == 422 and response.json()["detail"].startswith("name: ")
+    created = client.post("/experiments", json={"name": "cats", "spec": SMALL_SPEC})
+    assert created.status_code == 201, created.text
+    response = client.put(f"/experiments/{created.json()['id']}", json={"name": name})
+    assert response.status_code == 422 and response.json()["detail"].startswith("name: ")
+    assert [e["name"] for e in client.get("/experiments").json()["items"]] == ["cats"]
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [

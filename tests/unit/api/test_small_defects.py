@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.cli_tokens import run_token_command
+from maskops_api.cli_tokens import TokenCommandError, run_token_command
 from maskops_core.db.models import ApiToken, Job, utcnow
 from maskops_core.settings import Settings
 
@@ -49,6 +49,15 @@ def test_token_list_shows_expired_tokens_as_expired(
         ("old", "expired"),
         ("gone", "revoked"),
     ]
+
+
+def test_a_token_name_with_a_bidi_control_is_refused(
+    settings: Settings, factory: sessionmaker[Session]
+) -> None:
+    with pytest.raises(TokenCommandError, match=r"^--name: .*\(U\+202E "):
+        list(run_token_command("create", database_url=settings.database_url, name="ci\u202ebot"))
+    with factory() as session:
+        assert session.query(ApiToken).count() == 0
 
 
 def test_serve_gives_its_worker_every_setting(
