@@ -125,6 +125,14 @@ class Settings(BaseSettings):
     redispatch_after_s: float = Field(default=30.0, ge=0)
     """A queued job whose message is not in the broker after this long is re-sent."""
     reconcile_interval_s: float = Field(default=15.0, gt=0)
+    max_running_searches: int | None = Field(default=None, ge=1)
+    """AutoML searches whose controllers run at once (None: no limit); a further search
+    stays queued, unsent, until one ends. A controller holds a worker slot for its whole
+    search: where controllers and trials share the slots (``maskops serve``: one worker,
+    two slots, limit 1) a limit below the slots leaves trials one to train in."""
+    queue_stall_after_s: float = Field(default=600.0, gt=0)
+    """A queue with a job sent this long ago that nothing of its queue runs (none running,
+    or only search controllers) is stalled: ``/readyz`` says so."""
     max_attempts: int = Field(default=5, ge=1)
     """A job whose worker was lost this many times fails instead of being requeued (a job
     that always crashes its worker, or always exceeds the hard time limit)."""

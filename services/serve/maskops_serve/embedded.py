@@ -28,6 +28,7 @@ from sqlalchemy import update
 
 from maskops.atomic import atomic_write
 from maskops_api.reconciler import reconcile
+from maskops_core import leftovers
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
@@ -88,6 +89,8 @@ def embedded_settings(config: EmbeddedConfig) -> Settings:
         redispatch_after_s=30 if use_redis else 600,
         heartbeat_interval_s=2,
         heartbeat_timeout_s=60,
+        # One worker of EMBEDDED_CONCURRENCY slots runs controllers and trials alike.
+        max_running_searches=EMBEDDED_CONCURRENCY - 1,
         _env_file=None,  # type: ignore[call-arg]
     )
 
@@ -140,7 +143,8 @@ def start_worker(settings: Settings, log_file: Path) -> subprocess.Popen[bytes]:
     queues = f"{settings.gpu_queue},{settings.cpu_queue}"
     celery = Path(sys.executable).with_name("celery")
     # Two jobs at once: an AutoML search's controller holds one slot for the whole search
-    # while its trials train in the other (one worker serves both queues here).
+    # while its trials train in the other (one worker serves both queues here); a second
+    # search waits unsent (max_running_searches) rather than take the trials' slot.
     command = [
         str(celery), "-A", "maskops_worker.celery_app:app", "worker", "-Q", queues,
         "-c", str(EMBEDDED_CONCURRENCY), "--prefetch-multiplier", "1", "-n", "embedded@%h",
@@ -362,6 +366,9 @@ def _prepare_state(
     ensure_demo_dataset(settings)
     children = ChildRecord(config.state_dir.resolve())
     children.kill_leftovers(say)  # before their jobs are requeued
+    # Nothing else writes under the data root now (the state dir's lock is ours).
+    if swept := leftovers.sweep(settings.data_root):
+        say(f"data:     removed {len(swept)} partial files left by killed uploads or writes")
     dispatcher = CeleryDispatcher(settings)
     requeued = requeue_orphans(settings, dispatcher)
     if requeued:
