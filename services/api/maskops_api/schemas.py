@@ -498,7 +498,8 @@ class AutomlCreate(_Body):
 class TrialOut(BaseModel):
     number: int
     state: str
-    """``running``, ``complete``, ``pruned`` or ``fail``."""
+    """``running``, ``complete``, ``pruned``, ``fail``, or ``interrupted``: running when
+    its search was cancelled or failed, resumed with the search."""
     params: dict[str, Any]
     value: float | None
     intermediate: dict[str, float]

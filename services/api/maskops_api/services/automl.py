@@ -17,7 +17,7 @@ from maskops_api.specs import spec_to_text
 from maskops_core import automl as searches
 from maskops_core import experiments as versions
 from maskops_core.actions import JobAction
-from maskops_core.db.models import Job, JobStatus
+from maskops_core.db.models import TERMINAL_STATUSES, Job, JobStatus
 from maskops_core.settings import Settings
 
 if TYPE_CHECKING:
@@ -61,7 +61,8 @@ def search_view(session: Session, settings: Settings, job_id: int) -> AutomlOut:
             select(Job).where(Job.parent_job_id == job_id, Job.action == JobAction.train)
         )
     }
-    out = [_trial_out(trial, children.get(trial.number)) for trial in trials]
+    searching = job.status not in TERMINAL_STATUSES
+    out = [_trial_out(trial, children.get(trial.number), searching) for trial in trials]
     complete = [t for t in out if t.state == "complete" and t.value is not None]
     best = None
     if complete:
@@ -82,10 +83,16 @@ def search_view(session: Session, settings: Settings, job_id: int) -> AutomlOut:
     )
 
 
-def _trial_out(trial: FrozenTrial, child: Job | None) -> TrialOut:
+INTERRUPTED = "interrupted"
+"""A trial the study still counts running while its search is not (cancelled, failed):
+resuming the search resumes it."""
+
+
+def _trial_out(trial: FrozenTrial, child: Job | None, searching: bool) -> TrialOut:
+    state = trial.state.name.lower()
     return TrialOut(
         number=trial.number,
-        state=trial.state.name.lower(),
+        state=INTERRUPTED if state == "running" and not searching else state,
         params=dict(trial.params),
         value=trial.value if trial.state.name == "COMPLETE" else None,
         intermediate={str(k): v for k, v in sorted(trial.intermediate_values.items())},
