@@ -34,8 +34,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
 def _preprocess(server: TritonServer, image: bytes) -> dict[str, np.ndarray]:
     client = httpclient.InferenceServerClient(server.http_url)
     try:
-        data = httpclient.InferInput("image_bytes", [1, 1], "BYTES")
-        data.set_data_from_numpy(np.array([[image]], dtype=np.object_), binary_data=True)
+        data = httpclient.InferInput("image_bytes", [1, len(image)], "UINT8")
+        data.set_data_from_numpy(np.frombuffer(image, dtype=np.uint8)[None], binary_data=True)
         result = client.infer(PREPROCESS, [data])
         return {name: result.as_numpy(name) for name in ("scale", "orig_hw")}
     finally:

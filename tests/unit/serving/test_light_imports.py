@@ -95,7 +95,7 @@ def test_publishing_names_still_import_from_the_package():
         render_configs,
     )
 
-    assert NET_BACKENDS == ("python", "onnxruntime", "tensorrt")
+    assert NET_BACKENDS == ("python", "onnxruntime", "tensorrt", "torch")
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import pytest
 from maskops.serving import EnsembleNames
 from maskops.serving.client import InvalidImage, _translate
 from maskops.serving.protocol import ImageLimits
+from maskops.serving.triton_models.maskops_serving_ops import padded_rows
 from tests.support.pixel_limit import LIMIT, LIMITS, NAME, png, publish_limited
 
 
@@ -33,17 +34,24 @@ class _Response:
 
 
 class _Input:
+    """A stub input tensor: the models read it by DLPack, as they read Triton's."""
+
     def __init__(self, array: np.ndarray) -> None:
         self.array = array
 
-    def as_numpy(self) -> np.ndarray:
-        return self.array
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.array.__dlpack_device__()
 
 
 def _stub() -> types.ModuleType:
     """What the preprocess model uses of ``triton_python_backend_utils``."""
     module = types.ModuleType("triton_python_backend_utils")
-    module.Tensor = lambda name, array: (name, array)  # type: ignore[attr-defined]
+    tensor: Any = lambda name, array: (name, array)  # noqa: E731
+    tensor.from_dlpack = tensor  # numpy 2's way out (maskops_serving_ops.output_tensor)
+    module.Tensor = tensor  # type: ignore[attr-defined]
     module.InferenceResponse = _Response  # type: ignore[attr-defined]
     module.TritonError = _Error  # type: ignore[attr-defined]
     module.get_input_tensor_by_name = lambda request, name: _Input(request[name])  # type: ignore[attr-defined]
@@ -73,7 +81,7 @@ def preprocess(repository: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _request(*images: bytes) -> dict[str, np.ndarray]:
-    return {"image_bytes": np.array([[image] for image in images], dtype=np.object_)}
+    return {"image_bytes": padded_rows(images, fill=b"\0")}
 
 
 def test_publish_writes_the_limit_for_the_preprocess_model(repository: Path) -> None:

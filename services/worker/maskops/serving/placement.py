@@ -45,6 +45,10 @@ an engine after the graph's structure, not its weights: two versions of one netw
 share a name. onnxruntime creates only the last level of the path, so the root must
 exist (the Triton image's entrypoint makes it; docker-compose.yml gives each replica a
 volume of its own there)."""
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16")
+"""The torch network backend's precisions: fp32, or bf16/fp16 autocast on GPUs; ``auto``
+picks bf16 where the GPU computes it natively (Ampere and later), fp16 on other GPUs and
+fp32 on the CPU (maskops.serving.torch_network.resolve_precision)."""
 PRECISION_MODES = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8"}
 """The TensorRT accelerator's ``precision_mode`` for each export data type."""
 TENSORRT_WORKSPACE_BYTES = 2 << 30

@@ -27,11 +27,18 @@ from typing import Any, Literal
 
 # The ensemble's interface (what clients send and receive).
 IMAGE_BYTES = "image_bytes"
-"""Input: BYTES ``[1]`` per request item, one encoded JPEG/PNG."""
+"""Input: UINT8 ``[L]`` per request item, one encoded JPEG/PNG (items of one request are
+padded with zero bytes to the longest). Versions published before were BYTES ``[1]``
+(:data:`ENCODED_DATATYPES`)."""
 SCORE_THRESHOLD = "score_threshold"
 """Input: FP32 ``[1]`` per request item; detections scoring below are dropped."""
 DETECTIONS_JSON = "detections_json"
-"""Output: BYTES ``[1]`` per request item, a JSON list of COCO results."""
+"""Output: UINT8 ``[L]`` per request item, the UTF-8 text of a JSON list of COCO results
+(padded with spaces to the longest item of the request); BYTES ``[1]`` before."""
+ENCODED_DATATYPES: tuple[str, ...] = ("UINT8", "BYTES")
+"""How the ensemble carries ``image_bytes`` and ``detections_json``: UINT8 since the python
+backend's stub loses BYTES tensors under numpy 2 (docs/architecture.md); BYTES in versions
+published before, which clients still serve."""
 
 # Between the parts (not visible to clients). The network's names are the exported
 # graph's (maskops.export.graph.INPUT_NAME / OUTPUT_NAMES, checked equal by a unit test:
@@ -45,6 +52,16 @@ SCALE = "scale"
 """Preprocess output: FP32 ``[1]``, the resize factor original -> network frame."""
 ORIG_HW = "orig_hw"
 """Preprocess output: INT32 ``[2]``, the original image's (height, width)."""
+
+NET_PARAMETERS = {
+    "maskops_net_backend": "net_backend",
+    "maskops_device": "device",
+    "maskops_precision": "precision",
+}
+"""The network config's ``parameters`` that record where and how it runs (publish writes
+them; ``GET /models/{name}`` reads them back from Triton), and the names they are
+reported under: net backend (python, onnxruntime, tensorrt, torch), device (cpu, gpu),
+precision (the export's data type; the torch backend's fp32, bf16, fp16 or auto)."""
 
 MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A user's model name (the ensemble clients call)."""

@@ -19,9 +19,10 @@ examples: ``model.py`` builds its heavy objects in ``initialize`` and imports on
 onnxruntime-gpu instead) and the self-contained
 ``maskops_serving_ops.py`` copied next to it; never torch nor the maskops engine.
 
-Clients send ``image_bytes`` (BYTES ``[1]``, a JPEG/PNG) and ``score_threshold`` (FP32
-``[1]``) and receive ``detections_json`` (BYTES ``[1]``: COCO results); see
-:mod:`maskops.serving.protocol`. Every publish adds version ``v`` (one more than any
+Clients send ``image_bytes`` (UINT8 ``[L]``, a JPEG/PNG) and ``score_threshold`` (FP32
+``[1]``) and receive ``detections_json`` (UINT8 ``[L]``: COCO results as JSON text); see
+:mod:`maskops.serving.protocol` (UINT8, not BYTES: the python backend's stub loses BYTES
+tensors under numpy 2). Every publish adds version ``v`` (one more than any
 version folder of the four models) to all four; each config serves the latest version
 only, so loading the models again (:func:`maskops.serving.client.roll_out`) brings the new
 version up next to the old one and retires the old one once it is ready: requests in
@@ -77,6 +78,7 @@ from maskops.export.tensorrt_rules import check_tensorrt_graph, describe
 from maskops.serving.engines import TRITON_TENSORRT_VERSION, EngineError, check_engine
 from maskops.serving.placement import (
     ENGINE_CACHE_ROOT,
+    PRECISIONS,
     Placement,
     engine_cache_folder,
     tensorrt_accelerator,
@@ -86,6 +88,7 @@ from maskops.serving.protocol import (
     IMAGE_BYTES,
     NET_INPUT,
     NET_OUTPUTS,
+    NET_PARAMETERS,
     ORIG_HW,
     SCALE,
     SCORE_THRESHOLD,
@@ -94,11 +97,14 @@ from maskops.serving.protocol import (
     InvalidModelName,
     check_model_name,
 )
+from maskops.serving.torch_publish import CHECKPOINT_FILENAME, NotACheckpoint, checkpoint_metadata
 from maskops.spec.models import ExperimentSpec
 
-NetBackend = Literal["python", "onnxruntime", "tensorrt"]
-NET_BACKENDS: tuple[str, ...] = ("python", "onnxruntime", "tensorrt")
+NetBackend = Literal["python", "onnxruntime", "tensorrt", "torch"]
+NET_BACKENDS: tuple[str, ...] = ("python", "onnxruntime", "tensorrt", "torch")
 MODELS_DIR = Path(__file__).parent / "triton_models"
+TORCH_MODEL_FILE = Path(__file__).parent / "torch_network_model.py"
+"""The torch backend's network ``model.py`` (it imports the engine, see its docstring)."""
 OPS_FILE = MODELS_DIR / "maskops_serving_ops.py"
 """The self-contained processing module copied next to every python ``model.py``."""
 Content = str | Path
@@ -131,8 +137,17 @@ def _dims(values: tuple[int, ...] | list[int]) -> str:
     return "[ " + ", ".join(str(v) for v in values) + " ]"
 
 
-def _tensor(name: str, dtype: str, dims: tuple[int, ...] | list[int]) -> str:
-    return f'  {{ name: "{name}" data_type: {dtype} dims: {_dims(dims)} }}'
+def _tensor(
+    name: str, dtype: str, dims: tuple[int, ...] | list[int], *, ragged: bool = False
+) -> str:
+    extra = " allow_ragged_batch: true" if ragged else ""
+    return f'  {{ name: "{name}" data_type: {dtype} dims: {_dims(dims)}{extra} }}'
+
+
+def _encoded(name: str, *, ragged: bool = False) -> str:
+    """An encoded file (image, JSON answer) as UINT8 of any length per item (the
+    dynamic batcher batches items of unequal lengths where ``ragged``)."""
+    return _tensor(name, "TYPE_UINT8", (-1,), ragged=ragged)
 
 
 def _config(
@@ -164,6 +179,15 @@ def _net_tensors(meta: GraphMetadata) -> tuple[list[str], list[str]]:
     return inputs, outputs
 
 
+def _net_parameters(backend: str, device: str, precision: str) -> str:
+    """The network config's record of where and how it runs (:data:`NET_PARAMETERS`)."""
+    reported = {"net_backend": backend, "device": device, "precision": precision}
+    return "".join(
+        f'parameters {{ key: "{key}" value: {{ string_value: "{reported[ours]}" }} }}\n'
+        for key, ours in NET_PARAMETERS.items()
+    )
+
+
 def _batching(max_queue_delay_us: int) -> str:
     return f"dynamic_batching {{ max_queue_delay_microseconds: {max_queue_delay_us} }}\n"
 
@@ -183,7 +207,7 @@ def _net_batch(meta: GraphMetadata, net_backend: str, batch: int) -> int:
             of a fixed batch, even of 1, under a max_batch_size), the tensorrt backend
             runs one of 1 only.
     """
-    if net_backend == "python" or meta.batch_size is None:
+    if net_backend in ("python", "torch") or meta.batch_size is None:
         return batch
     if meta.batch_size == 1 and net_backend == "tensorrt":
         return 1
@@ -205,12 +229,14 @@ def render_configs(
     max_queue_delay_us: int = 2000,
     placement: Placement | None = None,
     engine_cache: str | None = None,
+    precision: str | None = None,
 ) -> dict[str, str]:
     """``{triton model name: config.pbtxt text}`` for the four models.
 
     ``placement`` says where the network runs (default: the CPU); ``engine_cache`` is
     the folder, as Triton sees it, where onnxruntime's TensorRT accelerator caches its
-    engines (GPU placements of the onnxruntime backend; None: no cache).
+    engines (GPU placements of the onnxruntime backend; None: no cache); ``precision``
+    the torch backend's (default: the export's data type).
     """
     placement = placement or Placement()
     batch = max_batch_size or meta.max_batch_size
@@ -221,7 +247,8 @@ def render_configs(
         meta,
         net_backend=net_backend,
         net_batch=net_batch,
-        extra=placement.instance_group(instances),
+        extra=placement.instance_group(instances)
+        + _net_parameters(net_backend, placement.device, precision or meta.data_type),
         max_queue_delay_us=max_queue_delay_us,
         accelerator=(
             tensorrt_accelerator(meta.data_type, engine_cache=engine_cache)
@@ -254,7 +281,7 @@ def _processing_configs(
             names.preprocess,
             backend='backend: "python"',
             max_batch_size=batch,
-            inputs=[_tensor(IMAGE_BYTES, "TYPE_STRING", (1,))],
+            inputs=[_encoded(IMAGE_BYTES, ragged=True)],
             outputs=image_outputs,
             extra=extra,
         ),
@@ -267,7 +294,7 @@ def _processing_configs(
                 *image_outputs[1:],
                 _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
             ],
-            outputs=[_tensor(DETECTIONS_JSON, "TYPE_STRING", (1,))],
+            outputs=[_encoded(DETECTIONS_JSON)],
             extra=extra,
         ),
     }
@@ -303,10 +330,10 @@ def _ensemble_config(names: EnsembleNames, batch: int) -> str:
         backend='platform: "ensemble"',
         max_batch_size=batch,
         inputs=[
-            _tensor(IMAGE_BYTES, "TYPE_STRING", (1,)),
+            _encoded(IMAGE_BYTES),
             _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
         ],
-        outputs=[_tensor(DETECTIONS_JSON, "TYPE_STRING", (1,))],
+        outputs=[_encoded(DETECTIONS_JSON)],
         extra="ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n",
     )
 
@@ -323,7 +350,7 @@ def _net_config(
 ) -> str:
     """The network model's config.pbtxt (``extra``: its instance_group)."""
     net_inputs, net_outputs = _net_tensors(meta)
-    if net_backend == "python":
+    if net_backend in ("python", "torch"):
         return _config(
             name,
             backend='backend: "python"',
@@ -370,7 +397,10 @@ def _next_version(repository: Path, names: EnsembleNames) -> int:
 def _find_onnx(export: Path) -> Path:
     if export.is_file():
         if export.suffix.lower() != ".onnx":
-            raise PublishError(f"{export}: expected an exported .onnx file")
+            raise PublishError(
+                f"{export}: expected an exported .onnx file (a checkpoint is served by the "
+                "torch net backend)"
+            )
         return export
     if export.is_dir():
         found = sorted(export.glob("*.onnx"))
@@ -520,6 +550,10 @@ def _version_files(
     if network.backend == "python":
         files[names.net]["model.py"] = MODELS_DIR / "network" / "model.py"
         files[names.net][OPS_FILE.name] = OPS_FILE
+    if network.backend == "torch":
+        net_settings = shared | {"precision": network.precision}
+        files[names.net]["settings.json"] = json.dumps(net_settings)
+        files[names.net]["model.py"] = TORCH_MODEL_FILE
     return files
 
 
@@ -536,6 +570,8 @@ class _Network:
     """``graph``'s name in the version folder (``model.onnx`` or ``model.plan``)."""
     engine_cache: bool
     """Whether onnxruntime's TensorRT accelerator caches its engines."""
+    precision: str
+    """What the config records: the export's data type; the torch backend's autocast."""
 
 
 def _resolve_network(
@@ -547,23 +583,26 @@ def _resolve_network(
     max_batch_size: int | None,
     engine: Path | None,
     triton_tensorrt_version: str,
+    precision: str = "auto",
 ) -> _Network:
     """The network of this publish; every check that needs no writing happens here.
+
+    ``onnx_path`` is the checkpoint for the torch backend.
 
     Raises:
         PublishError: an unknown backend, tensorrt on the CPU, or a TensorRT engine that
             is missing or that the Triton cannot load (:func:`engines.check_engine`).
     """
-    chosen = net_backend or placement.default_net_backend()
-    if chosen not in NET_BACKENDS:
-        raise PublishError(f"net backend {chosen!r}: expected one of {NET_BACKENDS}")
-    backend = cast(NetBackend, chosen)
+    backend = _chosen_backend(net_backend, placement)
     batch = _net_batch(meta, backend, max_batch_size or meta.max_batch_size)
+    if backend == "torch":
+        chosen = _torch_precision(precision, placement)
+        return _Network(backend, batch, onnx_path, CHECKPOINT_FILENAME, False, chosen)
     if backend != "tensorrt":
         cache = backend == "onnxruntime" and placement.device == "gpu"
         if cache and meta.data_type == "int8":
             _check_int8_for_tensorrt(onnx_path)
-        return _Network(backend, batch, onnx_path, "model.onnx", cache)
+        return _Network(backend, batch, onnx_path, "model.onnx", cache, meta.data_type)
     if placement.device != "gpu":
         raise PublishError("the tensorrt net backend runs on GPUs only: publish with device gpu")
     plan = engine if engine is not None else onnx_path.with_suffix(".engine")
@@ -577,7 +616,26 @@ def _resolve_network(
     except EngineError as exc:
         hint = "" if engine is not None else " (looked for the engine next to the ONNX)"
         raise PublishError(f"{exc}{hint}") from None
-    return _Network(backend, batch, plan, "model.plan", engine_cache=False)
+    return _Network(backend, batch, plan, "model.plan", False, meta.data_type)
+
+
+def _chosen_backend(net_backend: str | None, placement: Placement) -> NetBackend:
+    chosen = net_backend or placement.default_net_backend()
+    if chosen not in NET_BACKENDS:
+        raise PublishError(f"net backend {chosen!r}: expected one of {NET_BACKENDS}")
+    return cast(NetBackend, chosen)
+
+
+def _torch_precision(precision: str, placement: Placement) -> str:
+    """The torch backend's precision as its config records it: ``auto`` stays (the GPU
+    decides when the model loads) except on the CPU, which runs fp32 only."""
+    if precision not in PRECISIONS:
+        raise PublishError(f"precision {precision!r}: expected one of {PRECISIONS}")
+    if placement.device == "cpu":
+        if precision not in ("auto", "fp32"):
+            raise PublishError(f"precision {precision}: autocast runs on GPUs only")
+        return "fp32"
+    return precision
 
 
 def _check_int8_for_tensorrt(onnx_path: Path) -> None:
@@ -614,11 +672,13 @@ def publish(
     instances: int = 1,
     image_limits: ImageLimits | None = None,
     activate: Callable[[int], None] | None = None,
+    precision: str = "auto",
 ) -> int:
     """Add the export as a new version of ``name`` in ``repository``; return the version.
 
     Args:
-        export: an exported ``.onnx`` (or a folder holding exactly one).
+        export: an exported ``.onnx`` (or a folder holding exactly one); for the torch
+            net backend, a train or prune job's checkpoint instead.
         repository: the Triton model repository root (created if missing).
         name: the ensemble's name clients call (:data:`protocol.MODEL_NAME_PATTERN`).
         label_map, spec: override what the export's metadata says (normally omitted).
@@ -638,6 +698,8 @@ def publish(
             but Pillow's.
         activate: called with the new version once it is written (to load it in Triton);
             if it raises, the publish is undone and the exception propagates.
+        precision: the torch backend's (:data:`placement.PRECISIONS`; ``auto``: bf16 on
+            GPUs with native bf16, fp16 on other GPUs, fp32 on the CPU).
 
     All or nothing: the version folders are complete (staged, then moved) before the
     configs change, and any failure undoes every move and write, so the repository is
@@ -650,15 +712,17 @@ def publish(
     """
     _check_name(name)
     placement = placement or Placement()
-    onnx_path, meta = _export_metadata(Path(export), label_map, spec)
+    backend = _chosen_backend(net_backend, placement)
+    onnx_path, meta = _source_metadata(Path(export), backend, label_map, spec, max_batch_size)
     network = _resolve_network(
         onnx_path,
         meta,
-        net_backend,
+        backend,
         placement,
         max_batch_size=max_batch_size,
         engine=engine,
         triton_tensorrt_version=triton_tensorrt_version or TRITON_TENSORRT_VERSION,
+        precision=precision,
     )
     names, repository = EnsembleNames(name), Path(repository)
     history = _read_history(repository / name / "versions.json")
@@ -672,6 +736,7 @@ def publish(
         instances=instances,
         placement=placement,
         engine_cache=cache if network.engine_cache else None,
+        precision=network.precision,
     )
     history.append(_history_entry(version, onnx_path, meta, network, placement))
     files = _version_files(names, meta, network, image_limits)
@@ -680,13 +745,25 @@ def publish(
     return version
 
 
-def _export_metadata(
-    export: Path, label_map: LabelMap | None, spec: ExperimentSpec | None
+def _source_metadata(
+    export: Path,
+    backend: NetBackend,
+    label_map: LabelMap | None,
+    spec: ExperimentSpec | None,
+    max_batch_size: int | None,
 ) -> tuple[Path, GraphMetadata]:
-    """The export's ONNX file and its metadata, with ``label_map`` and ``spec`` in place of
-    the export's own where given."""
-    onnx_path = _find_onnx(export)
-    meta = _read_metadata(onnx_path)
+    """The file the network serves (the export's ONNX; the checkpoint for the torch
+    backend) and its metadata, with ``label_map`` and ``spec`` in place of its own where
+    given."""
+    if backend == "torch":
+        try:
+            meta = checkpoint_metadata(export, max_batch_size=max_batch_size)
+        except NotACheckpoint as exc:
+            raise PublishError(str(exc)) from None
+        onnx_path = export
+    else:
+        onnx_path = _find_onnx(export)
+        meta = _read_metadata(onnx_path)
     if label_map is not None or spec is not None:
         meta = replace(meta, spec=spec or meta.spec, label_map=label_map or meta.label_map)
     return onnx_path, meta
@@ -703,6 +780,7 @@ def _history_entry(
         "image_size": list(meta.image_size),
         "net_backend": network.backend,
         "device": placement.device,
+        "precision": network.precision,
     }
     if network.backend == "tensorrt":
         entry["engine"] = str(network.graph)

@@ -554,3 +554,42 @@ def detections_to_coco(
 def encode_detections(results: Sequence[dict[str, Any]]) -> bytes:
     """The ``detections_json`` bytes of one image (compact JSON list)."""
     return json.dumps(list(results), separators=(",", ":")).encode()
+
+
+# --------------------------------------------------------------------------- Triton tensors
+# The python backend's stub (PyPI and 24.12 Triton builds) is built with a pybind11 older
+# than numpy 2 support, which reads a dtype's item size where numpy 1 kept it. Under
+# numpy 2 it reads 0: the stub copies every input element from the first one (inputs arrive
+# as one repeated value, zeros where the first is zero), sizes outputs at 0 bytes and loses
+# BYTES tensors. So inputs are read by DLPack (np.from_dlpack, right under numpy 1 and 2),
+# outputs handed over by DLPack under numpy 2 and as arrays under numpy 1 (whose DLPack
+# capsules that stub refuses), and the ensemble's encoded image and answer travel as UINT8
+# (docs/architecture.md, "numpy 2 in the python backend").
+NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
+
+
+def input_array(pb_utils: Any, request: Any, name: str) -> np.ndarray:
+    """Input ``name`` of ``request`` as a numpy view of the stub's buffer (valid during
+    ``execute``; copy what must outlive it)."""
+    return np.from_dlpack(pb_utils.get_input_tensor_by_name(request, name))
+
+
+def output_tensor(pb_utils: Any, name: str, array: np.ndarray) -> Any:
+    """A ``pb_utils.Tensor`` holding ``array`` (made C-contiguous)."""
+    array = np.ascontiguousarray(array)
+    if NUMPY_2:
+        return pb_utils.Tensor.from_dlpack(name, array)
+    return pb_utils.Tensor(name, array)
+
+
+def padded_rows(items: Sequence[bytes], fill: bytes) -> np.ndarray:
+    """``items`` as a uint8 ``[n, L]`` array, each row padded with ``fill`` to the longest.
+
+    ``detections_json`` rows are padded with spaces (JSON ignores trailing whitespace),
+    ``image_bytes`` rows with zero bytes (JPEG and PNG decoders stop at their end marker).
+    """
+    longest = max((len(item) for item in items), default=0)
+    rows = np.full((len(items), longest), fill[0], dtype=np.uint8)
+    for row, item in zip(rows, items, strict=True):
+        row[: len(item)] = np.frombuffer(item, dtype=np.uint8)
+    return rows

@@ -89,10 +89,7 @@ class TritonPythonModel:
         self.static_batch = first if isinstance(first, int) else None
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        per_request = [
-            pb_utils.get_input_tensor_by_name(request, ops.NET_INPUT).as_numpy()
-            for request in requests
-        ]
+        per_request = [ops.input_array(pb_utils, request, ops.NET_INPUT) for request in requests]
         images = np.concatenate(per_request).astype(np.float32, copy=False)
         outputs = ops.run_batched(self._run, images, self.static_batch)
         responses = []
@@ -101,7 +98,7 @@ class TritonPythonModel:
             rows = slice(start, start + len(item))
             start += len(item)
             tensors = [
-                pb_utils.Tensor(name, np.ascontiguousarray(out[rows]))
+                ops.output_tensor(pb_utils, name, out[rows])
                 for name, out in zip(self.output_names, outputs, strict=True)
             ]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))

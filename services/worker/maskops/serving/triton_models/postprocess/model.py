@@ -2,9 +2,10 @@
 
 Inputs per batch item: ``boxes``, ``scores``, ``labels``, ``masks``, ``num_detections``
 (the network's outputs), ``scale`` and ``orig_hw`` (the preprocessing's) and
-``score_threshold`` FP32 ``[1]`` (the client's). Output: ``detections_json`` BYTES ``[1]``,
-a JSON list of COCO results (category id and name from the label map, bbox xywh in
-original pixels, score, segmentation as compressed RLE pasted into the original size).
+``score_threshold`` FP32 ``[1]`` (the client's). Output: ``detections_json`` UINT8 ``[L]``,
+the UTF-8 text of a JSON list of COCO results (category id and name from the label map,
+bbox xywh in original pixels, score, segmentation as compressed RLE pasted into the
+original size); the rows of one request are padded with spaces to the longest.
 """
 
 from __future__ import annotations
@@ -33,12 +34,10 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
-            t = {
-                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-                for name in self.inputs
-            }
-            encoded = [[self._image(t, i)] for i in range(t["scores"].shape[0])]
-            out = pb_utils.Tensor(ops.DETECTIONS_JSON, np.array(encoded, dtype=np.object_))
+            t = {name: ops.input_array(pb_utils, request, name) for name in self.inputs}
+            encoded = [self._image(t, i) for i in range(t["scores"].shape[0])]
+            rows = ops.padded_rows(encoded, fill=b" ")
+            out = ops.output_tensor(pb_utils, ops.DETECTIONS_JSON, rows)
             responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
         return responses
 

@@ -1,6 +1,7 @@
 """``_<name>.preprocess``: encoded image bytes -> resized, padded float image + scale + size.
 
-Inputs (per batch item): ``image_bytes`` BYTES ``[1]``. Outputs: ``images`` FP32
+Inputs (per batch item): ``image_bytes`` UINT8 ``[L]``, the encoded file (zero bytes may
+follow it). Outputs: ``images`` FP32
 ``[3, H, W]`` (RGB 0..1, the graph normalises), ``scale`` FP32 ``[1]``, ``orig_hw`` INT32
 ``[2]``. A request whose bytes do not decode, or whose image is beyond the limits in
 settings.json (written by publish from the API's own: ``max_image_pixels``,
@@ -41,11 +42,10 @@ class TritonPythonModel:
         return [self._answer(request) for request in requests]
 
     def _answer(self, request: Any) -> Any:
-        encoded = pb_utils.get_input_tensor_by_name(request, ops.IMAGE_BYTES).as_numpy()
+        encoded = ops.input_array(pb_utils, request, ops.IMAGE_BYTES)
         try:
             prepared = [
-                self._prepare(bytes(item.reshape(-1)[0]), f"image {i}")
-                for i, item in enumerate(encoded)
+                self._prepare(item.tobytes(), f"image {i}") for i, item in enumerate(encoded)
             ]
         except ops.ImageDecodeError as exc:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
@@ -54,9 +54,9 @@ class TritonPythonModel:
         sizes = np.array([p[2] for p in prepared], dtype=np.int32)
         return pb_utils.InferenceResponse(
             output_tensors=[
-                pb_utils.Tensor(ops.NET_INPUT, images),
-                pb_utils.Tensor(ops.SCALE, scales),
-                pb_utils.Tensor(ops.ORIG_HW, sizes),
+                ops.output_tensor(pb_utils, ops.NET_INPUT, images),
+                ops.output_tensor(pb_utils, ops.SCALE, scales),
+                ops.output_tensor(pb_utils, ops.ORIG_HW, sizes),
             ]
         )
 

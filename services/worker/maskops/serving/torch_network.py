@@ -1,0 +1,134 @@
+"""A maskops checkpoint as the ensemble's network, run eagerly by PyTorch.
+
+The ``torch`` network backend (``torch_network_model.py`` in Triton's python backend), the
+in-process reference it is checked against and bench/gpu_serving.py all run this one
+forward, so served and in-process detections come from the same code:
+
+- in: ``images`` float32 ``[N, 3, H, W]``, RGB 0..1, resized and padded by the preprocess
+  model (the network normalises);
+- out: the exported graph's five padded tensors (:mod:`maskops.export.graph`):
+  ``boxes`` float32 ``[N, D, 4]``, ``scores`` float32 ``[N, D]``, ``labels`` int64
+  ``[N, D]``, ``masks`` float32 ``[N, D, M, M]`` probabilities, ``num_detections`` int32
+  ``[N, 1]``, on the network's device.
+
+Precision: ``fp32``; ``bf16`` or ``fp16`` autocast on CUDA; ``auto`` picks bf16 where the
+GPU computes it natively (Ampere and later) and fp16 elsewhere on CUDA, fp32 on the CPU
+(autocast is for CUDA here: on the CPU it would be slower and less exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from maskops.checkpoints.model_file import load_model
+from maskops.data.labels import LabelMap
+from maskops.serving.placement import PRECISIONS
+from maskops.spec.models import ExperimentSpec
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively (CUDA compute capability 8.0 and later)."""
+    if device.type != "cuda":
+        return False
+    major, _ = torch.cuda.get_device_capability(device)
+    return major >= 8
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """The precision the network runs at on ``device``: ``fp32``, ``bf16`` or ``fp16``.
+
+    Raises:
+        ValueError: an unknown precision, or bf16/fp16 asked for on the CPU.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: expected one of {PRECISIONS}")
+    if precision == "auto":
+        if device.type != "cuda":
+            return "fp32"
+        return "bf16" if native_bf16(device) else "fp16"
+    if precision != "fp32" and device.type != "cuda":
+        raise ValueError(f"precision {precision}: autocast runs on CUDA devices only")
+    return precision
+
+
+@dataclass(frozen=True)
+class NetworkInfo:
+    """What a checkpoint says the network is (the graph metadata's equivalent)."""
+
+    spec: ExperimentSpec
+    label_map: LabelMap
+    image_size: tuple[int, int]
+    max_detections: int
+    mask_resolution: int
+
+
+class TorchNetwork:
+    """A checkpoint in eval mode on ``device`` at ``precision`` (see module doc).
+
+    Heavy: builds the model and moves it to the device. ``channels_last`` stores the
+    weights and input in NHWC (a tuning arm on GPUs).
+    """
+
+    def __init__(
+        self,
+        checkpoint: Path,
+        *,
+        device: str | torch.device = "cpu",
+        precision: str = "auto",
+        channels_last: bool = False,
+    ) -> None:
+        loaded = load_model(checkpoint, map_location="cpu")
+        self.device = torch.device(device)
+        self.precision = resolve_precision(precision, self.device)
+        self.channels_last = channels_last
+        model: nn.Module = loaded.model.eval().to(self.device)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+        image_size = loaded.spec.data_config.image_size
+        self.info = NetworkInfo(
+            spec=loaded.spec,
+            label_map=loaded.label_map,
+            image_size=(int(image_size[0]), int(image_size[1])),
+            max_detections=int(loaded.model.roi_heads.detections_per_img),
+            mask_resolution=int(loaded.spec.maskrcnn_config.mrcnn_resolution),
+        )
+
+    @torch.inference_mode()
+    def __call__(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``images`` ``[N, 3, H, W]`` (any device) -> the five padded outputs."""
+        images = images.to(self.device, torch.float32, non_blocking=True)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        dtype = AUTOCAST_DTYPES.get(self.precision)
+        with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):
+            outputs = self.model(list(images))
+        return pad_outputs(outputs, self.info.max_detections)
+
+
+def pad_outputs(outputs: list[dict[str, torch.Tensor]], rows: int) -> tuple[torch.Tensor, ...]:
+    """The eval outputs of N images as the graph's padded tensors (``rows`` = D), float32
+    whatever autocast computed in; rows past ``num_detections`` are zero."""
+    boxes, scores, labels, masks, counts = [], [], [], [], []
+    for out in outputs:
+        pad = rows - int(out["scores"].shape[0])
+        boxes.append(F.pad(out["boxes"].float(), (0, 0, 0, pad)))
+        scores.append(F.pad(out["scores"].float(), (0, pad)))
+        labels.append(F.pad(out["labels"].long(), (0, pad)))
+        masks.append(F.pad(out["masks"][:, 0].float(), (0, 0, 0, 0, 0, pad)))
+        counts.append(rows - pad)
+    device = boxes[0].device if boxes else torch.device("cpu")
+    return (
+        torch.stack(boxes),
+        torch.stack(scores),
+        torch.stack(labels),
+        torch.stack(masks),
+        torch.tensor(counts, dtype=torch.int32, device=device).reshape(-1, 1),
+    )

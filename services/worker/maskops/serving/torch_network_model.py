@@ -1,0 +1,76 @@
+"""``_<name>.net`` on the ``torch`` network backend: the checkpoint run by PyTorch.
+
+Publish copies this file as the network's ``model.py``, next to ``model.pth`` (the train
+or prune job's checkpoint) and ``settings.json`` (``precision``, ``channels_last``). Unlike
+the other served models it imports torch and the maskops engine
+(:class:`maskops.serving.torch_network.TorchNetwork`, the same forward in-process
+inference runs): only the Triton images that install the engine serve it (the ``torch``
+variant of services/triton/Dockerfile; ``maskops serve``, whose Python has it).
+
+Inputs: ``images`` FP32 ``[3, H, W]`` per batch item; outputs as the ONNX network's
+(:mod:`maskops.serving.protocol`). The images of all the requests Triton's dynamic batcher
+hands over together run as one batch and the rows go back to their requests. Tensors
+cross the stub by DLPack both ways (numpy 2 safe, and a GPU output is handed over
+without a copy to host memory here).
+
+Device: a ``KIND_GPU`` instance runs on its GPU (``cuda:<device id>``), a ``KIND_CPU``
+one on the CPU; the network is built once, in ``initialize``, and Triton's log says where
+it runs and at which precision.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton_python_backend_utils as pb_utils
+
+from maskops.serving.protocol import NET_INPUT, NET_OUTPUTS
+from maskops.serving.torch_network import TorchNetwork
+
+
+def instance_device(args: dict[str, Any]) -> str:
+    """``cuda:<id>`` for a GPU instance, ``cpu`` otherwise."""
+    if args.get("model_instance_kind") == "GPU":
+        return f"cuda:{int(args.get('model_instance_device_id', 0))}"
+    return "cpu"
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, Any]) -> None:
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        settings = json.loads((version_dir / "settings.json").read_text())
+        device = instance_device(args)
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"{args.get('model_name')}: a GPU instance, but this torch sees no CUDA "
+                f"device (torch {torch.__version__}, CUDA {torch.version.cuda})"
+            )
+        self.network = TorchNetwork(
+            version_dir / "model.pth",
+            device=device,
+            precision=str(settings.get("precision", "auto")),
+            channels_last=bool(settings.get("channels_last", False)),
+        )
+        pb_utils.Logger.log_info(
+            f"{args.get('model_name')} instance {args.get('model_instance_name')}: torch "
+            f"{torch.__version__} on {device}, precision {self.network.precision}"
+        )
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        per_request = [
+            torch.from_dlpack(pb_utils.get_input_tensor_by_name(request, NET_INPUT))
+            for request in requests
+        ]
+        sizes = [int(item.shape[0]) for item in per_request]
+        outputs = self.network(torch.cat(per_request))
+        responses = []
+        for rows in zip(*(out.split(sizes) for out in outputs), strict=True):
+            tensors = [
+                pb_utils.Tensor.from_dlpack(name, row.contiguous())
+                for name, row in zip(NET_OUTPUTS, rows, strict=True)
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses
