@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 from maskops.serving.protocol import (
     DETECTIONS_JSON,
     IMAGE_BYTES,
+    NET_PARAMETERS,
     SCORE_THRESHOLD,
     EnsembleNames,
     decode_detections,
@@ -181,9 +182,48 @@ def served_version(url: str, model: str) -> str | None:
     return max(ready, key=int) if ready else None
 
 
-def _request(image: bytes, score_threshold: float) -> list[Any]:
-    data = httpclient.InferInput(IMAGE_BYTES, [1, 1], "BYTES")
-    data.set_data_from_numpy(np.array([[image]], dtype=np.object_), binary_data=True)
+def _encoded_datatype(client: Any, model: str, version: str) -> str:
+    """How the served version carries the encoded image: UINT8, or BYTES (versions
+    published before, see :data:`protocol.ENCODED_DATATYPES`)."""
+    metadata = client.get_model_metadata(model, version)
+    for tensor in metadata.get("inputs", []):
+        if tensor.get("name") == IMAGE_BYTES:
+            return str(tensor.get("datatype", "UINT8"))
+    return "UINT8"
+
+
+def network_placement(
+    url: str, name: str, *, version: str = "", timeout_s: float = 10.0
+) -> dict[str, str] | None:
+    """Where the network of published model ``name`` runs, from its loaded config:
+    ``{"net_backend", "device", "precision"}``; None for a version published before the
+    config recorded it.
+
+    Raises:
+        TritonUnavailable, ModelNotFound: Triton is away, or the network is not loaded.
+    """
+    net = EnsembleNames(name).net
+    try:
+        with _client(url, timeout_s=timeout_s) as client:
+            config = client.get_model_config(net, version)
+    except Exception as exc:
+        raise _translate(exc, net, version) from None
+    parameters = config.get("parameters", {})
+    found = {
+        ours: str(parameters[key].get("string_value", ""))
+        for key, ours in NET_PARAMETERS.items()
+        if key in parameters
+    }
+    return found or None
+
+
+def _request(image: bytes, score_threshold: float, datatype: str = "UINT8") -> list[Any]:
+    if datatype == "BYTES":
+        data = httpclient.InferInput(IMAGE_BYTES, [1, 1], "BYTES")
+        data.set_data_from_numpy(np.array([[image]], dtype=np.object_), binary_data=True)
+    else:
+        data = httpclient.InferInput(IMAGE_BYTES, [1, len(image)], "UINT8")
+        data.set_data_from_numpy(np.frombuffer(image, dtype=np.uint8)[None], binary_data=True)
     threshold = httpclient.InferInput(SCORE_THRESHOLD, [1, 1], "FP32")
     threshold.set_data_from_numpy(np.array([[score_threshold]], dtype=np.float32))
     return [data, threshold]
@@ -220,10 +260,11 @@ def infer_images(
     results: list[list[dict[str, Any]]] = []
     try:
         with _client(url, concurrency=len(images), timeout_s=timeout_s) as client:
+            datatype = _encoded_datatype(client, model, version)
             pending = [
                 client.async_infer(
                     model,
-                    _request(image, score_threshold),
+                    _request(image, score_threshold, datatype),
                     model_version=version,
                     outputs=[output],
                 )
@@ -237,8 +278,9 @@ def infer_images(
                     if isinstance(error, InvalidImage):
                         raise InvalidImage(f"image {index}: {error}") from None
                     raise error from None
-                raw = answer.as_numpy(DETECTIONS_JSON).reshape(-1)[0]
-                detections = decode_detections(raw)
+                raw = answer.as_numpy(DETECTIONS_JSON)
+                text = raw.tobytes() if raw.dtype == np.uint8 else raw.reshape(-1)[0]
+                detections = decode_detections(text)
                 for detection in detections:
                     detection["image_id"] = index
                 results.append(detections)
