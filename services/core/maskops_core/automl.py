@@ -66,6 +66,11 @@ def study_storage(settings: Settings) -> RDBStorage:
     return _storages[key]
 
 
+def storage_engines() -> list[Any]:
+    """The engines of the storages :func:`study_storage` made in this process."""
+    return [storage.engine for storage in _storages.values()]
+
+
 @dataclass(frozen=True)
 class TrialJob:
     """A trial's train job as the search's controller sees it."""

@@ -20,8 +20,9 @@ from maskops import device
 from maskops_core import workers
 from maskops_core.db.models import utcnow
 from maskops_core.db.session import make_engine, make_session_factory
-from maskops_core.settings import get_settings
+from maskops_core.settings import Settings, get_settings
 from maskops_core.workers import CUDA_UNUSABLE
+from maskops_worker.forks import FORK_GUARD
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,12 @@ def check_cuda_at_start(queues: list[str], gpu_queue: str) -> str:
 
 
 class _Beater(threading.Thread):
-    def __init__(self, hostname: str, queues: list[str]) -> None:
+    def __init__(self, hostname: str, queues: list[str], settings: Settings | None = None) -> None:
         super().__init__(name="worker-heartbeat", daemon=True)
         self.hostname = hostname
         self.queues = queues
         self.done = threading.Event()
-        self.settings = get_settings()
+        self.settings = settings or get_settings()
         self.engine = make_engine(self.settings)
         self.factory = make_session_factory(self.engine)
         self.started_at = utcnow()
@@ -69,22 +70,25 @@ class _Beater(threading.Thread):
                 return
 
     def _beat(self) -> None:
-        try:
-            workers.beat(
-                self.factory,
-                self.hostname,
-                queues=self.queues,
-                pid=os.getpid(),
-                started_at=self.started_at,
-                retention_s=self.settings.worker_row_retention_s,
-                gpus=self.gpus,
-                cuda=self.cuda,
-            )
-        except SQLAlchemyError as exc:
-            log.warning("worker heartbeat failed: %s", exc)
-        # No connection stays open between beats: pool children forked meanwhile must
-        # not inherit (and on exit close) a connection this thread uses.
-        self.engine.dispose()
+        # Under the fork guard: a pool process forked mid-transaction would inherit
+        # SQLite's write lock, held for ever (maskops_worker.forks).
+        with FORK_GUARD.held():
+            try:
+                workers.beat(
+                    self.factory,
+                    self.hostname,
+                    queues=self.queues,
+                    pid=os.getpid(),
+                    started_at=self.started_at,
+                    retention_s=self.settings.worker_row_retention_s,
+                    gpus=self.gpus,
+                    cuda=self.cuda,
+                )
+            except SQLAlchemyError as exc:
+                log.warning("worker heartbeat failed: %s", exc)
+            # No connection stays open between beats: pool children forked meanwhile
+            # must not inherit (and on exit close) a connection this thread uses.
+            self.engine.dispose()
 
     def stop(self) -> None:
         self.done.set()

@@ -22,6 +22,7 @@ from maskops_core.db.models import JobStatus
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.paths import relative_to_root
 from maskops_core.settings import Settings, get_settings
+from maskops_worker import forks, streak
 from maskops_worker.contract import (
     Action,
     JobCancelled,
@@ -66,7 +67,7 @@ def session_factory(settings: Settings) -> sessionmaker[Session]:
     """One engine per database per process (a worker runs many jobs)."""
     key = f"{settings.database_url}|{settings.database_schema}"
     if key not in _factories:
-        _factories[key] = make_session_factory(make_engine(settings))
+        _factories[key] = make_session_factory(forks.tracked(make_engine(settings)))
     return _factories[key]
 
 
@@ -110,11 +111,13 @@ def run_job(
             raise JobInputError(f"unknown action {job.action!r}")
         result = action(ctx)
         status = JobStatus.cancelled if ctx.cancel_requested else JobStatus.succeeded
+        streak.task_ended(None)
     except JobCancelled as cancelled:
         status, result = JobStatus.cancelled, cancelled.result
     except JobRequeued as requeued:
         status, error = JobStatus.queued, relative_to_root(str(requeued), settings.data_root)
     except Exception as exc:
+        streak.task_ended(exc)
         error = relative_to_root(_one_line(exc), settings.data_root)
         ctx.job_log.write(traceback.format_exc())
     finally:

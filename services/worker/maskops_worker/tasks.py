@@ -21,13 +21,11 @@ import time
 from typing import Any
 
 from celery.exceptions import Reject
-from kombu.exceptions import OperationalError as BrokerOperationalError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from sqlalchemy.exc import OperationalError as DatabaseOperationalError
 
 from maskops_core.actions import TRAIN_NODE_TASK, JobAction
 from maskops_core.identity import database_identity
 from maskops_core.settings import get_settings
+from maskops_worker import streak
 from maskops_worker.celery_app import app
 from maskops_worker.runner import run_job, run_node, session_factory
 
@@ -37,11 +35,7 @@ FOREIGN_REQUEUE_DELAY_S = 1.0
 """Pause before another stack's message goes back (its own workers take it meanwhile; a
 worker does not spin on it)."""
 
-RETRYABLE: tuple[type[BaseException], ...] = (
-    BrokerOperationalError,
-    RedisConnectionError,
-    DatabaseOperationalError,
-)
+RETRYABLE = streak.INFRASTRUCTURE_ERRORS
 
 
 def check_origin(job_id: int, stack: str, database: str) -> None:
@@ -64,8 +58,12 @@ def check_origin(job_id: int, stack: str, database: str) -> None:
 
 def _register(action: JobAction) -> Any:
     def task(job_id: int, stack: str = "", database: str = "") -> str:
-        check_origin(job_id, stack, database)
-        return run_job(job_id)
+        try:
+            check_origin(job_id, stack, database)
+            return run_job(job_id)
+        except RETRYABLE as exc:  # its database or broker refused this worker
+            streak.task_ended(exc)
+            raise
 
     task.__name__ = action.value
     task.__qualname__ = action.value
