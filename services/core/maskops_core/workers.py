@@ -33,6 +33,7 @@ def beat(
     retention_s: float,
     gpus: int = 0,
     cuda: str = "",
+    failing: str = "",
 ) -> None:
     """Create or refresh this worker's row, and delete the rows of workers that have not
     beaten for ``retention_s`` (killed without a clean stop: nothing else removes them)."""
@@ -47,6 +48,7 @@ def beat(
         row.pid = pid
         row.gpus = gpus
         row.cuda = cuda
+        row.failing = failing
         row.started_at = started_at
         row.last_seen = utcnow()
 
@@ -109,6 +111,7 @@ def check_workers(
         for row in live
         if row.cuda.startswith(CUDA_UNUSABLE)
     ]
+    broken += [f"worker {row.hostname}: {row.failing}" for row in live if row.failing]
     stalled = stalled_queues(session, settings, now=now)
     return "; ".join(missing + broken + stalled) or "ok"
 

@@ -22,6 +22,7 @@ from maskops_core.db.models import utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings, get_settings
 from maskops_core.workers import CUDA_UNUSABLE
+from maskops_worker import streak
 from maskops_worker.forks import FORK_GUARD
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class _Beater(threading.Thread):
                     retention_s=self.settings.worker_row_retention_s,
                     gpus=self.gpus,
                     cuda=self.cuda,
+                    failing=streak.failing(),
                 )
             except SQLAlchemyError as exc:
                 log.warning("worker heartbeat failed: %s", exc)

@@ -3,7 +3,8 @@
 SQLite marks a process's locks in memory shared by its connections; a process forked while
 another thread held the write lock inherits the mark, and its writes fail with "database is
 locked" for ever. The heartbeat's transaction holds off forks; a pool process that inherited
-a lock anyway exits for a fresh one.
+a lock anyway exits for a fresh one; a worker whose tasks all fail on its database or broker
+says so in its heartbeat row, which ``/readyz`` reports.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core.settings import Settings
-from maskops_worker import forks
+from maskops_core.workers import check_workers
+from maskops_worker import forks, streak
 from maskops_worker.liveness import _Beater
 
 
@@ -123,3 +127,28 @@ def test_a_pool_process_that_can_write_carries_on(settings: Settings) -> None:
 
     assert forks.sqlite_files(settings) == [_db(settings)]
     assert _child_exit_code(start_pool_process) == 0
+
+
+def test_readyz_sees_a_worker_whose_tasks_all_fail_on_its_database(
+    settings: Settings, factory: sessionmaker[Session], beater: _Beater
+) -> None:
+    locked = OperationalError("INSERT ...", {}, sqlite3.OperationalError("database is locked"))
+    try:
+        for _ in range(streak.FAILING_AFTER):
+            beater._beat()
+            with factory() as session:
+                assert check_workers(session, settings) == "ok"
+            streak.task_ended(locked)
+        beater._beat()
+        with factory() as session:
+            check = check_workers(session, settings)
+        assert check.startswith(
+            f"worker w1@host: its last {streak.FAILING_AFTER} tasks failed on infrastructure"
+            " errors (last: OperationalError: (sqlite3.OperationalError) database is locked"
+        ), check
+        streak.task_ended(ValueError("a job's own failure ends the run"))
+        beater._beat()
+        with factory() as session:
+            assert check_workers(session, settings) == "ok"
+    finally:
+        streak.task_ended(None)

@@ -232,6 +232,9 @@ class WorkerHeartbeat(Base):
     cuda: Mapped[str] = mapped_column(Text, default="", server_default="")
     """Its CUDA check at start (``maskops.device``): ``ok: ...``, ``no GPU ...``, ``unusable:
     <why>`` or ``failed: <why>``; empty until the check has run."""
+    failing: Mapped[str] = mapped_column(Text, default="", server_default="")
+    """Empty, or how its last tasks failed on its database or broker, all in a row (a pool
+    process that fails everything it takes): ``/readyz`` reports it."""
 
 
 class DatabaseIdentity(Base):
