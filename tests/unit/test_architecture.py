@@ -47,6 +47,7 @@ FORBIDDEN = {
 LIGHT_ENGINE_MODULES = {
     "maskops.atomic",
     "maskops.data.convert_options",
+    "maskops.data.limits",
     "maskops.engine.train_options",
     "maskops.evaluation.inference_options",
     "maskops.evaluation.options",

@@ -23,7 +23,7 @@ from pydantic_core import CoreSchema
 
 from maskops_core import names, options
 from maskops_core.actions import JobAction
-from maskops_core.dataset_formats import DatasetFormat
+from maskops_core.dataset_formats import MAX_LABEL_CHARS, MAX_LABELS, DatasetFormat
 from maskops_core.db.models import JobStatus
 from maskops_core.paths import RELATIVE_PATH_PATTERN
 
@@ -168,9 +168,9 @@ class DatasetCreate(_Body):
         "yolo-seg (a folder of .txt). Others are converted to COCO at registration, kept "
         "as GET /datasets/{id}/coco/{split}.",
     )
-    labels: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+    labels: list[Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS)]] | None = Field(
         default=None,
-        max_length=10_000,
+        max_length=MAX_LABELS,
         description="Category names in id order (id 1 first); objects with other labels "
         "are reported (unknown_label) and left out. Default: names in order of appearance "
         "(voc: VOC's 20 classes; yolo-seg: data.yaml's names). Not used for coco, whose "

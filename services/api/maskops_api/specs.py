@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import maskops.spec as spec_pkg
+from maskops.data.limits import MAX_INSTANCES
 from maskops.spec.errors import SpecError
 from maskops.spec.models import ExperimentSpec
 from maskops_core.paths import check_client_path
@@ -30,13 +31,13 @@ __all__ = [
 
 # What this service agrees to run, beyond what the engine's spec model checks: values the
 # engine accepts but a worker cannot hold in memory (num_classes 10^9 made one try to
-# allocate a terabyte). API-only, so the engine's models stay TAO's.
+# allocate a terabyte). API-only, so the engine's models stay TAO's. MAX_INSTANCES is
+# maskops.data.limits': the dataset readers keep no more objects of one image either.
 MAX_NUM_CLASSES = 4096
 MAX_BATCH_SIZE = 256
 MAX_IMAGE_SIDE = 4096
 MAX_BATCH_PIXELS = 2**27
 """Images of a batch together (batch x height x width): 32 images of 2048 x 2048."""
-MAX_INSTANCES = 10_000
 
 
 def check_limits(spec: ExperimentSpec, *, source: str) -> None:

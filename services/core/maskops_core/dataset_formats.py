@@ -15,9 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskops.data.convert_options import FORMAT_NAMES, DatasetFormat
+from maskops.data.limits import MAX_LABEL_CHARS, MAX_LABELS
 
 DATASET_FORMATS = FORMAT_NAMES
-__all__ = ["DATASET_FORMATS", "EXPECTED", "DatasetFormat", "format_problem"]
+__all__ = [
+    "DATASET_FORMATS",
+    "EXPECTED",
+    "MAX_LABELS",
+    "MAX_LABEL_CHARS",
+    "DatasetFormat",
+    "format_problem",
+]
 FOLDER_FORMATS = frozenset({"labelme", "voc", "yolo-seg"})
 """Formats whose annotations are a folder (labelme also takes a single file)."""
 

@@ -38,7 +38,8 @@ Image kinds (values: short details):
 Source-format kinds (datasets labelled in another tool's format, read by
 :mod:`maskops.data.formats`; keyed by image id, or by the source file's name when no image
 could be read from it): ``malformed_record``, ``unknown_label``, ``unsupported_shape``,
-``mask_polygon_mismatch``, ``default_label`` (see :mod:`maskops.data.formats.builder`).
+``mask_polygon_mismatch``, ``default_label``, ``beyond_limit`` (see
+:mod:`maskops.data.formats.builder`).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ FORMAT_KINDS = (
     "unsupported_shape",
     "mask_polygon_mismatch",
     "default_label",
+    "beyond_limit",
 )
 WARNING_KINDS = ANNOTATION_KINDS + IMAGE_KINDS + FORMAT_KINDS
 

@@ -19,6 +19,10 @@ image id as text, or the source file's name when no image could be read from it)
                            overlap less than :data:`MISMATCH_IOU`: the mask is kept
     default_label          an object the format gives no label (a VIA region with empty
                            ``region_attributes``): it takes :meth:`CocoBuilder.default_label`
+    beyond_limit           a record beyond :mod:`maskops.data.limits`: a mask or instance
+                           map of more than ``MAX_PIXELS`` (refused before it is decoded),
+                           an image's objects past ``MAX_INSTANCES``, a category name
+                           longer than ``MAX_LABEL_CHARS`` or past ``MAX_LABELS``: left out
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from maskops.data.coco import DatasetError
+from maskops.data.limits import MAX_INSTANCES, MAX_LABEL_CHARS, MAX_LABELS, MAX_PIXELS
 from maskops.data.validate import FORMAT_KINDS, clip_polygon
 
-__all__ = ["DEFAULT_LABEL", "FORMAT_KINDS", "CocoBuilder", "FormatMismatch"]
+__all__ = ["DEFAULT_LABEL", "FORMAT_KINDS", "BeyondLimit", "CocoBuilder", "FormatMismatch"]
 DEFAULT_LABEL = "object"
 """The label of an object given none, when the user's label list is not a single name."""
 MISMATCH_IOU = 0.5
@@ -46,6 +51,17 @@ Polygon = Sequence[float]
 
 class FormatMismatch(DatasetError):
     """The annotations are not in the declared format; the message says what was expected."""
+
+
+class BeyondLimit(ValueError):
+    """A record beyond :mod:`maskops.data.limits` (reported as ``beyond_limit``)."""
+
+
+def check_pixels(width: int, height: int) -> None:
+    """Raise :class:`BeyondLimit` for a mask of more than ``MAX_PIXELS`` (before it is
+    allocated: a 207-byte CVAT ``<mask>`` claiming 20000 x 20000 pixels cost 830 MB)."""
+    if width * height > MAX_PIXELS:
+        raise BeyondLimit(f"{width} x {height} pixels, above the limit of {MAX_PIXELS}")
 
 
 @dataclass
@@ -61,13 +77,28 @@ class CocoBuilder:
     objects: int = 0
     """Objects handed to the builder, kept or not (a label it left out included)."""
     _category_ids: dict[str, int] = field(default_factory=dict)
+    _objects_of: dict[int, int] = field(default_factory=dict)
+    """Objects kept of each image id."""
 
     def __post_init__(self) -> None:
         if self.labels is not None:
             names = [str(n) for n in self.labels]
             if len(set(names)) != len(names) or not all(names):
                 raise ValueError(f"labels must be distinct non-empty names, got {names}")
+            if len(names) > MAX_LABELS or max(map(len, names), default=0) > MAX_LABEL_CHARS:
+                raise ValueError(
+                    f"labels: at most {MAX_LABELS} names of at most {MAX_LABEL_CHARS} characters"
+                )
             self._category_ids = {name: k for k, name in enumerate(names, start=1)}
+
+    def room(self, image_id: int) -> bool:
+        """Whether the image takes one more object (at most ``MAX_INSTANCES``); the first
+        one refused is reported. Readers ask before decoding an object's mask."""
+        kept = self._objects_of.get(image_id, 0)
+        if kept == MAX_INSTANCES:
+            self.note(image_id, "beyond_limit", f"objects past {MAX_INSTANCES} left out")
+            self._objects_of[image_id] = kept + 1  # reported once
+        return kept < MAX_INSTANCES
 
     def note(self, key: str | int, kind: str, item: Any) -> None:
         """Record a finding under an image id (int) or a source file's name (str)."""
@@ -103,8 +134,14 @@ class CocoBuilder:
         label = str(label).strip()
         if label in self._category_ids:
             return self._category_ids[label]
+        if len(label) > MAX_LABEL_CHARS:
+            self.note(image_id, "beyond_limit", f"label {label[:40]!r}...: {len(label)} chars")
+            return None
         if self.labels is not None or not label:
             self.note(image_id, "unknown_label", label)
+            return None
+        if len(self._category_ids) == MAX_LABELS:
+            self.note(image_id, "beyond_limit", f"label {label!r}: past {MAX_LABELS} labels")
             return None
         self._category_ids[label] = len(self._category_ids) + 1
         return self._category_ids[label]
@@ -113,6 +150,8 @@ class CocoBuilder:
         self, image_id: int, label: str, polygons: Sequence[Polygon], *, iscrowd: bool = False
     ) -> int | None:
         """One object drawn as one or more polygons; its id, or None when left out."""
+        if not self.room(image_id):
+            return None
         category = self.category_id(image_id, label)
         if category is None:
             return None
@@ -138,10 +177,13 @@ class CocoBuilder:
     ) -> int | None:
         """One object given as a binary mask (height x width). ``drawn_as``: the polygon
         the format also gives for it, checked against the mask."""
+        if not self.room(image_id):
+            return None
         category = self.category_id(image_id, label)
         if category is None:
             return None
-        rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+        # No copy of a Fortran-ordered uint8 mask (readers allocate theirs so).
+        rle = mask_utils.encode(np.asfortranarray(mask, dtype=np.uint8))
         height, width = (int(v) for v in rle["size"])
         if (
             drawn_as is not None
@@ -174,6 +216,7 @@ class CocoBuilder:
         """``area``: the mask's pixel count; None: the box's (the COCO conversion computes
         every area again from the rasterised shape)."""
         annotation_id = len(self.annotations) + 1
+        self._objects_of[image_id] = self._objects_of.get(image_id, 0) + 1
         self.annotations.append(
             {
                 "id": annotation_id,

@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from maskops.data.formats.builder import CocoBuilder, FormatMismatch, rectangle
+from maskops.data.formats.builder import (
+    BeyondLimit,
+    CocoBuilder,
+    FormatMismatch,
+    check_pixels,
+    rectangle,
+)
 
 EXPECTED = "a CVAT for images 1.1 XML file (root <annotations> with <image> elements)"
 
@@ -53,10 +59,14 @@ def _image(
         try:
             label = shape.attrib["label"]
             if shape.tag == "mask":
-                builder.add_mask(image_id, label, _mask(shape.attrib, width, height))
+                if builder.room(image_id):  # asked first: the mask is decoded at full size
+                    builder.add_mask(image_id, label, _mask(shape.attrib, width, height))
                 continue
             polygon = _polygon(shape)
-        except (KeyError, ValueError) as exc:
+        except BeyondLimit as exc:
+            builder.note(image_id, "beyond_limit", f"<{shape.tag}> {index}: {exc}")
+            continue
+        except (KeyError, ValueError, OverflowError) as exc:  # int(float("1e999"))
             builder.note(image_id, "malformed_record", f"<{shape.tag}> {index}: {exc!r}")
             continue
         if polygon is None:
@@ -79,13 +89,19 @@ def _polygon(shape: ET.Element) -> list[float] | None:
 
 
 def _mask(attrib: dict[str, str], width: int, height: int) -> np.ndarray:
+    """The mask (uint8, height x width, Fortran order as pycocotools encodes it); raises
+    :class:`BeyondLimit` before allocating more than the image pixel limit."""
     left, top = int(float(attrib["left"])), int(float(attrib["top"]))
     box_w, box_h = int(float(attrib["width"])), int(float(attrib["height"]))
+    check_pixels(width, height)
+    check_pixels(box_w, box_h)
+    if min(left, top, box_w, box_h) < 0:
+        raise ValueError(f"box at {left}, {top} of {box_w} x {box_h} pixels")
     runs = [int(v) for v in attrib["rle"].split(",")]
     if sum(runs) != box_w * box_h:
         raise ValueError(f"rle covers {sum(runs)} pixels, the box {box_w * box_h}")
-    values = np.repeat(np.arange(len(runs)) % 2, runs).astype(np.uint8)
-    full = np.zeros((height, width), dtype=np.uint8)
+    values = np.repeat((np.arange(len(runs)) % 2).astype(np.uint8), runs)
+    full = np.zeros((height, width), dtype=np.uint8, order="F")
     crop = values.reshape(box_h, box_w)[: max(0, height - top), : max(0, width - left)]
     full[top : top + crop.shape[0], left : left + crop.shape[1]] = crop
     return full

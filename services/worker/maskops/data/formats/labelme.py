@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from maskops.data.formats.builder import CocoBuilder, FormatMismatch, rectangle
+from maskops.data.formats.builder import (
+    BeyondLimit,
+    CocoBuilder,
+    FormatMismatch,
+    check_pixels,
+    rectangle,
+)
 
 EXPECTED = "LabelMe JSON files (one per image, with 'shapes' and 'imagePath')"
 
@@ -63,10 +69,14 @@ def _image(builder: CocoBuilder, document: dict[str, Any], image_path: str) -> N
             if kind == "mask":
                 if width is None or height is None:
                     raise ValueError("a mask shape needs imageWidth and imageHeight")
-                mask, box = _mask(shape["mask"], points, height, width)
-                builder.add_mask(image_id, label, mask, drawn_as=box)
+                if builder.room(image_id):  # asked first: the mask is decoded at full size
+                    mask, box = _mask(shape["mask"], points, height, width)
+                    builder.add_mask(image_id, label, mask, drawn_as=box)
                 continue
             polygon = _polygon(kind, points)
+        except BeyondLimit as exc:
+            builder.note(image_id, "beyond_limit", f"shapes[{index}]: {exc}")
+            continue
         except (KeyError, TypeError, ValueError, OSError) as exc:
             builder.note(image_id, "malformed_record", f"shapes[{index}]: {exc!r}")
             continue
@@ -104,10 +114,16 @@ def _mask(
     data: str, points: list[tuple[float, float]], height: int, width: int
 ) -> tuple[np.ndarray, list[float]]:
     """labelme's mask shape: a PNG of the box from ``points[0]`` to ``points[1]``, placed
-    in a full-image mask; also that box as a polygon."""
+    in a full-image mask (Fortran order, as pycocotools encodes it); also that box as a
+    polygon. Raises :class:`BeyondLimit` before decoding more than the pixel limit."""
     (x0, y0), (x1, y1) = points[:2]
-    crop = np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("L")) > 0
-    full = np.zeros((height, width), dtype=np.uint8)
+    check_pixels(width, height)
+    try:
+        png = Image.open(io.BytesIO(base64.b64decode(data)))
+    except Image.DecompressionBombError as exc:  # Pillow's check, at the same limit
+        raise BeyondLimit(str(exc)) from None
+    crop = np.asarray(png.convert("L")) > 0
+    full = np.zeros((height, width), dtype=np.uint8, order="F")
     left, top = round(min(x0, x1)), round(min(y0, y1))
     part = crop[: max(0, height - top), : max(0, width - left)]
     full[top : top + part.shape[0], left : left + part.shape[1]] = part

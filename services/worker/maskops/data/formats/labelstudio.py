@@ -99,8 +99,10 @@ def _task(builder: CocoBuilder, file_name: str, results: list[Any]) -> None:
                 if value.get("format", "rle") != "rle":
                     builder.note(image_id, "unsupported_shape", f"brush {value['format']}")
                     continue
-                mask = labelstudio_rle.to_mask(value["rle"], int(w), int(h))
-                builder.add_mask(image_id, label, mask)
+                if builder.room(image_id):  # asked first: the mask is decoded at full size
+                    builder.add_mask(
+                        image_id, label, labelstudio_rle.to_mask(value["rle"], int(w), int(h))
+                    )
                 continue
             polygon = _polygon(kind, value, w / 100, h / 100)
         except (KeyError, TypeError, ValueError, IndexError) as exc:

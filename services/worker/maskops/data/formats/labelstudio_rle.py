@@ -23,13 +23,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from maskops.data.limits import MAX_PIXELS
+
 WORD_SIZE = 8
 RUN_FIELDS = (3, 4, 8, 16)
 """The field sizes Label Studio writes (the reader takes whatever the header says)."""
-MAX_PIXELS = 178_956_970
-"""Above this an image is refused: Pillow's ``DecompressionBombError`` threshold (twice
-``Image.MAX_IMAGE_PIXELS``), an image maskops could not open anyway; the decoded RGBA
-buffer is 4 bytes a pixel."""
 
 
 class _Bits:

@@ -20,7 +20,13 @@ import numpy as np
 from PIL import Image
 from pycocotools import mask as mask_utils
 
-from maskops.data.formats.builder import CocoBuilder, FormatMismatch, rectangle
+from maskops.data.formats.builder import (
+    BeyondLimit,
+    CocoBuilder,
+    FormatMismatch,
+    check_pixels,
+    rectangle,
+)
 
 EXPECTED = "a Pascal VOC folder with SegmentationObject/ and SegmentationClass/ PNGs"
 VOC_CLASSES = (
@@ -30,6 +36,7 @@ VOC_CLASSES = (
 )  # fmt: skip
 _VOID = 255
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+_INDEX_MODES = ("P", "L")
 
 
 def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
@@ -44,10 +51,12 @@ def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
             path.stem + ".jpg",
         )
         try:
-            objects = np.asarray(Image.open(path))
-            classes = np.asarray(Image.open(classes_dir / path.name))
-            if objects.ndim != 2 or objects.shape != classes.shape:
-                raise ValueError("object and class PNGs must be single-channel and equal-sized")
+            objects, classes = _indices(path), _indices(classes_dir / path.name)
+            if objects.shape != classes.shape:
+                raise ValueError("object and class PNGs must be equal-sized")
+        except BeyondLimit as exc:
+            builder.note(path.name, "beyond_limit", f"{path.name}: {exc}")
+            continue
         except (OSError, ValueError) as exc:
             builder.note(path.name, "malformed_record", f"{path.name}: {exc}")
             continue
@@ -63,6 +72,22 @@ def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
                 continue
             box = boxes[k - 1] if k - 1 < len(boxes) else None
             builder.add_mask(image_id, names[index - 1], mask, drawn_as=box)
+
+
+def _indices(path: Path) -> np.ndarray:
+    """An 8-bit single-channel PNG's pixels (height x width), its size checked from the
+    header before decoding. VOC's are palette PNGs, so at most 254 objects an image: a
+    16-bit instance map (12 KB held 7,999 objects, each a pass over the whole image) is
+    refused."""
+    try:
+        image = Image.open(path)
+    except Image.DecompressionBombError as exc:  # Pillow's check, at the same limit
+        raise BeyondLimit(str(exc)) from None
+    with image:
+        check_pixels(*image.size)
+        if image.mode not in _INDEX_MODES:
+            raise ValueError(f"expected an 8-bit palette or grayscale PNG, got mode {image.mode}")
+        return np.asarray(image)
 
 
 def _xml_boxes(path: Path) -> list[list[float]]:

@@ -22,10 +22,13 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 
 from maskops.data.formats.builder import CocoBuilder, FormatMismatch
+from maskops.data.limits import MAX_LABEL_CHARS, MAX_LABELS
 from maskops.masks import rle_to_polygons
 
 EXPECTED = "a folder of YOLO segmentation .txt files ('<class> x1 y1 x2 y2 ...' per line)"
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+MAX_YAML_BYTES = 4 * 1024 * 1024
+"""The largest data.yaml read: room for ``MAX_LABELS`` quoted names of ``MAX_LABEL_CHARS``."""
 
 
 def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
@@ -113,8 +116,8 @@ def _yaml_names(annotations: Path, builder: CocoBuilder) -> list[str] | None:
             path = candidate / name
             if path.is_file():
                 try:
-                    names = _names(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
-                except (yaml.YAMLError, UnicodeDecodeError, TypeError) as exc:
+                    names = _names(_load_yaml(path) or {})
+                except (yaml.YAMLError, UnicodeDecodeError, TypeError, ValueError) as exc:
                     why = " ".join(str(exc).split())  # YAML's messages span lines
                     builder.note(name, "malformed_record", f"{name}: {why}")
                     continue
@@ -123,18 +126,46 @@ def _yaml_names(annotations: Path, builder: CocoBuilder) -> list[str] | None:
     return None
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader refusing aliases: a few hundred bytes of nested aliases
+    otherwise stand for gigabytes once their values are turned into text."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases are not supported (*{event.anchor})", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def _load_yaml(path: Path) -> object:
+    """A data.yaml of at most :data:`MAX_YAML_BYTES`, parsed without aliases."""
+    with path.open("rb") as f:
+        data = f.read(MAX_YAML_BYTES + 1)
+    if len(data) > MAX_YAML_BYTES:
+        raise ValueError(f"larger than {MAX_YAML_BYTES} bytes")
+    return yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader)
+
+
 def _names(document: object) -> list[str] | None:
-    """The class names of a parsed data.yaml (None: it names none)."""
+    """The class names of a parsed data.yaml (None: it names none): at most
+    :data:`MAX_LABELS`, each text or a number of at most :data:`MAX_LABEL_CHARS`."""
     if not isinstance(document, dict):
         raise TypeError(f"expected a map with 'names', got a {type(document).__name__}")
     names = document.get("names")
     if isinstance(names, dict):
-        return [str(names[k]) for k in sorted(names)]
-    if isinstance(names, list):
-        return [str(n) for n in names]
-    if names is not None:
+        names = [names[k] for k in sorted(names)]
+    if names is None:
+        return None
+    if not isinstance(names, list):
         raise TypeError(f"names: expected a list or a map, got a {type(names).__name__}")
-    return None
+    if len(names) > MAX_LABELS:
+        raise ValueError(f"names: {len(names)} names, above the limit of {MAX_LABELS}")
+    for k, name in enumerate(names):
+        if not isinstance(name, str | int | float) or len(str(name)) > MAX_LABEL_CHARS:
+            raise ValueError(f"names[{k}]: not a name of at most {MAX_LABEL_CHARS} characters")
+    return [str(n) for n in names]
 
 
 def bridged(polygons: Sequence[Sequence[float]]) -> list[float]:
