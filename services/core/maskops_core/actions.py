@@ -124,7 +124,8 @@ class JobAction(enum.StrEnum):
         "publish",
         ActionSpec(
             queue="cpu",
-            parents=frozenset({"export"}),
+            # An export's graph; a train or prune job's checkpoint for the torch backend.
+            parents=frozenset({"export", *_MODEL_MAKERS}),
             resources=frozenset({"model_repository"}),
             options=PublishOptions,
         ),

@@ -69,11 +69,16 @@ class Settings(BaseSettings):
     triton_gpus: list[int] = Field(default_factory=list)
     """GPU ids the network instances run on (JSON list, ``[0, 1]``); empty: every GPU
     each Triton sees."""
-    triton_net_backend: Literal["auto", "python", "onnxruntime", "tensorrt"] = "auto"
+    triton_net_backend: Literal["auto", "python", "onnxruntime", "tensorrt", "torch"] = "auto"
     """How published models run their network: ``python`` (onnxruntime inside Triton's
     python backend, the PyPI server), ``onnxruntime`` (Triton's backend; on GPUs with the
-    TensorRT accelerator) or ``tensorrt`` (an engine from ``maskops gen_trt_engine``);
-    ``auto``: onnxruntime on GPUs, python on CPUs."""
+    TensorRT accelerator), ``tensorrt`` (an engine from ``maskops gen_trt_engine``) or
+    ``torch`` (a train or prune job's checkpoint run by PyTorch in the python backend, for
+    GPU hosts without TensorRT); ``auto``: onnxruntime on GPUs, python on CPUs
+    (docs/operations.md#gpu-serving)."""
+    triton_precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    """The ``torch`` network backend's precision: ``auto`` is bf16 autocast on GPUs with
+    native bf16, fp16 on other GPUs, fp32 on the CPU."""
     triton_tensorrt_version: str = ""
     """The TensorRT of the Triton that serves (``tensorrt`` engines must be built by the
     same); empty: the version in the Triton image maskops pins."""

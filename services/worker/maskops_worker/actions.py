@@ -527,16 +527,11 @@ def publish(ctx: JobContext) -> dict[str, Any]:
 
     job, settings = ctx.job, ctx.settings
     name = job_options(ctx, PublishOptions).name
-    if job.parent_job_id is None or job.parent_action != "export":
-        raise JobInputError("publish needs parent_job_id of a succeeded export job")
-    onnx = ctx.input_path(
-        str((job.parent_result or {}).get("onnx", "")),
-        f"the ONNX of export job {job.parent_job_id}",
-    )
+    source = _publish_source(ctx)
     replicas = _replicas(ctx)
     try:
         version, rollout = publish_and_roll_out(
-            onnx,
+            source,
             settings.model_repository,
             name,
             replicas,
@@ -550,6 +545,7 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     except RolloutFailed as failed:
         raise JobInputError(str(failed)) from None
     note = "" if replicas else "no Triton configured; the version is in the repository"
+    assert job.parent_job_id is not None  # _publish_source checked
     job_state.record_published_model(
         ctx.factory, name=name, version=version, export_job_id=job.parent_job_id
     )
@@ -557,6 +553,21 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     states = rollout.states() if rollout else {}
     served = bool(replicas)
     return {"name": name, "version": version, "served": served, "note": note, "replicas": states}
+
+
+def _publish_source(ctx: JobContext) -> Path:
+    """What the network serves: the parent export's ONNX, or the parent train or prune
+    job's checkpoint (the torch net backend)."""
+    job = ctx.job
+    kinds = {"export": ("onnx", "the ONNX"), "train": ("checkpoint", "the checkpoint")}
+    kinds["prune"] = kinds["train"]
+    if job.parent_job_id is None or job.parent_action not in kinds:
+        raise JobInputError("publish needs parent_job_id of a succeeded export, train or prune job")
+    key, what = kinds[job.parent_action]
+    return ctx.input_path(
+        str((job.parent_result or {}).get(key) or ""),
+        f"{what} of {job.parent_action} job {job.parent_job_id}",
+    )
 
 
 def _network_options(ctx: JobContext) -> dict[str, Any]:
@@ -574,6 +585,7 @@ def _network_options(ctx: JobContext) -> dict[str, Any]:
         "net_backend": None if backend == "auto" else backend,
         "triton_tensorrt_version": settings.triton_tensorrt_version or None,
         "engine_cache_root": settings.triton_engine_cache or ENGINE_CACHE_ROOT,
+        "precision": settings.triton_precision,
     }
 
 

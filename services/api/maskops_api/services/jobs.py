@@ -82,6 +82,8 @@ def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job
         raise Invalid("options.trial: set by an AutoML search on its own trials only")
     if action == JobAction.automl and version is not None:
         check_search_space(settings, version, AutomlOptions.model_validate(body.options))
+    if action == JobAction.publish and parent is not None:
+        _check_publish_source(settings, parent)
     return Job(
         action=action,
         status=JobStatus.queued,
@@ -117,6 +119,31 @@ def _parent(session: Session, action: JobAction, parent_job_id: int | None) -> J
     elif parent.status != JobStatus.succeeded:
         raise Conflict(f"parent job {parent.id} is {parent.status}, not succeeded")
     return parent
+
+
+def served_net_backend(settings: Settings) -> str:
+    """The net backend publishes get (``auto``: onnxruntime on GPUs, python on CPUs, as
+    ``maskops.serving.placement.Placement.default_net_backend``)."""
+    if settings.triton_net_backend != "auto":
+        return settings.triton_net_backend
+    return "onnxruntime" if settings.triton_device == "gpu" else "python"
+
+
+def _check_publish_source(settings: Settings, parent: Job) -> None:
+    """Refuse a parent the configured net backend cannot serve: the torch backend serves
+    a train or prune job's checkpoint, the others an export's graph."""
+    backend = served_net_backend(settings)
+    if parent.action in ("train", "prune") and backend != "torch":
+        raise Invalid(
+            f"parent_job_id: job {parent.id} is a {parent.action} job, whose checkpoint the "
+            f"torch net backend serves (MASKOPS_TRITON_NET_BACKEND=torch); this server "
+            f"publishes with {backend}: publish an export job"
+        )
+    if parent.action == "export" and backend == "torch":
+        raise Invalid(
+            f"parent_job_id: job {parent.id} is an export job; this server publishes with "
+            "the torch net backend, which serves a train or prune job's checkpoint"
+        )
 
 
 def _experiment_version(

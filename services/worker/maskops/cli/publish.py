@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from maskops.cli.common import EXIT_OK, CLIError, add_key_argument
-from maskops.serving.placement import ENGINE_CACHE_ROOT
+from maskops.serving.placement import ENGINE_CACHE_ROOT, PRECISIONS
 
 
 def register(subparsers: Any) -> None:
@@ -22,7 +22,13 @@ def register(subparsers: Any) -> None:
             "the version is undone and the one before serves again everywhere."
         ),
     )
-    parser.add_argument("-m", "--model", required=True, type=Path, help="exported .onnx")
+    parser.add_argument(
+        "-m",
+        "--model",
+        required=True,
+        type=Path,
+        help="exported .onnx; with --net_backend torch, a train or prune checkpoint",
+    )
     parser.add_argument("-n", "--name", required=True, help="model name clients will call")
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument(
@@ -38,12 +44,21 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--net_backend",
-        choices=("python", "onnxruntime", "tensorrt"),
+        choices=("python", "onnxruntime", "tensorrt", "torch"),
         default=None,
         help="how Triton runs the network: onnxruntime in the python backend (default on "
         "the CPU; the PyPI Triton has only this), Triton's onnxruntime backend (default on "
-        "GPUs, with the TensorRT accelerator: Triton builds the engine at load) or a "
-        "TensorRT engine from `maskops gen_trt_engine` (tensorrt, GPUs only)",
+        "GPUs, with the TensorRT accelerator: Triton builds the engine at load), a "
+        "TensorRT engine from `maskops gen_trt_engine` (tensorrt, GPUs only) or the "
+        "checkpoint run by PyTorch in the python backend (torch: GPU hosts without "
+        "TensorRT, or the CPU)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="with --net_backend torch: fp32, or bf16/fp16 autocast on GPUs (auto: bf16 "
+        "where the GPU has it natively, else fp16; fp32 on the CPU)",
     )
     parser.add_argument(
         "--engine",
@@ -108,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             engine_cache_root=args.triton_engine_cache,
             triton_tensorrt_version=args.triton_tensorrt_version,
             max_batch_size=args.max_batch_size,
+            precision=args.precision,
             image_limits=ImageLimits(
                 max_image_pixels=args.max_image_pixels,
                 max_image_side=args.max_image_side,

@@ -121,3 +121,43 @@ def parse_gpus(text: str | Sequence[int]) -> tuple[int, ...]:
     if not isinstance(text, str):
         return tuple(int(g) for g in text)
     return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+
+
+@dataclass(frozen=True)
+class ServingChoice:
+    """Where published networks run on a host, and why (said to the operator, never
+    silently): ``device``, ``net_backend`` and a one-line ``reason``."""
+
+    device: Device
+    net_backend: str
+    reason: str
+
+
+def choose_serving(*, tensorrt: bool, cuda: str | None, no_cuda_why: str = "") -> ServingChoice:
+    """The placement rule: TensorRT present -> the onnxruntime backend with the TensorRT
+    accelerator (or a ``tensorrt`` plan) on the GPU; else a usable CUDA device that torch
+    sees (``cuda``: its description) -> the ``torch`` backend on the GPU; else the CPU
+    (onnxruntime in the python backend). ``no_cuda_why`` says why there is no CUDA."""
+    if tensorrt:
+        why = "TensorRT present: onnxruntime with the TensorRT accelerator on the GPU"
+        return ServingChoice("gpu", "onnxruntime", why)
+    if cuda:
+        return ServingChoice("gpu", "torch", f"no TensorRT; torch on {cuda}: torch on the GPU")
+    why = no_cuda_why or "torch sees no CUDA device"
+    return ServingChoice("cpu", "python", f"no TensorRT and {why}: onnxruntime on the CPU")
+
+
+def torch_cuda_device() -> tuple[str | None, str]:
+    """(a description of the first CUDA device torch can use, or None; why not)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed"
+    if not torch.cuda.is_available():
+        return None, f"torch {torch.__version__} sees no CUDA device"
+    try:
+        name = torch.cuda.get_device_name(0)
+        major, minor = torch.cuda.get_device_capability(0)
+    except RuntimeError as exc:  # a driver that fails on first use
+        return None, f"CUDA device 0 is not usable ({exc})"
+    return f"{name} (compute capability {major}.{minor})", ""
