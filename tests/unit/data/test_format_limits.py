@@ -9,6 +9,7 @@ import json
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,9 +25,7 @@ def _png(folder: Path, name: str, size: tuple[int, int] = (32, 32)) -> None:
     Image.new("RGB", size, (90, 90, 90)).save(folder / name)
 
 
-def _convert(
-    images: Path, annotations: Path, tmp_path: Path, **options: object
-) -> ConversionResult:
+def _convert(images: Path, annotations: Path, tmp_path: Path, **options: Any) -> ConversionResult:
     return convert_labelled_dataset(images, annotations, tmp_path / "out", workers=1, **options)
 
 
