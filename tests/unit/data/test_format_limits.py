@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from maskops.data.coco import DatasetError
 from maskops.data.convert import ConversionResult
 from maskops.data.formats import CocoBuilder, convert_labelled_dataset
 from maskops.data.limits import MAX_INSTANCES, MAX_LABEL_CHARS, MAX_LABELS, MAX_PIXELS
@@ -150,3 +151,39 @@ def test_objects_of_an_image_and_labels_are_bounded() -> None:
     )
     with pytest.raises(ValueError, match=f"at most {MAX_LABELS} names"):
         CocoBuilder(labels=[f"n{k}" for k in range(MAX_LABELS + 1)])
+
+
+DEEP = 100_000
+"""Nesting levels: far beyond the interpreter's recursion limit."""
+
+
+@pytest.mark.parametrize(
+    ("format_name", "text", "why"),
+    [
+        ("via", '{"a.png": {"regions": ' + "[" * DEEP + "]" * DEEP + "}}", "expected a VIA"),
+        ("labelstudio", '[{"data": ' + "[" * DEEP + "]" * DEEP + "}]", "expected a Label"),
+        ("coco", '{"images": ' + "[" * DEEP + "]" * DEEP + "}", "invalid JSON: maximum recursion"),
+    ],
+)
+def test_deeply_nested_json_fails_the_conversion_saying_why(
+    tmp_path: Path, format_name: str, text: str, why: str
+) -> None:
+    _png(tmp_path / "images", "a.png")
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    with pytest.raises(DatasetError, match=f"deep.json: {why}"):
+        _convert(tmp_path / "images", path, tmp_path, format_name=format_name)
+
+
+def test_a_deeply_nested_labelme_file_is_a_finding_and_the_rest_converts(tmp_path: Path) -> None:
+    images, folder = tmp_path / "images", tmp_path / "labelme"
+    _png(images, "a.png")
+    folder.mkdir()
+    shape = {"label": "cat", "points": [[2, 2], [20, 2], [20, 20]], "shape_type": "polygon"}
+    record = {"shapes": [shape], "imagePath": "a.png", "imageWidth": 32, "imageHeight": 32}
+    (folder / "a.json").write_text(json.dumps(record))
+    (folder / "b.json").write_text('{"shapes": ' + "[" * DEEP + "]" * DEEP + "}")
+    result = _convert(images, folder, tmp_path, format_name="labelme")
+    warnings = json.loads(result.warnings_path.read_text())
+    assert "maximum recursion depth exceeded" in warnings["b.json"]["malformed_record"][0]
+    assert result.num_annotations == 1

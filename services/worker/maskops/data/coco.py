@@ -76,6 +76,8 @@ def load_coco(path: Path) -> CocoFile:
         raise DatasetError(
             f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
+    except RecursionError as exc:  # nested deeper than the parser's recursion allows
+        raise DatasetError(f"{name}: invalid JSON: {exc}") from None
     del text  # only the parsed document is needed from here on
     if not isinstance(document, dict):
         raise DatasetError(f"{name}: top level must be an object, got {_kind(document)}")

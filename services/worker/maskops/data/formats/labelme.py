@@ -46,8 +46,8 @@ def read(annotations: Path, builder: CocoBuilder) -> None:
             if not isinstance(document, dict) or not isinstance(document.get("shapes"), list):
                 raise ValueError("no 'shapes' list")
             image_path = str(document["imagePath"])
-        except (OSError, UnicodeDecodeError, ValueError, KeyError) as exc:
-            builder.note(name, "malformed_record", f"{name}: {exc}")
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, RecursionError) as exc:
+            builder.note(name, "malformed_record", f"{name}: {exc}")  # RecursionError: too deep
             continue
         readable += 1
         _image(builder, document, image_path)

@@ -38,7 +38,7 @@ _UPLOAD_PREFIX = re.compile(r"^[0-9a-f]{8}-")
 def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
     try:
         tasks = json.loads(annotations.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # too deep
         raise FormatMismatch(f"{annotations.name}: expected {EXPECTED}: not JSON ({exc})") from None
     if not isinstance(tasks, list) or not any(isinstance(t, dict) and "data" in t for t in tasks):
         raise FormatMismatch(f"{annotations.name}: expected {EXPECTED}")

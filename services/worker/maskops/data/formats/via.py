@@ -68,7 +68,7 @@ def read(annotations: Path, builder: CocoBuilder) -> None:
 def _load(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # too deep
         raise FormatMismatch(f"{path.name}: expected {EXPECTED}: not JSON ({exc})") from None
     if isinstance(document, dict) and isinstance(document.get("_via_img_metadata"), dict):
         document = document["_via_img_metadata"]
