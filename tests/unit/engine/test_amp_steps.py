@@ -150,3 +150,52 @@ def test_without_a_scaler_a_non_finite_loss_fails_at_once(
     with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step 2"):
         trainer.train()
     assert trainer.iter == 1
+
+
+class LossLog(HookBase):
+    """Each step's losses, as floats (after the step, so it does not change when checks run)."""
+
+    def __init__(self) -> None:
+        self.losses: list[dict[str, float]] = []
+
+    def after_step(self) -> None:
+        self.losses.append({k: float(v) for k, v in self.trainer.last_losses.items()})
+
+
+def test_losses_kept_on_the_device_train_the_same(tiny_spec: ExperimentSpec) -> None:
+    runs = []
+    for period in (1, 3):
+        trainer = _trainer(tiny_spec, None, max_steps=4, finite_check_period=period)
+        log = LossLog()
+        trainer.register_hooks([log])
+        trainer.train()
+        runs.append(log.losses)
+    assert runs[0] == runs[1]
+
+
+class SaveAt(HookBase):
+    """Calls what a checkpoint calls before saving, at one step: the check for non-finite
+    losses kept on the device."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.saved: list[int] = []
+
+    def after_step(self) -> None:
+        if self.trainer.iter == self.step:
+            self.trainer.check_finite()
+            self.saved.append(self.trainer.iter)
+
+
+@pytest.mark.parametrize(("save_at", "fails_at"), [(None, 4), (3, 3)])
+def test_a_non_finite_loss_kept_on_the_device_fails_naming_its_step(
+    tiny_spec: ExperimentSpec, save_at: int | None, fails_at: int
+) -> None:
+    """Checked every 4 steps, the loss of step 2 fails the run at step 4, or at a save
+    before it, naming step 2; nothing is saved after it."""
+    trainer = _trainer(tiny_spec, None, max_steps=8, finite_check_period=4)
+    save = SaveAt(save_at or 0)
+    trainer.register_hooks([InfiniteLoss({2}), save])
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step 2 \(") as info:
+        trainer.train()
+    assert info.value.step == 2 and trainer.iter == fails_at and save.saved == []

@@ -135,6 +135,7 @@ class CheckpointHook(HookBase):
     def _save(self) -> None:
         step = self.trainer.iter
         if step != self._saved_step:
+            self.trainer.check_finite()  # never save a step whose loss was not finite
             self.trainer.last_checkpoint = self.save(step)
             self._saved_step = step
 
@@ -179,6 +180,7 @@ class EvalHook(HookBase):
 
     def _run(self) -> None:
         trainer = self.trainer
+        trainer.check_finite()  # never evaluate weights a non-finite loss updated
         model = trainer.unwrapped
         was_training = model.training
         start = time.perf_counter()

@@ -329,6 +329,7 @@ def _train(
         world_size=info.world_size,
         rank=info.rank,
         clip_grad_norm=spec.global_gradient_clip_ratio,
+        finite_check_period=log_every,
     )
     trainer.last_checkpoint = resume_from
     if info.is_main and start_step:

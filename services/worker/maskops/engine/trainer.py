@@ -234,6 +234,13 @@ class Trainer:
     at an update (after accumulation and DDP averaging, before momentum); 0 = no clipping."""
     max_skipped_steps: int = MAX_SKIPPED_STEPS
     """With a loss scaler: the run fails once this many steps in a row were skipped."""
+    finite_check_period: int = 1
+    """Without a loss scaler: steps between the checks that the loss is finite. Each check
+    waits for the device, so 1 (at once, before the backward) makes the host wait at every
+    micro-batch; with more, the losses stay on the device until :meth:`check_finite` runs
+    after every ``finite_check_period``-th step, at the last step and before a checkpoint
+    or an evaluation (hooks call it), so no non-finite step is saved or evaluated; the
+    run then fails naming the first non-finite step, at most that many steps later."""
 
     iter: int = field(init=False)
     lr: float = field(init=False, default=0.0)
@@ -257,6 +264,11 @@ class Trainer:
     _hooks: list[HookBase] = field(init=False, default_factory=list)
     _pending: list[tuple[int, dict[str, float]]] = field(init=False, default_factory=list)
     _scale: float | None = field(init=False, default=None)
+    _unchecked: list[tuple[int, tuple[str, ...], torch.Tensor]] = field(
+        init=False, default_factory=list
+    )
+    """Per micro-batch since the last :meth:`check_finite`: its step, its loss names and
+    ``[1 + L]`` (total, then each loss), on the device."""
 
     def __post_init__(self) -> None:
         self.iter = self.start_step
@@ -306,8 +318,11 @@ class Trainer:
                 if self._stop_agreed():
                     break
                 self.run_step()
+                if self._finite_check_due():
+                    self.check_finite()
                 for hook in self._hooks:
                     hook.after_step()
+            self.check_finite()  # a stop between checks: before after_train saves
         except BaseException as exc:
             self.exception = exc
             raise
@@ -348,10 +363,8 @@ class Trainer:
                 # With a loss scaler a non-finite loss makes non-finite gradients, and the
                 # scaler skips the update and lowers its scale (torch AMP's design): the
                 # run goes on (_count_skipped). Without one nothing would skip it.
-                if self.scaler is None and not bool(torch.isfinite(total)):
-                    raise NonFiniteLossError(
-                        self.iter + 1, {k: float(v.detach()) for k, v in losses.items()}
-                    )
+                if self.scaler is None:
+                    self._watch_finite(total, losses)
                 scaled = total / accumulate
                 if self.scaler is not None:
                     self.scaler.scale(scaled).backward()
@@ -380,6 +393,36 @@ class Trainer:
         else:
             self.last_losses = sums
         self.iter += 1
+
+    def _watch_finite(self, total: torch.Tensor, losses: dict[str, torch.Tensor]) -> None:
+        """Fail now on a non-finite ``total`` (``finite_check_period`` 1), or keep it, on the
+        device, for the next :meth:`check_finite`."""
+        if self.finite_check_period <= 1:
+            if not bool(torch.isfinite(total)):
+                raise NonFiniteLossError(
+                    self.iter + 1, {k: float(v.detach()) for k, v in losses.items()}
+                )
+            return
+        values = torch.stack([total.detach(), *(v.detach() for v in losses.values())])
+        self._unchecked.append((self.iter + 1, tuple(losses), values))
+
+    def check_finite(self) -> None:
+        """Wait for the device once and fail if a loss kept since the last check was not
+        finite, naming the first such step and its losses.
+
+        Raises:
+            NonFiniteLossError: a kept micro-batch's total loss was NaN or infinite.
+        """
+        unchecked, self._unchecked = self._unchecked, []
+        if not unchecked or bool(torch.stack([v[0] for _, _, v in unchecked]).isfinite().all()):
+            return
+        for step, names, values in unchecked:
+            if not bool(values[0].isfinite()):
+                raise NonFiniteLossError(step, dict(zip(names, values[1:].tolist(), strict=True)))
+
+    def _finite_check_due(self) -> bool:
+        period = max(1, self.finite_check_period)
+        return self.iter % period == 0 or self.iter >= self.max_steps
 
     def _count_skipped(self, losses: dict[str, torch.Tensor]) -> bool:
         """Whether the scaler skipped this step (it lowers its scale exactly then), counted.
