@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from copy import deepcopy
 
 import pytest
 import torch
@@ -164,8 +165,8 @@ def test_bad_inputs_are_rejected_clearly(tiny_config: Callable[..., MaskRCNNConf
     with pytest.raises(ValueError, match="num_classes"):
         build_model(tiny_config(), num_classes=1, image_size=(128, 128))
     model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128)).eval()
-    with pytest.raises(TypeError, match="image 0: expected a float tensor"):
-        model([torch.zeros(3, 128, 128, dtype=torch.uint8)])
+    with pytest.raises(TypeError, match=r"image 0: expected a float tensor in 0\.\.1 or uint8"):
+        model([torch.zeros(3, 128, 128, dtype=torch.int16)])
     with pytest.raises(ValueError, match="image 0: expected a \\[3, H, W\\] tensor"):
         model([torch.rand(1, 3, 128, 128)])
 
@@ -218,3 +219,46 @@ def test_validation_losses_change_nothing(
     assert not model.training and not any(m.training for m in model.modules())
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # BN statistics included
+
+
+@pytest.mark.parametrize("sizes", [[(128, 128), (128, 128)], [(128, 128), (64, 128)]])
+def test_uint8_images_train_and_detect_as_the_float_images_they_divide_to(
+    sizes: list[tuple[int, int]], tiny_config: Callable[..., MaskRCNNConfig], make_targets: Callable
+) -> None:
+    """uint8 images are divided by 255 on the model's device, as the data pipeline divides
+    them: the losses, gradients and detections are the float path's, bit for bit."""
+    torch.manual_seed(0)
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128))
+    raw = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in sizes]
+    floats = [img.to(torch.float32).div_(255.0) for img in raw]
+    targets = [make_targets(size, [[8, 8, 64, 64]], [2]) for size in sizes]
+    runs = []
+    for images in (floats, raw):
+        copy = deepcopy(model)  # training mode updates batch-norm statistics
+        torch.manual_seed(1)
+        losses = _train_step(copy, images, targets)
+        grad = copy.backbone.body.conv1.weight.grad
+        assert grad is not None
+        with torch.no_grad():
+            (detections, *_) = model.eval()(images)
+        runs.append((losses, grad, detections))
+    (losses_f, grad_f, det_f), (losses_u, grad_u, det_u) = runs
+    assert {k: v.item() for k, v in losses_f.items()} == {k: v.item() for k, v in losses_u.items()}
+    assert torch.equal(grad_f, grad_u)
+    assert all(torch.equal(det_f[k], det_u[k]) for k in det_f)
+
+
+def test_normalisation_constants_are_made_once_per_dtype_and_device(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128)).eval()
+    transform = model.transform
+    images = [torch.rand(3, 128, 128)]
+    first, _ = transform(images)
+    constants = transform._mean_std(torch.float32, torch.device("cpu"))
+    second, _ = transform(images)
+    assert transform._mean_std(torch.float32, torch.device("cpu")) is constants
+    mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
+    std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
+    assert torch.equal(first.tensors, second.tensors)
+    assert torch.equal(first.tensors[0], (images[0] - mean) / std)

@@ -19,6 +19,14 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def unit_range(images: Tensor) -> Tensor:
+    """uint8 images (0..255) as float32 in 0..1, exactly as the data pipeline divides them
+    (:func:`maskops.data.transforms.resize_and_pad`); float images unchanged."""
+    if images.dtype == torch.uint8:
+        return images.to(torch.float32).div_(255.0)
+    return images
+
+
 class NoResizeTransform(GeneralizedRCNNTransform):
     """Normalises (ImageNet mean/std) and batches images; boxes and masks stay as given.
 
@@ -39,12 +47,14 @@ class NoResizeTransform(GeneralizedRCNNTransform):
         self.image_size = image_size
         self.memory_format = torch.contiguous_format
         """Memory format of the batched tensor; channels_last for a channels_last model."""
+        self._constants: dict[tuple[torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
 
     def forward(
         self, images: list[Tensor], targets: list[dict[str, Tensor]] | None = None
     ) -> tuple[ImageList, list[dict[str, Tensor]] | None]:
         """Args:
-            images: float ``[3, H, W]`` tensors in 0..1 (sizes may differ).
+            images: float ``[3, H, W]`` tensors in 0..1, or uint8 in 0..255 (a quarter of
+                the bytes to copy to the device, divided by 255 there); sizes may differ.
             targets: passed through unchanged (a shallow copy of each dict).
 
         Returns:
@@ -56,17 +66,21 @@ class NoResizeTransform(GeneralizedRCNNTransform):
                 raise ValueError(
                     f"image {i}: expected a [3, H, W] tensor, got {tuple(image.shape)}"
                 )
-            if not image.is_floating_point():
-                raise TypeError(f"image {i}: expected a float tensor in 0..1, got {image.dtype}")
+            if not image.is_floating_point() and image.dtype != torch.uint8:
+                raise TypeError(
+                    f"image {i}: expected a float tensor in 0..1 or uint8 in 0..255, "
+                    f"got {image.dtype}"
+                )
         image_sizes = [(int(img.shape[-2]), int(img.shape[-1])) for img in images]
         if len(set(image_sizes)) == 1:
             # The common case (everything resized+padded to image_size): one stacked
             # normalisation instead of one per image, and a pad that traces shape-safely.
-            batch = self.normalize_batch(torch.stack(images))
+            batch = self.normalize_batch(unit_range(torch.stack(images)))
             batch = self._pad_to_divisible(batch)
         else:
             batch = self.batch_images(
-                [self.normalize(img) for img in images], size_divisible=self.size_divisible
+                [self.normalize(unit_range(img)) for img in images],
+                size_divisible=self.size_divisible,
             )
         batch = batch.contiguous(memory_format=self.memory_format)
         copied = None if targets is None else [dict(t) for t in targets]
@@ -74,9 +88,26 @@ class NoResizeTransform(GeneralizedRCNNTransform):
 
     def normalize_batch(self, batch: Tensor) -> Tensor:
         """``[B, 3, H, W]`` in 0..1 -> ImageNet-normalised, same shape and dtype."""
-        mean = torch.as_tensor(self.image_mean, dtype=batch.dtype, device=batch.device)
-        std = torch.as_tensor(self.image_std, dtype=batch.dtype, device=batch.device)
-        return (batch - mean[:, None, None]) / std[:, None, None]
+        mean, std = self._mean_std(batch.dtype, batch.device)
+        return (batch - mean) / std
+
+    def _mean_std(self, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+        """``[3, 1, 1]`` mean and std in ``dtype`` on ``device``, made once per pair.
+
+        Made from the Python lists at every call, they were copied to a GPU at every step,
+        and a copy from pageable memory makes the host wait for the device. While tracing
+        or compiling they are made afresh: a graph holds them as its own constants.
+        """
+        key = (dtype, device)
+        cached = self._constants.get(key)
+        traced = torch.jit.is_tracing() or torch.compiler.is_compiling()
+        if cached is None or traced:
+            mean = torch.as_tensor(self.image_mean, dtype=dtype, device=device)[:, None, None]
+            std = torch.as_tensor(self.image_std, dtype=dtype, device=device)[:, None, None]
+            cached = (mean, std)
+            if not traced:
+                self._constants[key] = cached
+        return cached
 
     def _pad_to_divisible(self, batch: Tensor) -> Tensor:
         height, width = batch.shape[-2], batch.shape[-1]
