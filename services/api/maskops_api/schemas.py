@@ -407,6 +407,13 @@ class ModelOut(_Out):
         "version's state there (READY, UNAVAILABLE, LOADING, not loaded) or why the "
         "replica could not be asked.",
     )
+    network: dict[str, str] | None = Field(
+        default=None,
+        description="GET /models/{name} only: where this version's network runs, from its "
+        "Triton config: net_backend (python, onnxruntime, tensorrt, torch), device (cpu, "
+        "gpu), precision (the export's data type; torch: fp32, bf16, fp16 or auto). None "
+        "when no replica has it loaded, or for versions published before configs said.",
+    )
 
 
 class CocoResult(BaseModel):

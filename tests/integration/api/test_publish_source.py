@@ -5,12 +5,13 @@ real app on Postgres and Redis; no worker runs these jobs)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from maskops_api.main import create_app
-from maskops_core.db.models import Job
+from maskops_core.db.models import Job, PublishedModel
 from maskops_core.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -51,3 +52,23 @@ def test_the_torch_backend_serves_checkpoints_not_exports(torch_client: TestClie
         parent = _succeeded(torch_client, action, {"checkpoint": "jobs/2/model.pth"})
         accepted = torch_client.post(f"/models/m_{action}/publish", json={"job_id": parent})
         assert accepted.status_code == 202, accepted.text
+
+
+def test_get_model_reports_where_its_network_runs(
+    clean_db: Settings, tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    from maskops.serving import EnsembleNames, publish
+    from maskops_triton.launcher import TritonServer
+
+    repository = tmp_path / "repository"
+    publish(tiny_checkpoint, repository, "m", net_backend="torch", max_batch_size=2)
+    with TritonServer(repository, models=EnsembleNames("m").load_order) as server:
+        settings = clean_db.model_copy(update={"triton_url": server.http_url})
+        with TestClient(base_url="http://localhost", app=create_app(settings)) as client:
+            train = _succeeded(client, "train", {"checkpoint": "jobs/1/model.pth"})
+            factory = client.app.state.session_factory  # type: ignore[attr-defined]
+            with factory() as session, session.begin():
+                session.add(PublishedModel(name="m", version=1, job_id=train, published=True))
+            (version,) = client.get("/models/m").json()
+    assert version["network"] == {"net_backend": "torch", "device": "cpu", "precision": "fp32"}
+    assert version["replicas"] == {server.http_url: "READY"}

@@ -77,3 +77,27 @@ def replica_states(state: State, name: str) -> Callable[[int], dict[str, str]]:
         }
 
     return of
+
+
+def network_reports(state: State, name: str) -> Callable[[int], dict[str, str] | None]:
+    """Where each version's network runs, as its config on the first replica that
+    answers says (``net_backend``, ``device``, ``precision``); None for a version that is
+    not loaded there or was published before the config recorded it."""
+    from maskops.serving.client import TritonError, TritonUnavailable, network_placement
+
+    try:
+        urls = replica_pool(state).replicas()
+    except TritonUnavailable:
+        urls = []
+
+    def of(version: int) -> dict[str, str] | None:
+        for url in urls:
+            try:
+                return network_placement(url, name, version=str(version), timeout_s=5.0)
+            except TritonUnavailable:
+                continue  # another replica may answer
+            except TritonError:
+                return None
+        return None
+
+    return of
