@@ -78,6 +78,7 @@ def test_client_imports_without_torch_or_onnx(tmp_path: Path):
     assert set(loaded) == {
         "maskops",
         "maskops.serving",
+        "maskops.serving.circuit",
         "maskops.serving.client",
         "maskops.serving.protocol",
         "maskops.serving.replicas",
