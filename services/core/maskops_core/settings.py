@@ -136,8 +136,8 @@ class Settings(BaseSettings):
     search: where controllers and trials share the slots (``maskops serve``: one worker,
     two slots, limit 1) a limit below the slots leaves trials one to train in."""
     queue_stall_after_s: float = Field(default=600.0, gt=0)
-    """A queue with a job sent this long ago that nothing of its queue runs (none running,
-    or only search controllers) is stalled: ``/readyz`` says so."""
+    """A queue with a job sent this long ago, while no job runs anywhere but search
+    controllers, is stalled: ``/readyz`` says so."""
     max_attempts: int = Field(default=5, ge=1)
     """A job whose worker was lost this many times fails instead of being requeued (a job
     that always crashes its worker, or always exceeds the hard time limit)."""

@@ -117,17 +117,18 @@ def check_workers(
 
 
 def stalled_queues(session: Session, settings: Settings, *, now: datetime) -> list[str]:
-    """Queues whose oldest sent job has waited ``queue_stall_after_s`` while nothing of the
-    queue runs but search controllers: their workers' slots are all taken by controllers
-    waiting on the very jobs queued behind them, or no worker takes the messages."""
+    """Queues whose oldest sent job has waited ``queue_stall_after_s`` while no job runs
+    anywhere but search controllers: every slot is taken by controllers waiting on the
+    very jobs queued behind them, or no worker takes the messages. (Workers busy with
+    other jobs are not stalled, however long the queue waits.)"""
+    running = Job.status.in_([JobStatus.running, JobStatus.cancelling])
+    if session.scalar(select(Job.id).where(running, Job.action != "automl").limit(1)):
+        return []
     due = now - timedelta(seconds=settings.queue_stall_after_s)
-    busy = select(Job.queue).where(
-        Job.status.in_([JobStatus.running, JobStatus.cancelling]), Job.action != "automl"
-    )
     query = (
         select(Job.queue, Job.id, Job.updated_at)
         .where(Job.status == JobStatus.queued, Job.dispatched_at.is_not(None))
-        .where(Job.updated_at < due, Job.queue.not_in(busy))
+        .where(Job.updated_at < due)
         .order_by(Job.updated_at)
     )
     oldest: dict[str, tuple[int, datetime]] = {}
@@ -135,6 +136,6 @@ def stalled_queues(session: Session, settings: Settings, *, now: datetime) -> li
         oldest.setdefault(queue, (job_id, since))
     return [
         f"queue {queue} is stalled: job {job_id} has waited {(now - since).total_seconds():.0f}"
-        " s and no worker slot runs anything of it (only search controllers, or nothing)"
+        " s while no job runs but search controllers"
         for queue, (job_id, since) in sorted(oldest.items())
     ]
