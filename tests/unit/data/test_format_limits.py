@@ -187,3 +187,18 @@ def test_a_deeply_nested_labelme_file_is_a_finding_and_the_rest_converts(tmp_pat
     warnings = json.loads(result.warnings_path.read_text())
     assert "maximum recursion depth exceeded" in warnings["b.json"]["malformed_record"][0]
     assert result.num_annotations == 1
+
+
+def test_a_yolo_image_beyond_the_pixel_limit_is_a_finding(tmp_path: Path) -> None:
+    images, labels = tmp_path / "images", tmp_path / "labels"
+    _png(images, "a.png")
+    (images / "big.png").write_bytes(_png_header(20_000, 20_000))
+    labels.mkdir()
+    for stem in ("a", "big"):
+        (labels / f"{stem}.txt").write_text("0 0.1 0.1 0.5 0.1 0.5 0.5\n")
+    result = _convert(images, labels, tmp_path, format_name="yolo-seg", labels=["cat"])
+    warnings = json.loads(result.warnings_path.read_text())
+    assert (
+        "big.png: Image size (400000000 pixels) exceeds" in warnings["big.txt"]["beyond_limit"][0]
+    )
+    assert (result.num_images, result.num_annotations) == (1, 1)

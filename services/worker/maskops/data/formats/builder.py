@@ -30,9 +30,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
+from PIL import Image
 from pycocotools import mask as mask_utils
 
 from maskops.data.coco import DatasetError
@@ -55,6 +57,15 @@ class FormatMismatch(DatasetError):
 
 class BeyondLimit(ValueError):
     """A record beyond :mod:`maskops.data.limits` (reported as ``beyond_limit``)."""
+
+
+def open_image(source: Path | IO[bytes]) -> Image.Image:
+    """Pillow's ``Image.open`` (the header read, no pixel decoded), raising
+    :class:`BeyondLimit` where Pillow refuses the size as a decompression bomb."""
+    try:
+        return Image.open(source)
+    except Image.DecompressionBombError as exc:  # at MAX_PIXELS, Pillow's own threshold
+        raise BeyondLimit(str(exc)) from None
 
 
 def check_pixels(width: int, height: int) -> None:

@@ -22,13 +22,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from maskops.data.formats.builder import (
     BeyondLimit,
     CocoBuilder,
     FormatMismatch,
     check_pixels,
+    open_image,
     rectangle,
 )
 
@@ -118,11 +118,7 @@ def _mask(
     polygon. Raises :class:`BeyondLimit` before decoding more than the pixel limit."""
     (x0, y0), (x1, y1) = points[:2]
     check_pixels(width, height)
-    try:
-        png = Image.open(io.BytesIO(base64.b64decode(data)))
-    except Image.DecompressionBombError as exc:  # Pillow's check, at the same limit
-        raise BeyondLimit(str(exc)) from None
-    crop = np.asarray(png.convert("L")) > 0
+    crop = np.asarray(open_image(io.BytesIO(base64.b64decode(data))).convert("L")) > 0
     full = np.zeros((height, width), dtype=np.uint8, order="F")
     left, top = round(min(x0, x1)), round(min(y0, y1))
     part = crop[: max(0, height - top), : max(0, width - left)]

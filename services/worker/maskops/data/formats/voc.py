@@ -25,6 +25,7 @@ from maskops.data.formats.builder import (
     CocoBuilder,
     FormatMismatch,
     check_pixels,
+    open_image,
     rectangle,
 )
 
@@ -79,11 +80,7 @@ def _indices(path: Path) -> np.ndarray:
     header before decoding. VOC's are palette PNGs, so at most 254 objects an image: a
     16-bit instance map (12 KB held 7,999 objects, each a pass over the whole image) is
     refused."""
-    try:
-        image = Image.open(path)
-    except Image.DecompressionBombError as exc:  # Pillow's check, at the same limit
-        raise BeyondLimit(str(exc)) from None
-    with image:
+    with open_image(path) as image:
         check_pixels(*image.size)
         if image.mode not in _INDEX_MODES:
             raise ValueError(f"expected an 8-bit palette or grayscale PNG, got mode {image.mode}")

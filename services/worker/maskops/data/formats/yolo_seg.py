@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from PIL import Image
 from pycocotools import mask as mask_utils
 
-from maskops.data.formats.builder import CocoBuilder, FormatMismatch
+from maskops.data.formats.builder import BeyondLimit, CocoBuilder, FormatMismatch, open_image
 from maskops.data.limits import MAX_LABEL_CHARS, MAX_LABELS
 from maskops.masks import rle_to_polygons
 
@@ -54,9 +53,12 @@ def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
             image_id = builder.add_image(stem.as_posix() + ".jpg")
             continue  # validation reports the missing file
         try:
-            with Image.open(image_dir / file_name) as image:
+            with open_image(image_dir / file_name) as image:
                 width, height = image.size
             lines = path.read_text(encoding="utf-8").splitlines()
+        except BeyondLimit as exc:
+            builder.note(relative.as_posix(), "beyond_limit", f"{file_name}: {exc}")
+            continue
         except (OSError, UnicodeDecodeError) as exc:
             builder.note(relative.as_posix(), "malformed_record", f"{relative}: {exc}")
             continue
