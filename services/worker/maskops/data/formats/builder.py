@@ -69,8 +69,8 @@ def open_image(source: Path | IO[bytes]) -> Image.Image:
 
 
 def check_pixels(width: int, height: int) -> None:
-    """Raise :class:`BeyondLimit` for a mask of more than ``MAX_PIXELS`` (before it is
-    allocated: a 207-byte CVAT ``<mask>`` claiming 20000 x 20000 pixels cost 830 MB)."""
+    """Raise :class:`BeyondLimit` for a mask of more than ``MAX_PIXELS``, before it is
+    allocated (a CVAT ``<mask>`` of a few hundred bytes may claim 20000 x 20000 pixels)."""
     if width * height > MAX_PIXELS:
         raise BeyondLimit(f"{width} x {height} pixels, above the limit of {MAX_PIXELS}")
 

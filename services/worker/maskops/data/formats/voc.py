@@ -78,8 +78,8 @@ def read(annotations: Path, builder: CocoBuilder, image_dir: Path) -> None:
 def _indices(path: Path) -> np.ndarray:
     """An 8-bit single-channel PNG's pixels (height x width), its size checked from the
     header before decoding. VOC's are palette PNGs, so at most 254 objects an image: a
-    16-bit instance map (12 KB held 7,999 objects, each a pass over the whole image) is
-    refused."""
+    16-bit instance map (a few KB may hold thousands of objects, each a pass over the
+    whole image) is refused."""
     with open_image(path) as image:
         check_pixels(*image.size)
         if image.mode not in _INDEX_MODES:
