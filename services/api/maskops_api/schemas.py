@@ -494,9 +494,7 @@ class AutomlCreate(_Body):
     )
     dataset_id: Id | None = Field(default=None, description="Defaults to the experiment's dataset.")
     options: dict[str, Any] = Field(
-        default_factory=dict,
-        description=f"The search (see the automl job's options); at most {MAX_OPTIONS_BYTES} "
-        "bytes as JSON.",
+        default_factory=dict, description="The search (see the automl job's options)."
     )
 
     _bounded = field_validator("options")(_bounded_options)
