@@ -28,6 +28,7 @@ from maskops_core.options import (
     PublishOptions,
     TrainOptions,
 )
+from maskops_core.settings import Settings
 from maskops_core.triton import ReplicaLookupError, triton_replicas
 from maskops_worker.contract import (
     Action,
@@ -488,8 +489,9 @@ def export(ctx: JobContext) -> dict[str, Any]:
         kwargs["cal_image_dir"] = _inside_data_root(ctx, options.cal_image_dir)
     if data_type == "int8":
         kwargs["cal_cache_file"] = out_dir / "cal.bin"
+    source = parent_model(ctx, options)
     result = export_onnx(
-        parent_model(ctx, options),
+        source,
         spec,
         out_dir / f"model.{data_type}.onnx",
         log=_logger(ctx),
@@ -498,6 +500,8 @@ def export(ctx: JobContext) -> dict[str, Any]:
     ctx.report(1, 1, {f"{data_type}/{k}": v for k, v in result.metrics.get(data_type, {}).items()})
     return {
         "onnx": _relative(ctx, result.onnx_path),
+        # What the torch net backend serves when this export is published.
+        "source_checkpoint": _relative(ctx, source),
         "data_type": result.data_type,
         "report": _relative(ctx, result.report_path),
         "mask_ap_drop": result.mask_ap_drop,
@@ -556,18 +560,29 @@ def publish(ctx: JobContext) -> dict[str, Any]:
 
 
 def _publish_source(ctx: JobContext) -> Path:
-    """What the network serves: the parent export's ONNX, or the parent train or prune
-    job's checkpoint (the torch net backend)."""
+    """What the network serves: the parent export's ONNX; for the torch net backend a
+    checkpoint: the parent train or prune job's, or the one the parent export was made
+    from."""
     job = ctx.job
-    kinds = {"export": ("onnx", "the ONNX"), "train": ("checkpoint", "the checkpoint")}
-    kinds["prune"] = kinds["train"]
-    if job.parent_job_id is None or job.parent_action not in kinds:
+    result, parent = job.parent_result or {}, f"{job.parent_action} job {job.parent_job_id}"
+    if job.parent_job_id is None or job.parent_action not in ("export", "train", "prune"):
         raise JobInputError("publish needs parent_job_id of a succeeded export, train or prune job")
-    key, what = kinds[job.parent_action]
-    return ctx.input_path(
-        str((job.parent_result or {}).get(key) or ""),
-        f"{what} of {job.parent_action} job {job.parent_job_id}",
-    )
+    torch = _net_backend(ctx.settings) == "torch"
+    if not torch and job.parent_action != "export":
+        raise JobInputError(f"{parent}: its checkpoint is served by the torch net backend only")
+    if not torch:
+        return ctx.input_path(str(result.get("onnx") or ""), f"the ONNX of {parent}")
+    key = "source_checkpoint" if job.parent_action == "export" else "checkpoint"
+    return ctx.input_path(str(result.get(key) or ""), f"the checkpoint of {parent}")
+
+
+def _net_backend(settings: Settings) -> str:
+    """The net backend publishes get (``auto``: the placement's default)."""
+    from maskops.serving.placement import Placement
+
+    if settings.triton_net_backend != "auto":
+        return settings.triton_net_backend
+    return Placement(settings.triton_device).default_net_backend()
 
 
 def _network_options(ctx: JobContext) -> dict[str, Any]:

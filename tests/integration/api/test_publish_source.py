@@ -4,15 +4,19 @@ real app on Postgres and Redis; no worker runs these jobs)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from maskops.export.parity import compare_detections
 from maskops_api.main import create_app
 from maskops_core.db.models import Job, PublishedModel
 from maskops_core.settings import Settings
+from tests.integration.api.conftest import Worker, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,11 +47,15 @@ def test_a_checkpoint_needs_the_torch_backend(client: TestClient) -> None:
     assert client.post("/models/m/publish", json={"job_id": export}).status_code == 202
 
 
-def test_the_torch_backend_serves_checkpoints_not_exports(torch_client: TestClient) -> None:
-    export = _succeeded(torch_client, "export", {"onnx": "jobs/1/model.onnx"})
-    response = torch_client.post("/models/m/publish", json={"job_id": export})
-    assert response.status_code == 422, response.text
-    assert "serves a train or prune job's checkpoint" in response.json()["detail"]
+def test_the_torch_backend_serves_checkpoints_and_exports(torch_client: TestClient) -> None:
+    """An export's publish serves the checkpoint it was made from (the export job's result
+    names it), so the same publish works whichever backend the server runs."""
+    export = _succeeded(
+        torch_client,
+        "export",
+        {"onnx": "jobs/1/model.onnx", "source_checkpoint": "jobs/0/model.pth"},
+    )
+    assert torch_client.post("/models/m/publish", json={"job_id": export}).status_code == 202
     for action in ("train", "prune"):
         parent = _succeeded(torch_client, action, {"checkpoint": "jobs/2/model.pth"})
         accepted = torch_client.post(f"/models/m_{action}/publish", json={"job_id": parent})
@@ -72,3 +80,53 @@ def test_get_model_reports_where_its_network_runs(
             (version,) = client.get("/models/m").json()
     assert version["network"] == {"net_backend": "torch", "device": "cpu", "precision": "fp32"}
     assert version["replicas"] == {server.http_url: "READY"}
+
+
+def test_a_train_job_published_on_torch_answers_infer_as_in_process(
+    clean_db: Settings,
+    tmp_path: Path,
+    workers: Callable[..., Worker],
+    tiny_checkpoint: Path,
+    demo_dataset: Any,
+) -> None:
+    """The whole path on the CPU: the door takes a train job, the worker publishes its
+    checkpoint with the torch net backend and Triton loads it, ``POST /infer`` answers
+    through the ensemble with the detections of in-process inference on that checkpoint."""
+    from maskops_triton.launcher import TritonServer
+    from tests.integration.triton.test_torch_backend import as_detections, in_process
+
+    stored = clean_db.data_root / "jobs" / "1" / "model.pth"
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tiny_checkpoint, stored)
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    with TritonServer(repository, models=(), log_file=tmp_path / "triton.log") as server:
+        settings = clean_db.model_copy(
+            update={
+                "triton_url": server.http_url,
+                "model_repository": repository,
+                "triton_net_backend": "torch",
+            }
+        )
+        worker = workers("w1", settings)
+        with TestClient(base_url="http://localhost", app=create_app(settings)) as client:
+            train = _succeeded(client, "train", {"checkpoint": "jobs/1/model.pth"})
+            published = client.post("/models/shapes/publish", json={"job_id": train})
+            assert published.status_code == 202, published.text
+            job = wait_for(client, published.json()["id"], {"succeeded", "failed"}, worker=worker)
+            assert job["status"] == "succeeded", client.get(f"/jobs/{job['id']}/logs").text
+            image = sorted(Path(demo_dataset.val_images).glob("*.jpg"))[0]
+            answer = client.post(
+                "/infer",
+                params={"model": "shapes", "score_threshold": 0.05},
+                files=[("images", (image.name, image.read_bytes(), "image/jpeg"))],
+            )
+            assert answer.status_code == 200, answer.text
+            (version,) = client.get("/models/shapes").json()
+    assert version["network"] == {"net_backend": "torch", "device": "cpu", "precision": "fp32"}
+    (reference,) = in_process(tiny_checkpoint, [image.read_bytes()], 0.05)
+    assert reference, "the tiny model detected nothing at 0.05"
+    report = compare_detections(
+        [as_detections(reference)], [as_detections(answer.json())], data_type="fp32"
+    )
+    assert report.passed, report.summary()

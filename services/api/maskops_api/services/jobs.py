@@ -130,19 +130,15 @@ def served_net_backend(settings: Settings) -> str:
 
 
 def _check_publish_source(settings: Settings, parent: Job) -> None:
-    """Refuse a parent the configured net backend cannot serve: the torch backend serves
-    a train or prune job's checkpoint, the others an export's graph."""
+    """Refuse a parent the configured net backend cannot serve: a train or prune job's
+    checkpoint needs the torch backend (which also serves the checkpoint an export was
+    made from), the others serve an export's graph."""
     backend = served_net_backend(settings)
     if parent.action in ("train", "prune") and backend != "torch":
         raise Invalid(
             f"parent_job_id: job {parent.id} is a {parent.action} job, whose checkpoint the "
             f"torch net backend serves (MASKOPS_TRITON_NET_BACKEND=torch); this server "
             f"publishes with {backend}: publish an export job"
-        )
-    if parent.action == "export" and backend == "torch":
-        raise Invalid(
-            f"parent_job_id: job {parent.id} is an export job; this server publishes with "
-            "the torch net backend, which serves a train or prune job's checkpoint"
         )
 
 

@@ -54,9 +54,11 @@ class TritonPythonModel:
             precision=str(settings.get("precision", "auto")),
             channels_last=bool(settings.get("channels_last", False)),
         )
+        self.where = f"{args.get('model_name')} instance {args.get('model_instance_name')}"
+        self.gpu_outputs = device.startswith("cuda")
         pb_utils.Logger.log_info(
-            f"{args.get('model_name')} instance {args.get('model_instance_name')}: torch "
-            f"{torch.__version__} on {device}, precision {self.network.precision}"
+            f"{self.where}: torch {torch.__version__} on {device}, "
+            f"precision {self.network.precision}"
         )
 
     def execute(self, requests: list[Any]) -> list[Any]:
@@ -69,8 +71,26 @@ class TritonPythonModel:
         responses = []
         for rows in zip(*(out.split(sizes) for out in outputs), strict=True):
             tensors = [
-                pb_utils.Tensor.from_dlpack(name, row.contiguous())
+                self._hand_over(name, row.contiguous())
                 for name, row in zip(NET_OUTPUTS, rows, strict=True)
             ]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses
+
+    def _hand_over(self, name: str, tensor: torch.Tensor) -> Any:
+        """``tensor`` as an output by DLPack; a GPU tensor stays on the GPU unless this
+        Triton's stub cannot take one (then every later output goes through host memory,
+        which the log says once)."""
+        if tensor.is_cuda and not self.gpu_outputs:
+            tensor = tensor.cpu()
+        try:
+            return pb_utils.Tensor.from_dlpack(name, tensor)
+        except Exception as exc:
+            if not tensor.is_cuda:
+                raise
+            self.gpu_outputs = False
+            pb_utils.Logger.log_warn(
+                f"{self.where}: outputs go through host memory: the stub refused a GPU "
+                f"tensor ({exc})"
+            )
+            return pb_utils.Tensor.from_dlpack(name, tensor.cpu())
