@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import update
 
 from maskops.atomic import atomic_write
+from maskops.serving.placement import ServingChoice
 from maskops_api.reconciler import reconcile
 from maskops_core import leftovers
 from maskops_core.db.migrate import upgrade_head
@@ -93,6 +94,20 @@ def embedded_settings(config: EmbeddedConfig) -> Settings:
         max_running_searches=EMBEDDED_CONCURRENCY - 1,
         _env_file=None,  # type: ignore[call-arg]
     )
+
+
+def with_serving_choice(settings: Settings) -> tuple[Settings, ServingChoice]:
+    """Where this stack's Triton (the PyPI server, which has no TensorRT) runs published
+    networks: the torch backend on the GPU when torch can use one, else the CPU
+    (:func:`maskops.serving.placement.choose_serving`); said at start, never silent."""
+    from maskops.serving.placement import choose_serving, torch_cuda_device
+
+    cuda, why = torch_cuda_device()
+    choice = choose_serving(tensorrt=False, cuda=cuda, no_cuda_why=why)
+    if choice.device == "cpu":
+        return settings, choice
+    changes = {"triton_device": "gpu", "triton_net_backend": choice.net_backend}
+    return settings.model_copy(update=changes), choice
 
 
 def stack_id(state_dir: Path) -> str:
@@ -357,7 +372,8 @@ def _prepare_state(
 ) -> tuple[Settings, CeleryDispatcher, ChildRecord]:
     """Migrate the database, adopt jobs of the old shared queues, register the demo data,
     kill the children a previous run left, and requeue the jobs they were running."""
-    settings = embedded_settings(config)
+    settings, choice = with_serving_choice(embedded_settings(config))
+    say(f"serving:  {choice.reason}")
     upgrade_head(settings)
     say(f"database: {settings.database_url}")
     say(f"broker:   {settings.broker_url} (stack {settings.stack_id})")
