@@ -3,6 +3,11 @@
 # cache and building the TensorRT engines that repositories written by an older maskops
 # still lack.
 #
+# Model control (load, unload: a load request can carry a python model's code) and the
+# other administrative endpoints answer only requests with the control plane's key,
+# MASKOPS_TRITON_CONTROL_KEY (maskops.serving.control); without a valid key the server
+# does not start. gRPC is off: maskops speaks HTTP.
+#
 # The engine cache (MASKOPS_TRITON_ENGINE_CACHE, default /var/cache/maskops-trt, the
 # root that publish writes into the onnxruntime backend's configs) holds one folder per
 # network version, <net model>.<version>; onnxruntime creates only that folder, so the
@@ -75,6 +80,19 @@ print(s["data_type"], f"images:1x3x{h}x{w},images:{b}x3x{h}x{w}" if dynamic else
   fi
 }
 
+restricted_api_argument() {  # Triton's flag, or the reason there is none on stderr
+  python3 -c '
+import os, sys
+from maskops.serving.control import CONTROL_KEY_ENV, ControlKeyError, restricted_api_argument
+try:
+    print(restricted_api_argument(os.environ.get(CONTROL_KEY_ENV, "")))
+except ControlKeyError as exc:
+    sys.exit(f"maskops-triton: {exc}")
+'
+}
+
+RESTRICTED_API="$(restricted_api_argument)" || exit 2
+
 shopt -s nullglob
 prepare_engine_cache
 for config in "$REPO"/_*.net/config.pbtxt; do
@@ -89,4 +107,4 @@ for config in "$REPO"/_*.net/config.pbtxt; do
   done
 done
 
-exec tritonserver "$@"
+exec tritonserver "$@" --allow-grpc=false "$RESTRICTED_API"

@@ -5,6 +5,7 @@ per app (``/infer`` spreads requests over it), and each replica's state for ``/r
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,16 +37,22 @@ def replica_pool(state: State) -> ReplicaPool:
         return pool
 
 
-def probe(url: str) -> str:
-    """``ok``, or why the replica at ``url`` is not ready (Triton's health endpoint)."""
+def probe(url: str, models: Sequence[str] = ()) -> str:
+    """``ok``, or why the replica at ``url`` cannot serve: Triton's health endpoint, then
+    each published model's (one unloaded behind the control plane's back is named)."""
     import httpx
 
     base = url if url.startswith("http") else f"http://{url}"
     try:
-        response = httpx.get(f"{base}/v2/health/ready", timeout=2)
+        with httpx.Client(base_url=base, timeout=2) as client:
+            status = client.get("/v2/health/ready").status_code
+            # A server with strict readiness is not ready while a model it knows is not.
+            missing = [m for m in models if client.get(f"/v2/models/{m}/ready").status_code != 200]
     except httpx.HTTPError as exc:
         return f"unreachable: {type(exc).__name__}"
-    return "ok" if response.status_code == 200 else f"not ready ({response.status_code})"
+    if missing:
+        return f"published but not loaded: {', '.join(missing)}"
+    return "ok" if status == 200 else f"not ready ({status})"
 
 
 @dataclass
@@ -61,9 +68,10 @@ class Readiness:
         return any(state == "ok" for state in self.replicas.values())
 
 
-def readiness(state: State) -> Readiness:
-    """Probe every replica at once. One replica down of several leaves the API serving
-    (``/infer`` goes to the others), so the summary counts them."""
+def readiness(state: State, models: Sequence[str] = ()) -> Readiness:
+    """Probe every replica at once for the published ``models``. One replica down of
+    several leaves the API serving (``/infer`` goes to the others), so the summary counts
+    them."""
     from maskops.serving.client import TritonUnavailable
 
     try:
@@ -73,7 +81,7 @@ def readiness(state: State) -> Readiness:
     if not urls:
         return Readiness("no Triton replica (MASKOPS_TRITON_DNS resolves to none)")
     with ThreadPoolExecutor(max_workers=len(urls)) as pool:
-        states = dict(zip(urls, pool.map(probe, urls), strict=True))
+        states = dict(zip(urls, pool.map(partial(probe, models=models), urls), strict=True))
     ready = sum(s == "ok" for s in states.values())
     if ready == len(urls):
         return Readiness("ok", states)

@@ -62,6 +62,12 @@ class Settings(BaseSettings):
     Kubernetes headless service, compose's ``--scale triton=N``), looked up again every
     ``triton_dns_refresh_s``; its replicas add to ``triton_url``'s."""
     triton_dns_refresh_s: float = Field(default=10.0, gt=0)
+    triton_control_key: str = Field(default="", repr=False)
+    """The key Triton wants in the header of model-control requests (load, unload, the
+    repository index), which only the control plane's processes hold; the engine's client
+    reads it from this variable, ``MASKOPS_TRITON_CONTROL_KEY``
+    (``maskops.serving.control``). ``maskops serve`` makes one at each start; the Triton
+    image refuses to start without one (docs/operations.md#triton-model-control)."""
     model_repository: Path = Path("./model_repository")
     triton_device: Literal["cpu", "gpu"] = "cpu"
     """Where Triton runs the networks of published models (the operator says, nothing is
@@ -95,6 +101,15 @@ class Settings(BaseSettings):
     max_infer_image_aspect: float = Field(default=20.0, ge=1.0)
     """Long side / short side of one ``/infer`` image (422 beyond): a 1 x 50,000,000 PNG is
     within the pixel limit, and its resize weights once took Triton 65 s and 1.8 GB."""
+    infer_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds Triton may take per image of an ``/infer`` request (about 11 times the 0.9 s
+    one image took on two CPU cores, docs/benchmarks.md): a request of N images waits at
+    most N times this, then is answered 503 and that replica's circuit opens
+    (docs/operations.md#several-triton-replicas)."""
+    max_concurrent_infer: int = Field(default=16, ge=1)
+    """``/infer`` requests waiting on Triton at once per API process, each on a thread of a
+    pool of its own (never the other routes' threads); one more is answered 429 with
+    ``Retry-After``."""
 
     trackers: list[Tracker] = Field(default_factory=_default_trackers)
     """The experiment trackers a spec sent over REST may turn on (a JSON list). Where they

@@ -27,6 +27,12 @@ from typing import Any
 from sqlalchemy import update
 
 from maskops.atomic import atomic_write
+from maskops.serving.control import (
+    CONTROL_KEY_ENV,
+    check_control_key,
+    new_control_key,
+    restricted_api_argument,
+)
 from maskops.serving.placement import ServingChoice
 from maskops_api.reconciler import reconcile
 from maskops_core import leftovers
@@ -222,16 +228,19 @@ def triton_supervisor(
         say("triton: launcher not available in this build; /infer is disabled")
         return None
     settings.model_repository.mkdir(parents=True, exist_ok=True)
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    http_port, metrics_port = free_port(), free_port()
+    restricted_api = restricted_api_argument(settings.triton_control_key)
 
     def make_server() -> Any:
         # models=[]: nothing loads at start; the supervisor loads what is published.
+        # Loopback only, whatever the API's host: /infer reaches it from this machine.
         return TritonServer(
             settings.model_repository,
             models=[],
             http_port=http_port,
-            grpc_port=grpc_port,
             metrics_port=metrics_port,
+            host="127.0.0.1",
+            restricted_api=restricted_api,
             log_file=log_file,
         )
 
@@ -403,6 +412,7 @@ def _supervision(
     address."""
     logs = config.state_dir.resolve() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    settings = with_control_key(settings)
     triton = triton_supervisor(settings, logs / "triton.log", say) if config.triton else None
     if triton is not None:
         url = triton.make_server().http_url
@@ -426,6 +436,15 @@ def _supervision(
         if child is not None:
             child.on_launch = children.record
     return settings, supervision
+
+
+def with_control_key(settings: Settings) -> Settings:
+    """``settings`` with a Triton model-control key (the operator's, else a fresh one for
+    this start), also in this process's environment, where the in-process API's client
+    reads it; the worker gets it with the rest of the settings."""
+    key = check_control_key(settings.triton_control_key or new_control_key())
+    os.environ[CONTROL_KEY_ENV] = key
+    return settings.model_copy(update={"triton_control_key": key})
 
 
 def _after_start(

@@ -7,6 +7,11 @@ Python 3.11 stub next to ``libtriton_python.so``, the stub finds its interpreter
 plus libpython come through LD_LIBRARY_PATH. Models are loaded explicitly (model control
 "explicit") so that a new version can be loaded before the old one is unloaded.
 
+Model control runs code (a load request may carry a python model's ``model.py``), so the
+server listens on loopback unless told otherwise, serves no gRPC (maskops speaks HTTP),
+and, given ``restricted_api``, refuses model control and the other administrative
+endpoints to requests without the control key's header (``maskops.serving.control``).
+
 Usage::
 
     with TritonServer(Path("model_repository"), models=["demo"]) as server:
@@ -101,7 +106,12 @@ class TritonServer:
         models: models to load at start (explicit model control; others load on request).
             None loads every model in the repository; ``maskops serve`` passes ``[]`` and
             loads what is published once the server is up.
-        http_port, grpc_port, metrics_port: 0 picks free ports.
+        http_port, metrics_port: 0 picks free ports.
+        host: the address HTTP and metrics listen on (loopback unless a container's
+            network must reach it).
+        restricted_api: Triton's ``--http-restricted-api`` argument
+            (``maskops.serving.control.restricted_api_argument``), or None for a server
+            whose model control is open to whoever reaches ``host``.
         backend_dir: where the prepared backends live (default: a per-user cache folder).
         log_file: server stdout/stderr go here (default: a temporary file).
         startup_timeout_s: how long to wait for readiness, model loads included.
@@ -113,8 +123,9 @@ class TritonServer:
         *,
         models: Sequence[str] | None = None,
         http_port: int = 0,
-        grpc_port: int = 0,
         metrics_port: int = 0,
+        host: str = "127.0.0.1",
+        restricted_api: str | None = None,
         backend_dir: Path | None = None,
         log_file: Path | None = None,
         startup_timeout_s: float = 120.0,
@@ -123,8 +134,9 @@ class TritonServer:
         self.repository = Path(repository).resolve()
         self.models = ["*"] if models is None else list(models)
         self.http_port = http_port or free_port()
-        self.grpc_port = grpc_port or free_port()
         self.metrics_port = metrics_port or free_port()
+        self.host = host
+        self.restricted_api = restricted_api
         self.backend_dir = backend_dir or Path(tempfile.gettempdir()) / (
             f"maskops-triton-backends-{os.getuid()}-py{PYTHON_TAG}"
         )
@@ -137,7 +149,8 @@ class TritonServer:
     @property
     def http_url(self) -> str:
         """``host:port`` of the HTTP endpoint, as tritonclient expects it."""
-        return f"127.0.0.1:{self.http_port}"
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"[{host}]:{self.http_port}" if ":" in host else f"{host}:{self.http_port}"
 
     def command(self) -> list[str]:
         binary = _pytriton_root() / "bin" / "tritonserver"
@@ -145,13 +158,17 @@ class TritonServer:
             str(binary),
             f"--model-repository={self.repository}",
             f"--backend-directory={self.backend_dir}",
+            f"--http-address={self.host}",
             f"--http-port={self.http_port}",
-            f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
+            "--allow-grpc=false",
             "--model-control-mode=explicit",
             "--exit-on-error=true",
             "--strict-readiness=true",
         ]
+        if self.restricted_api is not None:
+            cmd.append(self.restricted_api)
         cmd += [f"--load-model={name}" for name in self.models]
         if self.verbose:
             cmd.append("--log-verbose=1")
@@ -269,8 +286,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="maskops-triton", description=__doc__.split("\n")[0])
     parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--http-restricted-api",
+        default=None,
+        help="Triton's restricted-API setting, passed through (model control behind a key)",
+    )
     parser.add_argument(
         "--load-model",
         action="append",
@@ -283,8 +305,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.model_repository,
         models=args.models,
         http_port=args.http_port,
-        grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
+        host=args.host,
+        restricted_api=(
+            None
+            if args.http_restricted_api is None
+            else f"--http-restricted-api={args.http_restricted_api}"
+        ),
     )
     try:
         server.start()

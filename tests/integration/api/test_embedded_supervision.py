@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from maskops.serving.control import CONTROL_HEADER, CONTROL_KEY_ENV
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus, PublishedModel
 from maskops_core.db.session import make_engine, make_session_factory
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("pytriton")
 
 MASKOPS = Path(sys.executable).with_name("maskops")
+CONTROL_KEY = "embedded-stack-test-key"
+"""Serve takes the operator's key from its environment (else it makes one)."""
 
 
 def _prepare_state(state: Path) -> None:
@@ -89,7 +92,10 @@ def _children(pid: int, name: str) -> list[int]:
 
 
 def _model_states(triton: str) -> dict[str, str]:
-    index = httpx.post(f"http://{triton}/v2/repository/index", json={}, timeout=10).json()
+    """The repository index, which serve's Triton lists only to the control key's holder."""
+    url = f"http://{triton}/v2/repository/index"
+    assert httpx.post(url, json={}, timeout=10).status_code == 403
+    index = httpx.post(url, json={}, headers={CONTROL_HEADER: CONTROL_KEY}, timeout=10).json()
     return {entry["name"]: entry.get("state", "") for entry in index}
 
 
@@ -99,7 +105,7 @@ def _start_serve(state: Path, port: int, out: Path) -> subprocess.Popen[bytes]:
             [str(MASKOPS), "serve", "--port", str(port), "--state-dir", str(state), "--no-redis"],
             stdout=handle,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            env={**os.environ, "OMP_NUM_THREADS": "1", CONTROL_KEY_ENV: CONTROL_KEY},
         )
 
 

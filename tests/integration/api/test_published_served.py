@@ -91,3 +91,34 @@ def test_infer_on_a_published_model_triton_has_not_loaded_is_503(
     assert response.status_code == 503, response.text
     assert "published but not loaded in Triton yet" in response.json()["detail"]
     assert response.headers["Retry-After"] == "5"
+
+
+def test_readyz_names_a_published_model_that_triton_does_not_serve(
+    clean_db: Settings, tmp_path: Path
+) -> None:
+    """A published model unloaded behind the control plane's back (or lost with a Triton
+    restart) makes /infer answer 503: /readyz says so, naming it, until it is loaded again."""
+    from fastapi.testclient import TestClient
+
+    from maskops_api.main import create_app
+    from maskops_triton.launcher import TritonServer
+
+    repository = tmp_path / "repository"
+    toy_model(repository, "live")
+    engine = make_engine(clean_db)
+    factory = make_session_factory(engine)
+    _publish_rows(factory, live=True)
+    try:
+        with TritonServer(repository, models=(), log_file=tmp_path / "triton.log") as server:
+            served = clean_db.model_copy(update={"triton_url": server.http_url})
+            with TestClient(base_url="http://localhost", app=create_app(served)) as api:
+                serve_published(factory, server.http_url)
+                assert api.get("/readyz").json()["checks"]["triton"] == "ok"
+                triton.unload_model(server.http_url, "live")
+                answer = api.get("/readyz")
+                assert answer.status_code == 503
+                assert answer.json()["checks"]["triton"] == "published but not loaded: live"
+                serve_published(factory, server.http_url)  # the reconciler's next pass
+                assert api.get("/readyz").json()["checks"]["triton"] == "ok"
+    finally:
+        engine.dispose()

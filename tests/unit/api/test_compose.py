@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from maskops.serving.control import CONTROL_KEY_ENV
 from maskops.serving.placement import ENGINE_CACHE_ROOT
 
 REPO = Path(__file__).resolve().parents[3]
@@ -147,9 +148,23 @@ def test_no_secrets_in_the_file_and_env_example_complete(compose: dict[str, Any]
         if line and not line.startswith("#")
     )
     assert {"POSTGRES_PASSWORD", "MASKOPS_DATABASE_URL", "MASKOPS_BROKER_URL"} <= set(example)
-    referenced = set(re.findall(r"\$\{(\w+)(?::-[^}]*)?\}", text))
+    referenced = set(re.findall(r"\$\{(\w+)(?::[-?][^}]*)?\}", text))
     assert referenced <= set(example), referenced - set(example)
     for name in ("postgres", "api", "worker-gpu0", "worker-cpu"):
+        assert compose["services"][name]["env_file"] == ".env"
+
+
+def test_triton_is_reached_by_the_control_plane_alone(compose: dict[str, Any]) -> None:
+    """Triton's model control runs code: it publishes no port, serves no gRPC, and gets the
+    control key that the API and the workers (env_file .env) hold too."""
+    triton = compose["services"]["triton"]
+    assert "ports" not in triton and "network_mode" not in triton
+    assert not [arg for arg in triton["command"] if arg.startswith("--grpc")]
+    key = triton["environment"][CONTROL_KEY_ENV]
+    assert key.startswith(f"${{{CONTROL_KEY_ENV}:?")  # compose refuses to start without it
+    example = ENV_EXAMPLE.read_text()
+    assert re.search(rf"^{CONTROL_KEY_ENV}=\S+$", example, re.MULTILINE)
+    for name in ("api", "worker-gpu0", "worker-cpu"):
         assert compose["services"][name]["env_file"] == ".env"
 
 

@@ -80,6 +80,7 @@ def test_client_imports_without_torch_or_onnx(tmp_path: Path):
         "maskops.serving",
         "maskops.serving.circuit",
         "maskops.serving.client",
+        "maskops.serving.control",
         "maskops.serving.protocol",
         "maskops.serving.replicas",
     }

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from maskops.serving import publish
+from maskops.serving.control import CONTROL_KEY_ENV, restricted_api_argument
 from maskops.serving.placement import ENGINE_CACHE_ROOT, Placement
 from maskops.serving.protocol import EnsembleNames
 from tests.support.fake_export import fake_engine, fake_onnx_export
 
 ENTRYPOINT = Path(__file__).resolve().parents[3] / "services" / "triton" / "entrypoint.sh"
 CACHE_VARIABLE = "MASKOPS_TRITON_ENGINE_CACHE"
+KEY = "k" * 16 + "-0123456789_abcdef"
 ECHO = """#!/bin/sh
 echo "$(basename "$0") $*"
 case "$*" in *broken*) echo "trtexec: parse error" >&2; exit 1;; esac
@@ -35,10 +37,13 @@ def fake_tools(tmp_path: Path) -> dict[str, str]:
     for name in ("trtexec", "tritonserver"):
         (tools / name).write_text(ECHO)
         (tools / name).chmod(0o755)
-    # python3 must be the one that has the standard library (any will do).
-    (tools / "python3").symlink_to(sys.executable)
+    # python3 must be one with maskops installed, as the Triton image's is (a link would
+    # lose the virtualenv: Python finds it next to the path it was started by).
+    (tools / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (tools / "python3").chmod(0o755)
     cache = str(tmp_path / "engine-cache" / "root")
-    return {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", CACHE_VARIABLE: cache}
+    path = f"{tools}:{os.environ['PATH']}"
+    return {**os.environ, "PATH": path, CACHE_VARIABLE: cache, CONTROL_KEY_ENV: KEY}
 
 
 def _old_publish(repo: Path, name: str, onnx: Path, *, static: int | None) -> Path:
@@ -63,7 +68,8 @@ def _run(repo: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=True,
     )
-    assert done.stdout.splitlines()[-1] == f"tritonserver --model-repository={repo}"  # started
+    started = f"tritonserver --model-repository={repo} --allow-grpc=false"
+    assert done.stdout.splitlines()[-1] == f"{started} {restricted_api_argument(KEY)}"
     return done
 
 
@@ -155,3 +161,22 @@ def test_what_publish_writes_now_needs_no_build(tmp_path, fake_tools):
     fake_engine(onnx)
     publish(onnx, repo, "plan", net_backend="tensorrt", placement=Placement("gpu"))
     assert _start(repo, fake_tools)[0] == []
+
+
+@pytest.mark.parametrize("key", [None, "", "change-me", "a" * 20 + ",model-repository"])
+def test_no_server_starts_without_a_valid_control_key(tmp_path, fake_tools, key):
+    """Without the key, model control (which runs a loaded model's code) would be open to
+    whoever reaches the server: the entrypoint refuses to start it, saying what to set."""
+    env = {k: v for k, v in fake_tools.items() if k != CONTROL_KEY_ENV}
+    if key is not None:
+        env[CONTROL_KEY_ENV] = key
+    done = subprocess.run(
+        ["bash", str(ENTRYPOINT), f"--model-repository={tmp_path}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "tritonserver" not in done.stdout
+    assert f"maskops-triton: {CONTROL_KEY_ENV} must be 16 to 128 characters" in done.stderr

@@ -9,9 +9,10 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.deps import FactoryDep, SettingsDep
+from maskops_api.published import published_names
 from maskops_api.replicas import Readiness, readiness
 from maskops_api.schemas import Health
 from maskops_core.paths import disk_problem
@@ -47,6 +48,15 @@ def check_worker(session: Session, settings: Settings, supervisor: Any) -> str:
     )
 
 
+def published_or_none(factory: sessionmaker[Session]) -> list[str]:
+    """The published models each replica must serve; none when the database does not
+    answer (the database check says so)."""
+    try:
+        return published_names(factory)
+    except Exception:
+        return []
+
+
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
 def readyz(request: Request, settings: SettingsDep, factory: FactoryDep) -> JSONResponse:
     supervisor = getattr(request.app.state, "supervisor", None)
@@ -71,7 +81,7 @@ def readyz(request: Request, settings: SettingsDep, factory: FactoryDep) -> JSON
     if triton is not None and triton.problem:
         checks["triton"] = triton.problem
     elif settings.has_triton:
-        replicas = readiness(request.app.state)
+        replicas = readiness(request.app.state, published_or_none(factory))
         checks["triton"] = replicas.summary
     # One Triton replica down of several degrades the service but does not stop it.
     failing = {name for name, value in checks.items() if value != "ok"}

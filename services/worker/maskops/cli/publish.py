@@ -95,7 +95,10 @@ def register(subparsers: Any) -> None:
         "--triton_url",
         action="append",
         default=[],
-        help="host:port of a Triton replica that loads the new version (repeat for several)",
+        help=(
+            "host:port of a Triton replica that loads the new version (repeat for several); "
+            "a server with model control behind a key wants it in MASKOPS_TRITON_CONTROL_KEY"
+        ),
     )
     add_key_argument(parser)
     parser.set_defaults(handler=run)

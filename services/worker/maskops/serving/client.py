@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from maskops.serving.control import CONTROL_KEY_ENV, control_headers
 from maskops.serving.protocol import (
     DETECTIONS_JSON,
     IMAGE_BYTES,
@@ -37,6 +39,11 @@ class TritonUnavailable(TritonError):
     """Triton does not answer (not started, crashed, wrong URL)."""
 
 
+class TritonTimeout(TritonUnavailable):
+    """Triton took the request but did not answer within the call's time (stalled,
+    overloaded)."""
+
+
 class ModelNotFound(TritonError):
     """The model (or version) is unknown or not loaded."""
 
@@ -47,6 +54,10 @@ class InvalidImage(TritonError):
 
 class InferenceFailed(TritonError):
     """Triton answered with another error."""
+
+
+class ControlRefused(TritonError):
+    """Triton refused model control: this process lacks the server's control key."""
 
 
 def _strip_scheme(url: str) -> str:
@@ -91,15 +102,23 @@ def _translate(exc: Exception, model: str, version: str) -> TritonError:
     if "unknown model" in lowered or "is not found" in lowered or "not ready" in lowered:
         where = f"{model}" + (f" version {version}" if version else "")
         return ModelNotFound(f"model {where} is not loaded in Triton: {message}")
+    if "restricted" in lowered and "header" in lowered:
+        return ControlRefused(
+            f"Triton refused to control {model}: set {CONTROL_KEY_ENV} to the server's "
+            f"model-control key ({message})"
+        )
     if "connect" in lowered or "connection" in lowered:
         return TritonUnavailable(f"Triton is not reachable: {message}")
     return InferenceFailed(message)
 
 
-def is_ready(url: str, model: str | None = None, *, version: str = "") -> bool:
-    """Whether the server (or ``model``) is ready; False when Triton is unreachable."""
+def is_ready(
+    url: str, model: str | None = None, *, version: str = "", timeout_s: float = 5.0
+) -> bool:
+    """Whether the server (or ``model``) is ready; False when Triton is unreachable or
+    does not answer within ``timeout_s``."""
     try:
-        with _client(url, timeout_s=5.0) as client:
+        with _client(url, timeout_s=timeout_s) as client:
             if model is None:
                 return bool(client.is_server_ready())
             return bool(client.is_model_ready(model, version))
@@ -110,7 +129,7 @@ def is_ready(url: str, model: str | None = None, *, version: str = "") -> bool:
 def _call(url: str, model: str, action: str) -> None:
     try:
         with _client(url, timeout_s=600.0) as client:
-            getattr(client, action)(model)
+            getattr(client, action)(model, headers=control_headers())
     except Exception as exc:
         raise _translate(exc, model, "") from None
 
@@ -166,7 +185,7 @@ def model_states(url: str, model: str) -> dict[str, str]:
     ``model`` Triton knows (its repository index)."""
     try:
         with _client(url, timeout_s=10.0) as client:
-            index = client.get_model_repository_index()
+            index = client.get_model_repository_index(headers=control_headers())
     except Exception as exc:
         raise _translate(exc, model, "") from None
     return {
@@ -248,6 +267,8 @@ def infer_images(
         images: JPEG/PNG bytes.
         score_threshold: detections scoring below this are dropped.
         version: a specific version ("" = the served one).
+        timeout_s: the whole call's time, all images together; past it
+            :class:`TritonTimeout` (Triton is not waited for longer).
 
     Returns:
         Per image, the COCO results: ``image_id`` (the image's position in ``images``),
@@ -258,6 +279,7 @@ def infer_images(
         return []
     output = httpclient.InferRequestedOutput(DETECTIONS_JSON, binary_data=True)
     results: list[list[dict[str, Any]]] = []
+    deadline = time.monotonic() + timeout_s
     try:
         with _client(url, concurrency=len(images), timeout_s=timeout_s) as client:
             datatype = _encoded_datatype(client, model, version)
@@ -272,8 +294,10 @@ def infer_images(
             ]
             for index, handle in enumerate(pending):
                 try:
-                    answer = handle.get_result()
+                    answer = handle.get_result(timeout=max(0.0, deadline - time.monotonic()))
                 except InferenceServerException as exc:
+                    if time.monotonic() >= deadline:
+                        raise _timed_out(timeout_s) from None
                     error = _translate(exc, model, version)
                     if isinstance(error, InvalidImage):
                         raise InvalidImage(f"image {index}: {error}") from None
@@ -287,5 +311,12 @@ def infer_images(
     except TritonError:
         raise
     except Exception as exc:
+        # A socket's own timeout (``network_timeout``) ends a stalled request too.
+        if isinstance(exc, TimeoutError) or time.monotonic() >= deadline:
+            raise _timed_out(timeout_s) from None
         raise _translate(exc, model, version) from None
     return results
+
+
+def _timed_out(timeout_s: float) -> TritonTimeout:
+    return TritonTimeout(f"Triton did not answer within {timeout_s:g} s")
