@@ -20,6 +20,11 @@ that do not need it still run):
    (where TensorRT is installed: fp16 engines of a static batch, without a Loop, and of a
    dynamic one, and an int8 engine of a static batch, each compared with onnxruntime and
    recorded on its own; where not, one line says so).
+   ``serving_torch`` (bench/gpu_serving.py): the torch network backend in the real Triton
+   (the nvidia-pytriton wheel's tritonserver, which ``maskops serve`` runs) on the device:
+   served detections against in-process inference on the same device and precision,
+   images/s with 1 and 8 HTTP clients and batch-1 p50/p99 latency against in-process
+   eager inference, R50-FPN 832x1344; skipped without that wheel (``--prepare-serving``).
 6. ``throughput_train`` (bench/bench_train.py: maskops vs torchvision's reference loop,
    R50-FPN 832x1344, AMP, arms alternated in rounds), ``throughput_inference`` (images/s
    at batch 1 and 8), ``train_profile`` (bench/profile_train.py: where a training step's
@@ -33,6 +38,7 @@ wheels a ``--prepare`` run downloaded are installed into a private folder (no ne
 Docker, nothing installed system-wide) and the services' folders go on ``PYTHONPATH``:
 
     bench/gpu_check --prepare .gpu-wheels       # here, with the package registry
+    bench/gpu_check --prepare-serving .gpu-serving-wheels   # the Triton server's wheel
     bench/gpu_check                             # there: writes gpu_check.json in bench/results/
     bench/gpu_check --device cpu --tiny --out /tmp/gpu_check_cpu.json   # CI, on a CPU
 
@@ -118,6 +124,9 @@ GROUPS = (
     ),
     # Three TensorRT engine builds, where TensorRT is installed, take most of the 240 s.
     Group("serving", ("eval_parity", "export_onnx", "tensorrt"), 240, 180),
+    # The torch backend in the real Triton: skipped without the tritonserver wheel, which
+    # travels in a call of its own (SERVING_WHEEL).
+    Group("triton_serving", ("serving_torch",), 240, 300),
     Group(
         "throughput",
         ("throughput_train", "throughput_inference", "train_profile", "throughput_tuning"),
@@ -214,10 +223,25 @@ def wheels_wanted() -> set[str]:
     return wanted - {"maskops", *MACHINE_HAS, *NOT_NEEDED}
 
 
-def prepare(folder: Path) -> int:
-    """Download the wheels the GPU host lacks into ``folder``; print their total size."""
+SERVING_WHEEL = "nvidia-pytriton"
+"""The ``serving_torch`` step's own carry: the tritonserver that ``maskops serve`` runs
+(53 MiB). With the checkout (about 7 MiB) it fills one 64 MiB carry, so it travels alone,
+in a second call on the same machine, after a first call installed ``--prepare``'s wheels
+into the private site the step's other imports come from (docs/benchmarks.md)."""
+SERVING_WHEELS_LIMIT_MB = 56.0
+
+
+def prepare_serving(folder: Path) -> int:
+    """Download the tritonserver wheel into ``folder`` (the ``triton_serving`` group's)."""
+    return prepare(folder, wanted={SERVING_WHEEL}, limit_mb=SERVING_WHEELS_LIMIT_MB)
+
+
+def prepare(folder: Path, *, wanted: set[str] | None = None, limit_mb: float = 0.0) -> int:
+    """Download the wheels the GPU host lacks (or ``wanted``) into ``folder``; print their
+    total size."""
     pins = lock_pins()
-    wanted = wheels_wanted()
+    wanted = wheels_wanted() if wanted is None else wanted
+    limit_mb = limit_mb or WHEELS_LIMIT_MB
     missing = sorted(name for name in wanted if name not in pins)
     if missing:
         print(f"not in requirements.lock: {', '.join(missing)}", file=sys.stderr)
@@ -232,8 +256,8 @@ def prepare(folder: Path) -> int:
     wheels = sorted(folder.glob("*.whl"))
     size_mb = sum(w.stat().st_size for w in wheels) / 2**20
     print(f"{len(wheels)} wheels, {size_mb:.1f} MiB in {folder}")
-    if size_mb > WHEELS_LIMIT_MB:
-        print(f"too large to carry: more than {WHEELS_LIMIT_MB} MiB", file=sys.stderr)
+    if size_mb > limit_mb:
+        print(f"too large to carry: more than {limit_mb} MiB", file=sys.stderr)
         return 1
     return 0
 
@@ -422,6 +446,12 @@ def parse_args() -> argparse.Namespace:
         "--wheels", type=Path, help=f"wheels of a --prepare run (default {WHEELS}, if present)"
     )
     parser.add_argument("--prepare", type=Path, metavar="DIR", help="download wheels, exit")
+    parser.add_argument(
+        "--prepare-serving",
+        type=Path,
+        metavar="DIR",
+        help="download the tritonserver wheel of the triton_serving group, exit",
+    )
     args = parser.parse_args()
     if args.out is None:
         args.out = RESULTS if args.device == "cuda" else RESULTS.with_name("gpu_check_cpu.json")
@@ -438,6 +468,8 @@ def main() -> int:
     args = parse_args()
     if args.prepare is not None:
         return prepare(args.prepare)
+    if args.prepare_serving is not None:
+        return prepare_serving(args.prepare_serving)
     return run_checks(args)
 
 

@@ -853,6 +853,34 @@ def step_train_profile(ctx: Context) -> dict[str, Any]:
     return {"config": vars(args), **figures}
 
 
+def step_serving_torch(ctx: Context) -> dict[str, Any]:
+    """A checkpoint on the torch network backend in the real Triton (the
+    nvidia-pytriton wheel's, which ``maskops serve`` runs), against in-process inference
+    on the same device and precision (bench/gpu_serving.py)."""
+    import importlib.util
+
+    from gpu_serving import random_checkpoint, serving_check
+
+    if importlib.util.find_spec("pytriton") is None:
+        raise StepSkipped("no nvidia-pytriton: carry the serving wheels (--prepare-serving)")
+    val = sorted((demo_data(ctx) / "demo").rglob("val/*.jpg"))
+    require(bool(val), "no validation images in the demo data")
+    size, nlayers = ((128, 128), 10) if ctx.tiny else ((832, 1344), 50)
+    images = [path.read_bytes() for path in val[: 2 if ctx.tiny else 8]]
+    work = ctx.work / "serving"
+    checkpoint = random_checkpoint(work / "model.pth", size=size, nlayers=nlayers)
+    seconds, concurrency = (0.5, (1, 2)) if ctx.tiny else (10.0, (1, 8))
+    figures = serving_check(
+        checkpoint,
+        images,
+        device=ctx.device_name,
+        work=work,
+        seconds=seconds,
+        concurrency=concurrency,
+    )
+    return {"model": f"resnet{nlayers}-FPN {size[0]}x{size[1]}, random weights", **figures}
+
+
 STEPS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "environment": step_environment,
     "pytest_gpu": step_pytest_gpu,
@@ -867,6 +895,7 @@ STEPS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "throughput_inference": step_throughput_inference,
     "train_profile": step_train_profile,
     "throughput_tuning": step_throughput_tuning,
+    "serving_torch": step_serving_torch,
 }
 
 

@@ -1,0 +1,361 @@
+"""The torch network backend served by the real Triton, against in-process inference.
+
+gpu_check's ``serving_torch`` step (bench/gpu_check_steps.py) runs :func:`serving_check` on
+the check's trained checkpoint; it also runs on its own::
+
+    python bench/gpu_serving.py --checkpoint CKPT --images DIR --device cuda --out FILE
+
+What it does, in the GPU host's environment (no API, no Celery, no database): publish's
+repository writer puts the checkpoint in a model repository with ``net_backend="torch"``
+on the device (``precision`` ``auto`` resolved here, so the config records bf16 or fp16);
+the launcher ``maskops serve`` uses starts the tritonserver of the nvidia-pytriton wheel
+on it; images go over HTTP through the ensemble (maskops.serving.client, what
+``POST /infer`` calls); the answers are compared with in-process inference of the same
+checkpoint on the same device and precision (the same :class:`TorchNetwork` forward,
+the engine's torch pre- and post-processing) within the export's parity tolerances
+(fp32's, fp16's for autocast). Then, in the same run: images/s served with 1 and 8
+concurrent clients, p50/p99 latency of one client at batch 1, and in-process eager
+images/s at batch 1 and 8 and its batch-1 latency, each end to end (encoded bytes in,
+COCO results out); on CUDA also a ``channels_last`` tuning arm of the eager batch-8 run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "check"
+SCORE_THRESHOLD = 0.05
+
+
+def random_checkpoint(path: Path, *, size: tuple[int, int], nlayers: int) -> Path:
+    """A checkpoint of random weights (seed 0) for ``size`` images and ResNet ``nlayers``
+    with three classes: what the throughput figures measure when no trained one fits
+    (R50-FPN 832x1344, as the inference throughput step; up to 100 detections an image)."""
+    import torch
+
+    from maskops.checkpoints.model_file import save_checkpoint
+    from maskops.data.labels import LabelMap
+    from maskops.modeling import build_model
+    from maskops.spec.models import ExperimentSpec
+
+    spec = ExperimentSpec.model_validate(
+        {
+            "data_config": {"image_size": size, "num_classes": 4},
+            "maskrcnn_config": {"nlayers": nlayers},
+        }
+    )
+    torch.manual_seed(0)
+    model = build_model(spec.maskrcnn_config, num_classes=4, image_size=size)
+    names = [{"id": i, "name": n} for i, n in enumerate(("circle", "square", "triangle"), 1)]
+    label_map = LabelMap.from_coco_categories(names)
+    return save_checkpoint(path, model=model, spec=spec, label_map=label_map, step=0)
+
+
+def network_config(url: str) -> dict[str, str]:
+    """The network config's record of where and how it runs (protocol.NET_PARAMETERS)."""
+    import urllib.request
+
+    from maskops.serving.protocol import NET_PARAMETERS, EnsembleNames
+
+    net = EnsembleNames(NAME).net
+    with urllib.request.urlopen(f"http://{url}/v2/models/{net}/config", timeout=30) as answer:
+        parameters = json.loads(answer.read()).get("parameters", {})
+    return {ours: parameters[key]["string_value"] for key, ours in NET_PARAMETERS.items()}
+
+
+def in_process(network: Any, images: Sequence[bytes]) -> list[list[dict[str, Any]]]:
+    """COCO results of the eager network on ``images``, all of them as one batch."""
+    import torch
+
+    from maskops.serving.processing import coco_results, preprocess_image, unpad_detections
+
+    prepared = [preprocess_image(data, network.info.image_size) for data in images]
+    batch = torch.stack([torch.from_numpy(image) for image, _, _ in prepared])
+    outputs = [out.cpu().numpy() for out in network(batch)]
+    return [
+        coco_results(
+            unpad_detections(*(out[i] for out in outputs)),
+            scale=scale,
+            orig_hw=orig_hw,
+            label_map=network.info.label_map,
+            score_threshold=SCORE_THRESHOLD,
+        )
+        for i, (_, scale, orig_hw) in enumerate(prepared)
+    ]
+
+
+def as_detections(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """COCO results as parity's detections (boxes xyxy, original pixels)."""
+    import torch
+
+    boxes = torch.tensor([r["bbox"] for r in results], dtype=torch.float32).reshape(-1, 4)
+    boxes[:, 2:] += boxes[:, :2]
+    return {
+        "boxes": boxes,
+        "scores": torch.tensor([r["score"] for r in results], dtype=torch.float32),
+        "labels": torch.tensor([r["category_id"] for r in results], dtype=torch.int64),
+    }
+
+
+Results = list[list[dict[str, Any]]]
+
+
+def parity(served: Results, reference: Results, precision: str) -> Any:
+    from maskops.export.parity import compare_detections
+
+    data_type = "fp32" if precision == "fp32" else "fp16"
+    return compare_detections(
+        [as_detections(r) for r in reference],
+        [as_detections(s) for s in served],
+        data_type=data_type,
+    )
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def timed_calls(call: Callable[[int], int], clients: int, seconds: float) -> dict[str, float]:
+    """``clients`` threads calling ``call(client)`` (returns the images it did) for
+    ``seconds``: images/s over the whole run, and the calls' p50/p99 latency in ms."""
+    latencies: list[float] = []
+    done = [0] * clients
+    errors: list[BaseException] = []
+    stop = time.monotonic() + seconds
+
+    def client(index: int) -> None:
+        while time.monotonic() < stop and not errors:
+            start = time.perf_counter()
+            try:
+                done[index] += call(index)
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            latencies.append((time.perf_counter() - start) * 1000)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    elapsed = time.perf_counter() - started
+    return {
+        "images_per_s": round(sum(done) / elapsed, 2),
+        "calls": len(latencies),
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+    }
+
+
+class HttpClient:
+    """One client's keep-alive connection to Triton's HTTP endpoint, speaking KServe v2
+    with the binary-data extension (the wire format tritonclient uses): the GPU host's
+    carry has no room for tritonclient's HTTP stack (gevent), and this is all it does."""
+
+    def __init__(self, url: str) -> None:
+        import http.client
+
+        host, port = url.rsplit(":", 1)
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=120)
+
+    def infer(self, image: bytes) -> list[dict[str, Any]]:
+        """COCO results of one image through the ensemble (score >= SCORE_THRESHOLD)."""
+        import numpy as np
+
+        from maskops.serving.protocol import decode_detections
+
+        threshold = np.float32(SCORE_THRESHOLD).tobytes()
+        header = json.dumps(
+            {
+                "inputs": [
+                    _binary_input("image_bytes", "UINT8", [1, len(image)], len(image)),
+                    _binary_input("score_threshold", "FP32", [1, 1], len(threshold)),
+                ],
+                "outputs": [{"name": "detections_json", "parameters": {"binary_data": True}}],
+            }
+        ).encode()
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(header)),
+        }
+        self.connection.request(
+            "POST", f"/v2/models/{NAME}/infer", header + image + threshold, headers
+        )
+        response = self.connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"Triton answered {response.status}: {body[:300]!r}")
+        start = int(response.getheader("Inference-Header-Content-Length") or len(body))
+        return decode_detections(body[start:])
+
+
+def _binary_input(name: str, datatype: str, shape: list[int], size: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "shape": shape,
+        "datatype": datatype,
+        "parameters": {"binary_data_size": size},
+    }
+
+
+def served_figures(
+    url: str, images: Sequence[bytes], seconds: float, concurrency: Sequence[int]
+) -> dict[str, Any]:
+    """Images/s with each count of concurrent clients of one image per call (Triton
+    batches them dynamically); each run's p50/p99 latency per call."""
+    figures = {}
+    for count in concurrency:
+        connections = [HttpClient(url) for _ in range(count)]
+
+        def call(index: int, clients: list[HttpClient] = connections) -> int:
+            clients[index].infer(images[index % len(images)])
+            return 1
+
+        call(0)  # warm: the first call of each model allocates
+        figures[f"clients_{count}"] = timed_calls(call, count, seconds)
+    return figures
+
+
+def eager_figures(
+    network: Any, images: Sequence[bytes], seconds: float, batches: Sequence[int]
+) -> dict[str, Any]:
+    """In-process eager images/s at each batch size (one caller), end to end."""
+    figures = {}
+    for batch in batches:
+        chosen = [images[i % len(images)] for i in range(batch)]
+        in_process(network, chosen)  # warm
+
+        def call(_: int, chosen: list[bytes] = chosen) -> int:
+            return len(in_process(network, chosen))
+
+        figures[f"batch_{batch}"] = timed_calls(call, 1, seconds)
+    return figures
+
+
+def find_tritonserver() -> None:
+    """Let the launcher find the wheel's tritonserver where ``import pytriton`` fails:
+    the package's ``__init__`` imports tritonclient's HTTP and gRPC stacks, which the GPU
+    host's carry leaves out; the server binary and backends are all the launcher uses."""
+    import importlib.util
+
+    from maskops_triton import launcher
+
+    try:
+        import pytriton  # noqa: F401
+    except ImportError:
+        spec = importlib.util.find_spec("pytriton")
+        if spec is None or not spec.submodule_search_locations:
+            raise
+        root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+        launcher._pytriton_root = lambda: root
+
+
+def serving_check(
+    checkpoint: Path,
+    images: Sequence[bytes],
+    *,
+    device: str,
+    precision: str = "auto",
+    work: Path,
+    seconds: float = 5.0,
+    concurrency: Sequence[int] = (1, 8),
+) -> dict[str, Any]:
+    """Publish, serve, compare and time (see module doc); returns the figures.
+    ``concurrency``: the served clients and the eager batch sizes measured (the largest
+    pair gives the served/eager ratio). Raises AssertionError when the served detections
+    do not match in-process ones."""
+    import torch
+
+    from maskops.serving.placement import Placement
+    from maskops.serving.protocol import EnsembleNames
+    from maskops.serving.repository import publish
+    from maskops.serving.torch_network import TorchNetwork, resolve_precision
+    from maskops_triton.launcher import TritonServer
+
+    cuda = device == "cuda"
+    chosen = resolve_precision(precision, torch.device("cuda", 0) if cuda else torch.device("cpu"))
+    repository = work / "serving_repository"
+    publish(
+        checkpoint,
+        repository,
+        NAME,
+        net_backend="torch",
+        placement=Placement("gpu" if cuda else "cpu"),
+        precision=chosen,
+        max_batch_size=8,
+    )
+    network = TorchNetwork(checkpoint, device="cuda:0" if cuda else "cpu", precision=chosen)
+    # One image a call on both sides: the same batch shapes, so autocast's kernels match.
+    reference = [in_process(network, [image])[0] for image in images]
+    log = work / "tritonserver.log"
+    find_tritonserver()
+    with TritonServer(
+        repository, models=EnsembleNames(NAME).load_order, log_file=log, startup_timeout_s=300
+    ) as server:
+        placement = network_config(server.http_url)
+        client = HttpClient(server.http_url)
+        served = [client.infer(image) for image in images]
+        report = parity(served, reference, chosen)
+        assert report.passed, report.summary()
+        triton = served_figures(server.http_url, images, seconds, concurrency)
+    eager = eager_figures(network, images, seconds, concurrency)
+    most = max(concurrency)
+    if cuda:  # a tuning arm: NHWC weights and input (the training default on Ampere+)
+        nhwc = TorchNetwork(checkpoint, device="cuda:0", precision=chosen, channels_last=True)
+        eager[f"batch_{most}_channels_last"] = eager_figures(nhwc, images, seconds, [most])[
+            f"batch_{most}"
+        ]
+    return {
+        "placement": placement,
+        "parity": report.to_json(),
+        "detections": sum(len(r) for r in reference),
+        "served": triton,
+        "in_process_eager": eager,
+        f"served_vs_eager_at_{most}": round(
+            triton[f"clients_{most}"]["images_per_s"] / eager[f"batch_{most}"]["images_per_s"], 3
+        ),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--images", type=Path, required=True, help="folder of JPEG/PNG")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    files = sorted(p for p in args.images.iterdir() if p.suffix.lower() in {".jpg", ".png"})
+    images = [p.read_bytes() for p in files[:8]]
+    with tempfile.TemporaryDirectory() as work:
+        figures = serving_check(
+            args.checkpoint,
+            images,
+            device=args.device,
+            precision=args.precision,
+            work=Path(work),
+            seconds=args.seconds,
+        )
+    text = json.dumps(figures, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
