@@ -19,7 +19,8 @@ per step, with the same precision. Arms:
   arms are skipped with a message.
 - ``maskops-<precision>-<variant>``: maskops' arm with one of its device switches
   (``DeviceTuning``) flipped from its default: ``nopin`` (batches not pinned), ``bench``
-  (cuDNN benchmark on), ``nchw`` (channels_last off). Not run by default; on a GPU,
+  (cuDNN benchmark on), ``nchw`` (channels_last off), ``fused`` (fused SGD), ``tf32``
+  (TF32 matmuls), ``u8`` (uint8 images, divided on the device). Not run by default; on a GPU,
   ``tuning_vs_default`` gives each one's images/s over the default's, per round: above 1,
   the default loses (bench/gpu_check.py runs them).
 
@@ -81,6 +82,9 @@ VARIANTS = {
     "nopin": DeviceTuning(pin_memory=False),
     "bench": DeviceTuning(cudnn_benchmark=True),
     "nchw": DeviceTuning(channels_last=False),
+    "fused": DeviceTuning(fused_optimizer=True),
+    "tf32": DeviceTuning(tf32_matmul=True),
+    "u8": DeviceTuning(uint8_images=True),
 }
 """maskops arms with one device switch flipped from its default."""
 VARIANT_ARMS = tuple(f"maskops-{p}-{v}" for p in ("fp32", "amp") for v in VARIANTS)

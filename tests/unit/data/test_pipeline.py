@@ -29,6 +29,7 @@ from maskops.data.pipeline import (
 )
 from maskops.data.transforms import resized_hw
 from maskops.data.validate import _cropped_mask
+from maskops.modeling.transform import unit_range
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 SIZE = (128, 192)
@@ -282,3 +283,20 @@ def test_cropped_masks_resize_like_torch_nearest_exact(
         source[None], size=(new_h, new_w), mode="nearest-exact"
     )[0]
     assert torch.equal(ours, expected)
+
+
+@pytest.mark.parametrize("size", [SIZE, (64, 96)])
+def test_uint8_images_divide_to_the_float_images(demo_shards: Path, size: tuple[int, int]) -> None:
+    """``uint8_images``: the same pixels, resized and padded alike, before the division by
+    255 that the model then makes (bit for bit the float pipeline's), flipped or not."""
+    as_float = ShardDataset(f"{demo_shards}/train*", DecodeOptions(image_size=size))
+    as_uint8 = ShardDataset(
+        f"{demo_shards}/train*", DecodeOptions(image_size=size, uint8_images=True)
+    )
+    for index, flip in [(0, False), (1, True), (2, False)]:
+        image, target = as_float.load(index, flip=flip)
+        raw, raw_target = as_uint8.load(index, flip=flip)
+        assert raw.dtype == torch.uint8 and raw.shape == (3, *size)
+        assert torch.equal(unit_range(raw), image)
+        assert torch.equal(raw_target["boxes"], target["boxes"])
+        assert torch.equal(raw_target["masks"], target["masks"])

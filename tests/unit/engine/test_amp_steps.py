@@ -53,15 +53,18 @@ def test_device_tuning_defaults_and_switches(
     capability: tuple[int, int], channels_last: bool
 ) -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
-    assert DeviceTuning().resolve(cpu) == DeviceTuning(True, False, False)
+    off = (False, False, False)  # fused SGD, TF32 matmuls, uint8 images: off unless asked
+    assert DeviceTuning().resolve(cpu) == DeviceTuning(True, False, False, *off)
     # channels_last from Ampere on, where fp32 (TF32) and bf16 convolutions use tensor cores.
-    assert DeviceTuning().resolve(cuda, capability) == DeviceTuning(channels_last, True, False)
+    expected = DeviceTuning(channels_last, True, False, *off)
+    assert DeviceTuning().resolve(cuda, capability) == expected
     assert trains_channels_last(cuda, capability) is channels_last
-    flipped = DeviceTuning(not channels_last, False, False)
+    flipped = DeviceTuning(not channels_last, False, False, True, True, True)
     assert flipped.resolve(cuda, capability) == flipped
     assert DeviceTuning(cudnn_benchmark=True).resolve(cuda, capability).cudnn_benchmark is True
-    # Pinning and cuDNN are CUDA's: asked for on a CPU they stay off.
-    assert DeviceTuning(False, True, True).resolve(cpu) == DeviceTuning(False, False, False)
+    # Pinning, cuDNN and TF32 are CUDA's: asked for on a CPU they stay off.
+    asked = DeviceTuning(False, True, True, True, True, True)
+    assert asked.resolve(cpu) == DeviceTuning(False, False, False, True, False, True)
     assert not trains_channels_last(torch.device("meta"))
 
 
@@ -94,12 +97,14 @@ class InfiniteLoss(HookBase):
         self.finite_metrics.append(all(bool(torch.isfinite(v)) for v in values))
 
 
-def _trainer(spec: ExperimentSpec, scaler: torch.amp.GradScaler | None, **kw: Any) -> Trainer:
+def _trainer(
+    spec: ExperimentSpec, scaler: torch.amp.GradScaler | None, fused: bool = False, **kw: Any
+) -> Trainer:
     seed_everything(spec.seed)
     model = build_training_model(spec, num_classes=spec.data_config.num_classes)
     return Trainer(
         model=model,
-        optimizer=build_optimizer(model, lr=0.004, momentum=0.9, l2_weight_decay=1e-4),
+        optimizer=build_optimizer(model, lr=0.004, momentum=0.9, l2_weight_decay=1e-4, fused=fused),
         data=iter(build_train_loader(spec)),
         schedule=lambda step: 0.004,
         device=torch.device("cpu"),
@@ -162,15 +167,29 @@ class LossLog(HookBase):
         self.losses.append({k: float(v) for k, v in self.trainer.last_losses.items()})
 
 
-def test_losses_kept_on_the_device_train_the_same(tiny_spec: ExperimentSpec) -> None:
+@pytest.mark.parametrize("change", ["finite_check_period", "fused"])
+def test_losses_kept_on_the_device_and_fused_sgd_train_the_same(
+    tiny_spec: ExperimentSpec, change: str
+) -> None:
+    """Checking the loss every 3 steps, or updating with torch's fused SGD, gives the same
+    losses as checking at every step with the default SGD, and the same weights (the fused
+    kernel's arithmetic may round the last bit differently)."""
     runs = []
-    for period in (1, 3):
-        trainer = _trainer(tiny_spec, None, max_steps=4, finite_check_period=period)
+    for changed in (False, True):
+        kw = {"finite_check_period": 3 if changed else 1, "fused": False}
+        if change == "fused":
+            kw = {"fused": changed}
+        trainer = _trainer(tiny_spec, None, max_steps=4, **kw)  # type: ignore[arg-type]
         log = LossLog()
         trainer.register_hooks([log])
         trainer.train()
-        runs.append(log.losses)
-    assert runs[0] == runs[1]
+        runs.append((log.losses, [p.detach() for p in trainer.unwrapped.parameters()]))
+    assert runs[0][0] == runs[1][0]
+    for before, after in zip(runs[0][1], runs[1][1], strict=True):
+        if change == "fused":
+            torch.testing.assert_close(after, before, rtol=1e-6, atol=1e-7)
+        else:
+            assert torch.equal(after, before)
 
 
 class SaveAt(HookBase):

@@ -63,6 +63,8 @@ class DecodeOptions:
     skip_crowd: bool = False
     max_instances: int = 0
     """Keep at most this many instances (the first ones, in annotation order); 0 = all."""
+    uint8_images: bool = False
+    """Images as uint8 in 0..255 (the model divides them by 255 on its device), not float32."""
 
 
 class ShardDataset(Dataset[tuple[torch.Tensor, Target]]):
@@ -138,7 +140,7 @@ def decode_sample(
         anns = anns[: options.max_instances]
     if flip:
         image = image.flip(-1)
-    resized, scale = resize_and_pad(image, options.image_size)
+    resized, scale = resize_and_pad(image, options.image_size, keep_uint8=options.uint8_images)
 
     boxes = torch.tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)
     boxes[:, 2:] += boxes[:, :2]  # xywh -> xyxy
@@ -417,6 +419,7 @@ def build_train_loader(
     batch_size: int | None = None,
     label_map: LabelMap | None = None,
     pin_memory: bool = False,
+    uint8_images: bool = False,
 ) -> DataLoader[Batch]:
     """The endless training loader for ``spec.data_config.training_file_pattern``.
 
@@ -432,6 +435,7 @@ def build_train_loader(
         label_map: labels to use instead of the shards' own (must cover their categories).
         pin_memory: return batches in page-locked memory (for a CUDA device; tuples in
             the targets, such as ``orig_size``, come back as lists).
+        uint8_images: images as uint8 in 0..255 (:class:`DecodeOptions`).
     """
     data = spec.data_config
     dataset = ShardDataset(
@@ -441,6 +445,7 @@ def build_train_loader(
             with_masks=spec.maskrcnn_config.include_mask,
             skip_crowd=data.skip_crowd_during_training,
             max_instances=data.max_num_instances,
+            uint8_images=uint8_images,
         ),
         label_map=label_map,
     )

@@ -15,12 +15,16 @@ from maskops.serving.triton_models.maskops_serving_ops import fit_scale, resized
 __all__ = ["fit_scale", "resize_and_pad", "resized_hw"]
 
 
-def resize_and_pad(image: torch.Tensor, image_size: tuple[int, int]) -> tuple[torch.Tensor, float]:
+def resize_and_pad(
+    image: torch.Tensor, image_size: tuple[int, int], *, keep_uint8: bool = False
+) -> tuple[torch.Tensor, float]:
     """Resize an image keeping its aspect ratio to fit ``image_size``, then pad to it.
 
     Args:
         image: ``[3, H, W]`` uint8 (0..255) or float (0..1) tensor.
         image_size: target ``(height, width)``.
+        keep_uint8: a uint8 ``image`` comes back uint8 in 0..255 (its float32 result
+            divided by 255 exactly: :func:`maskops.modeling.transform.unit_range`).
 
     Returns:
         ``([3, image_size[0], image_size[1]]`` float32 tensor in 0..1, ``scale``), where
@@ -38,9 +42,12 @@ def resize_and_pad(image: torch.Tensor, image_size: tuple[int, int]) -> tuple[to
         img = F.interpolate(
             img[None], size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True
         )[0]
-    out = torch.zeros((3, *image_size), dtype=torch.float32, device=image.device)
+    uint8 = keep_uint8 and img.dtype == torch.uint8
+    out = torch.zeros(
+        (3, *image_size), dtype=torch.uint8 if uint8 else torch.float32, device=image.device
+    )
     region = out[:, :new_h, :new_w]
     region.copy_(img)  # converts uint8 on the fly: no intermediate float image
-    if img.dtype == torch.uint8:
+    if img.dtype == torch.uint8 and not uint8:
         region.div_(255.0)
     return out, scale

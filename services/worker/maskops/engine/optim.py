@@ -41,11 +41,13 @@ def l1_regularized_parameters(model: nn.Module, layers: str) -> Sequence[torch.T
 
 
 def build_optimizer(
-    model: nn.Module, *, lr: float, momentum: float, l2_weight_decay: float
+    model: nn.Module, *, lr: float, momentum: float, l2_weight_decay: float, fused: bool = False
 ) -> torch.optim.SGD:
     """SGD with momentum; weight decay on kernels only (see module docstring).
 
     Frozen parameters (``requires_grad=False``) are left out, so they stay bit-identical.
+    ``fused``: torch's fused SGD kernel (same update; else torch's default, ``foreach`` on
+    CUDA and a loop over the tensors on a CPU).
     """
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
@@ -57,7 +59,11 @@ def build_optimizer(
         {"params": no_decay, "weight_decay": 0.0},
     ]
     return torch.optim.SGD(
-        [g for g in groups if g["params"]], lr=lr, momentum=momentum, weight_decay=0.0
+        [g for g in groups if g["params"]],
+        lr=lr,
+        momentum=momentum,
+        weight_decay=0.0,
+        fused=True if fused else None,
     )
 
 

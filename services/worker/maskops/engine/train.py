@@ -237,7 +237,8 @@ def _train_rank(
     timeouts: GroupTimeouts = GroupTimeouts(),
 ) -> TrainResult | None:
     """One rank's run: its log file attached, ``tuning`` resolved for its device, and
-    cuDNN's benchmark flag (the process's) set for the run and restored after it."""
+    cuDNN's benchmark and TF32 matmul flags (the process's) set for the run and restored
+    after it."""
     file_handler: logging.Handler | None = None
     if info.is_main and log_file is not None:
         file_handler = logging.FileHandler(log_file)
@@ -246,12 +247,15 @@ def _train_rank(
         logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
     tuning = tuning.resolve(info.device)
     previous_benchmark = torch.backends.cudnn.benchmark
+    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
     if info.device.type == "cuda":
         torch.backends.cudnn.benchmark = bool(tuning.cudnn_benchmark)
+        torch.backends.cuda.matmul.allow_tf32 = bool(tuning.tf32_matmul)
     try:
         return _train(info, spec, results_dir, extra_hooks, eval_fn, log_every, tuning, timeouts)
     finally:
         torch.backends.cudnn.benchmark = previous_benchmark
+        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
         if file_handler is not None:
             logger.removeHandler(file_handler)
             file_handler.close()
@@ -296,7 +300,13 @@ def _train(
     l1, l2 = _weight_decays(run)
     schedule = LRSchedule.from_spec(spec, lr_scale=float(info.world_size))
     _log_batch(run, schedule)
-    optimizer = build_optimizer(model, lr=schedule(0), momentum=spec.momentum, l2_weight_decay=l2)
+    optimizer = build_optimizer(
+        model,
+        lr=schedule(0),
+        momentum=spec.momentum,
+        l2_weight_decay=l2,
+        fused=bool(run.tuning.fused_optimizer),
+    )
     amp = AmpSettings.for_device(info.device, enabled=spec.use_amp)
     if amp.declined and info.is_main:
         logger.warning(amp.declined)
@@ -432,6 +442,7 @@ def _loader_factory(run: _Run, start_step: int) -> Callable[[], Any]:
             start_step=start_step * run.spec.accumulate_grad_steps,
             label_map=run.label_map,
             pin_memory=bool(run.tuning.pin_memory),
+            uint8_images=bool(run.tuning.uint8_images),
         )
 
     return make_loader

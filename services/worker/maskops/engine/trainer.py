@@ -107,11 +107,22 @@ class DeviceTuning:
     and 0.105-0.126x as fast with the search on. Both are off on a CPU, where they do
     nothing. ``channels_last``: :func:`trains_channels_last`. bench/gpu_check's
     ``throughput_tuning`` measures each default against its flip on a GPU.
+
+    Three more are off until a GPU measurement says they win (each is an arm of
+    ``throughput_tuning``): ``fused_optimizer`` (one fused SGD kernel, on a CPU too; torch's
+    SGD is already a multi-tensor ``foreach`` update on CUDA), ``tf32_matmul`` (float32
+    matrix products on TF32 tensor cores, CUDA only; cuDNN's convolutions use TF32 by
+    PyTorch's default) and ``uint8_images`` (the loader hands over uint8 images, a quarter
+    of the bytes, which the model divides by 255 on its device, bit for bit as the
+    loader would).
     """
 
     channels_last: bool | None = None
     pin_memory: bool | None = None
     cudnn_benchmark: bool | None = None
+    fused_optimizer: bool | None = None
+    tf32_matmul: bool | None = None
+    uint8_images: bool | None = None
 
     def resolve(
         self, device: torch.device, capability: tuple[int, int] | None = None
@@ -125,6 +136,9 @@ class DeviceTuning:
             channels_last=channels_last,
             pin_memory=cuda if self.pin_memory is None else self.pin_memory and cuda,
             cudnn_benchmark=bool(self.cudnn_benchmark) and cuda,
+            fused_optimizer=bool(self.fused_optimizer),
+            tf32_matmul=bool(self.tf32_matmul) and cuda,
+            uint8_images=bool(self.uint8_images),
         )
 
 
