@@ -27,6 +27,33 @@ class CLIError(Exception):
         self.exit_code = exit_code
 
 
+TRACEBACK = "traceback"
+"""Where ``--verbose`` puts its flag in the parsed arguments (see :func:`wants_traceback`)."""
+VERBOSE_HELP = "on an error, print the traceback too (errors are otherwise one line)"
+
+
+def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+    """``--verbose`` after the command (and its actions) too; where the command has its own
+    (TAO's ``prune -v``, ``gen_trt_engine -v``), that one also shows tracebacks."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                add_verbose_argument(child)
+    if "--verbose" not in parser._option_string_actions:
+        parser.add_argument(
+            "--verbose",
+            dest=TRACEBACK,
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help=VERBOSE_HELP,
+        )
+
+
+def wants_traceback(args: argparse.Namespace) -> bool:
+    """``--verbose`` before or after the command."""
+    return bool(getattr(args, TRACEBACK, False) or getattr(args, "verbose", False))
+
+
 def add_key_argument(parser: argparse.ArgumentParser) -> None:
     """TAO's ``-k/--key`` (model encryption key): accepted and ignored with a notice."""
     parser.add_argument("-k", "--key", default=None, help=argparse.SUPPRESS)

@@ -4,11 +4,13 @@ validated shards (TAO flags)."""
 from __future__ import annotations
 
 import argparse
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from maskops.cli.common import EXIT_OK, CLIError, add_key_argument, tee_log
 from maskops.data.convert_options import DEFAULT_FORMAT, DEFAULTS, FORMAT_NAMES, ConvertOptions
+from maskops.progress import Progress, progress_bar
 
 RESULTS_LOG = "dataset_convert.log"
 """What ``-r RESULTS_DIR`` holds: the conversion summary (TAO writes its status log there)."""
@@ -113,13 +115,38 @@ def convert_options(args: argparse.Namespace) -> ConvertOptions:
     )
 
 
+class ConversionProgress:
+    """The conversion's ``progress(done, total)`` callback as a bar (plain lines off a
+    terminal), made at the first call, when the total is known."""
+
+    def __init__(self) -> None:
+        self._bar: Progress | None = None
+        self._done = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            self._bar = progress_bar(total, desc="convert", unit="img")
+        self._bar.update(done - self._done)
+        self._done = done
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
 def run(args: argparse.Namespace) -> int:
     from maskops.data.formats import coco_path, convert_labelled_dataset
 
+    progress = ConversionProgress()
     try:
-        result = convert_labelled_dataset(
-            args.image_dir, args.annotations_file, args.output_dir, convert_options(args)
-        )
+        with closing(progress):
+            result = convert_labelled_dataset(
+                args.image_dir,
+                args.annotations_file,
+                args.output_dir,
+                convert_options(args),
+                progress=progress,
+            )
     except ValueError as exc:  # a DatasetError, or a --labels list with repeated names
         raise CLIError(str(exc)) from exc
     except OSError as exc:

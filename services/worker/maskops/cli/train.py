@@ -15,6 +15,7 @@ import logging
 import signal
 import sys
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields
 from pathlib import Path
 from types import FrameType
@@ -123,6 +124,16 @@ def _graceful_stop() -> threading.Event:
     return stop
 
 
+def _log_above_the_bar() -> AbstractContextManager[object]:
+    """On a terminal, log lines go through tqdm, which writes each above the progress bar
+    and redraws it, so the bar stays one whole line; elsewhere (no bar) nothing changes."""
+    if not sys.stderr.isatty():
+        return nullcontext()
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()
+
+
 def train_options(args: argparse.Namespace) -> TrainOptions:
     """The engine's options from the parsed flags."""
     return TrainOptions(**{name: getattr(args, name) for name in TRAIN_OPTION_NAMES})
@@ -154,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     stop = _graceful_stop()
     try:
-        result = _train(spec, options, args.results_dir, args.log_file, stop)
+        with _log_above_the_bar():
+            result = _train(spec, options, args.results_dir, args.log_file, stop)
     except (NonFiniteLossError, RankFailed) as exc:
         # The run itself failed (exit 1); any other TrainingError is bad input (exit 2).
         raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None

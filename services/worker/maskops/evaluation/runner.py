@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from maskops.atomic import atomic_write
 from maskops.device import select_device
@@ -25,6 +25,7 @@ from maskops.evaluation.predictor import (
     check_input_size,
     load_predictor,
 )
+from maskops.progress import progress_bar
 from maskops.spec.models import ExperimentSpec
 
 Batch = tuple[Sequence[torch.Tensor], Sequence[Mapping[str, Any]]]
@@ -48,7 +49,7 @@ def evaluate_model(
             padded; targets with ``image_id``, ``scale``, ``orig_size``.
         evaluator: reset here, then fed every batch.
         max_images: stop after this many images (None = all the loader yields).
-        progress: show a progress bar.
+        progress: show progress: a bar on a terminal, plain lines elsewhere.
 
     Returns:
         ``{metric name: value}`` (see :class:`COCOEvaluator`).
@@ -56,7 +57,8 @@ def evaluate_model(
     predictor: Predictor = TorchPredictor(model) if isinstance(model, torch.nn.Module) else model
     evaluator.reset()
     seen = 0
-    with tqdm(total=max_images, unit="img", disable=not progress, desc="evaluate") as bar:
+    bar = progress_bar(max_images, desc="evaluate", unit="img", enabled=None if progress else False)
+    with closing(bar):
         for images, targets in loader:
             if max_images is not None:
                 room = max_images - seen
@@ -161,7 +163,7 @@ def run_evaluation(
         options: the device and images (:class:`~maskops.evaluation.options.EvaluateOptions`);
             ``option_values`` (its field names) override single options.
         out_json: where to write ``{"metrics": ..., ...}``; None writes nothing.
-        progress: show a progress bar.
+        progress: show progress: a bar on a terminal, plain lines elsewhere.
         log: receives the human-readable lines (the metrics table at the end).
 
     Returns:
@@ -189,7 +191,11 @@ def run_evaluation(
             loader = build_eval_loader(spec, label_map=loaded.label_map, with_masks=False)
         except ValueError as exc:  # no shards, unreadable manifests, categories the model lacks
             raise EvaluationError(f"data_config.validation_file_pattern: {exc}") from None
-    metrics = evaluate_model(loaded.predictor, loader, evaluator, progress=progress)
+    # The loaders already stop at eval_samples: as max_images it gives the bar its total.
+    total = spec.data_config.eval_samples or None
+    metrics = evaluate_model(
+        loaded.predictor, loader, evaluator, max_images=total, progress=progress
+    )
     seconds = time.perf_counter() - started
     log(f"Evaluated {len(evaluator.image_ids)} images in {seconds:.1f} s")
     log(format_metrics(metrics))
