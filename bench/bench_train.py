@@ -99,7 +99,14 @@ def make_spec(root: Path, args: argparse.Namespace, *, use_amp: bool) -> Experim
         nlayers=args.nlayers,
         workers=args.workers,
         use_amp=use_amp,
+        augment=coco_shaped(args),
     )
+
+
+def coco_shaped(args: argparse.Namespace) -> bool:
+    """Whether the run trains on COCO-shaped data (``--coco-shaped``; callers that build
+    their own namespace may leave it out)."""
+    return bool(getattr(args, "coco_shaped", False))
 
 
 def train_images(args: argparse.Namespace) -> int:
@@ -110,7 +117,10 @@ def train_images(args: argparse.Namespace) -> int:
 class CocoJsonDataset(Dataset[tuple[torch.Tensor, dict[str, torch.Tensor]]]):
     """The torchvision-references way: pycocotools index, PIL decode, annToMask."""
 
-    def __init__(self, image_dir: Path, ann_file: Path, image_size: tuple[int, int]) -> None:
+    def __init__(
+        self, image_dir: Path, ann_file: Path, image_size: tuple[int, int], flip: bool = False
+    ) -> None:
+        self.flip = flip
         self.coco = COCO(str(ann_file))
         self.ids = sorted(self.coco.imgs)
         self.image_dir = image_dir
@@ -136,7 +146,23 @@ class CocoJsonDataset(Dataset[tuple[torch.Tensor, dict[str, torch.Tensor]]]):
             :, : self.image_size[0], : self.image_size[1]
         ].to(torch.uint8)
         labels = torch.tensor([self.label_map.label_of(a["category_id"]) for a in anns])
-        return padded, {"boxes": boxes * scale, "labels": labels, "masks": full}
+        target = {"boxes": boxes * scale, "labels": labels, "masks": full}
+        if self.flip and torch.rand(()) < 0.5:  # the references' RandomHorizontalFlip
+            padded, target = _flip(padded, target, width=min(w, self.image_size[1]))
+        return padded, target
+
+
+def _flip(
+    image: torch.Tensor, target: dict[str, torch.Tensor], *, width: int
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Mirror the ``width`` image columns left-right (the padding stays on the right)."""
+    image = image.clone()
+    image[:, :, :width] = image[:, :, :width].flip(-1)
+    masks = target["masks"].clone()
+    masks[:, :, :width] = masks[:, :, :width].flip(-1)
+    boxes = target["boxes"].clone()
+    boxes[:, [0, 2]] = width - target["boxes"][:, [2, 0]]
+    return image, {**target, "boxes": boxes, "masks": masks}
 
 
 def with_torchvision_poolers(model: torch.nn.Module) -> torch.nn.Module:
@@ -178,6 +204,7 @@ def run_torchvision(
         root / "demo" / "images" / "train",
         root / "demo" / "annotations" / "train.json",
         spec.data_config.image_size,
+        flip=coco_shaped(args),
     )
     loader = DataLoader(
         dataset,
@@ -292,8 +319,12 @@ def run_arm(arm: str, root: Path, args: argparse.Namespace, recorded: dict[str, 
         "workers",
         "threads",
         "device",
+        "coco_shaped",
     ):
         value = getattr(args, key)
+        if isinstance(value, bool):  # a flag
+            command += [f"--{key.replace('_', '-')}"] if value else []
+            continue
         command += [
             f"--{key.replace('_', '-')}",
             *map(str, value if isinstance(value, list) else [value]),
@@ -359,6 +390,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + VARIANT_ARMS)
     parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
+    parser.add_argument(
+        "--coco-shaped",
+        action="store_true",
+        help="5-30 instances per image, resized, flipped (bench/synthetic.py)",
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--arm", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -381,7 +417,12 @@ def main() -> None:
     recorded: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_train_data_") as tmp:
         root = Path(tmp)
-        prepare_shards(root, train_images=train_images(args), image_size=tuple(args.image_size))
+        prepare_shards(
+            root,
+            train_images=train_images(args),
+            image_size=tuple(args.image_size),
+            coco_shaped=coco_shaped(args),
+        )
         measures = [lambda arm=arm: run_arm(arm, root, args, recorded) for arm in arms]
         spreads = dict(zip(arms, alternate(measures, args.rounds, warmup=0), strict=True))
     figures: dict[str, Any] = {

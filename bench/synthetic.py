@@ -1,7 +1,13 @@
 """The training benchmarks' data and spec: demo shapes, converted, and a throughput spec.
 
 bench_train.py and bench_scaling.py time the same model on the same data; this module is
-the one place both take them from.
+the one place both take them from. Two shapes of data:
+
+- the demo's (default): 1-5 shapes per image, drawn at the training size (no resize);
+- COCO-shaped (``coco_shaped``): 5-30 instances per image of radii 2-20% of the shorter
+  side (COCO averages 7 instances, many small), drawn at 480x640 (COCO's typical frame)
+  so that the loader resizes every image to the training size, with random horizontal
+  flips on (``throughput_spec(augment=True)``), as a TAO COCO run trains.
 """
 
 from __future__ import annotations
@@ -11,10 +17,12 @@ from pathlib import Path
 
 from maskops.data.convert import convert_dataset
 from maskops.data.convert_options import DEFAULT_NUM_SHARDS
-from maskops.data.demo import generate_demo_dataset
+from maskops.data.demo import ShapeLayout, generate_demo_dataset
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 VAL_FRACTION = 0.2
+COCO_LAYOUT = ShapeLayout(min_shapes=5, max_shapes=30, min_radius=0.02, max_radius=0.2)
+COCO_IMAGE_SIZE = (480, 640)
 
 
 def images_for(train_images: int) -> int:
@@ -28,14 +36,17 @@ def prepare_shards(
     train_images: int,
     image_size: tuple[int, int],
     num_shards: int = DEFAULT_NUM_SHARDS,
+    coco_shaped: bool = False,
 ) -> None:
-    """Demo shapes at ``image_size`` under ``root/demo``, converted to ``root/shards``."""
+    """Demo shapes at ``image_size`` (COCO-shaped: :data:`COCO_LAYOUT` at
+    :data:`COCO_IMAGE_SIZE`) under ``root/demo``, converted to ``root/shards``."""
     demo = generate_demo_dataset(
         root / "demo",
         num_images=images_for(train_images),
-        image_size=image_size,
+        image_size=COCO_IMAGE_SIZE if coco_shaped else image_size,
         seed=0,
         val_fraction=VAL_FRACTION,
+        layout=COCO_LAYOUT if coco_shaped else ShapeLayout(),
     )
     shards = root / "shards"
     convert_dataset(demo.train_images, demo.train_json, shards, num_shards=num_shards, workers=1)
@@ -51,8 +62,10 @@ def throughput_spec(
     nlayers: int,
     workers: int,
     use_amp: bool = False,
+    augment: bool = False,
 ) -> ExperimentSpec:
-    """A fixed-rate run (no warm-up, no augmentation) over ``prepare_shards``' data."""
+    """A fixed-rate run (no warm-up; random flips only with ``augment``) over
+    ``prepare_shards``' data."""
     return ExperimentSpec(
         seed=0,
         use_amp=use_amp,
@@ -66,7 +79,7 @@ def throughput_spec(
             validation_file_pattern=f"{root}/shards/val*",
             num_classes=4,
             n_workers=workers,
-            augment_input_data=False,
+            augment_input_data=augment,
         ),
         maskrcnn_config=MaskRCNNConfig(nlayers=nlayers),
     )

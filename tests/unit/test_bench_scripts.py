@@ -100,7 +100,7 @@ def test_bench_eval_tiny(tmp_path: Path) -> None:
 def test_bench_train_tiny(tmp_path: Path) -> None:
     out = tmp_path / "train.json"
     run_bench("bench_train.py", "--nlayers", "10", "--image-size", "128", "128", "--batch", "1",
-              "--steps", "1", "--warmup", "1", "--rounds", "1",
+              "--steps", "1", "--warmup", "1", "--rounds", "1", "--coco-shaped",
               "--arms", "torchvision-fp32", "maskops-fp32", "--out", str(out))  # fmt: skip
     doc = _results(out)
     assert set(doc["arms"]) == {"torchvision-fp32", "maskops-fp32"}
@@ -108,6 +108,31 @@ def test_bench_train_tiny(tmp_path: Path) -> None:
         assert arm["median_images_per_s"] > 0 and arm["peak_rss_mb"] > 0
         assert len(arm["mean_loss_by_round"]) == 1 and arm["mean_loss_by_round"][0] > 0
     assert doc["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
+
+
+def test_coco_shaped_data_is_crowded_resized_and_flipped_alike(tmp_path: Path) -> None:
+    """COCO-shaped benchmark data: 5-30 instances an image, drawn at 480x640 (so resized to
+    the training size), flips on in maskops' spec and in the baseline's loader alike."""
+    synthetic = load_bench_module("synthetic")
+    bench_train = load_bench_module("bench_train")
+    synthetic.prepare_shards(tmp_path, train_images=3, image_size=(128, 192), coco_shaped=True)
+    coco = json.loads((tmp_path / "demo" / "annotations" / "train.json").read_text())
+    counts = [sum(a["image_id"] == i["id"] for a in coco["annotations"]) for i in coco["images"]]
+    assert all(5 <= n <= 30 for n in counts) and len(set(counts)) > 1
+    assert {(i["height"], i["width"]) for i in coco["images"]} == {(480, 640)}
+    args = type("Args", (), {"coco_shaped": True})()
+    spec = synthetic.throughput_spec(
+        tmp_path, steps=1, batch=1, image_size=(128, 192), nlayers=10, workers=0, augment=True
+    )
+    assert spec.data_config.augment_input_data and bench_train.coco_shaped(args)
+    images = tmp_path / "demo" / "images" / "train"
+    ann = tmp_path / "demo" / "annotations" / "train.json"
+    plain = bench_train.CocoJsonDataset(images, ann, (128, 192))
+    image, target = plain[0]
+    flipped, mirrored = bench_train._flip(image, target, width=171)  # 640 * 128 / 480
+    assert torch.equal(flipped[:, :, :171].flip(-1), image[:, :, :171])
+    assert torch.equal(mirrored["masks"][:, :, :171].flip(-1), target["masks"][:, :, :171])
+    assert torch.allclose(mirrored["boxes"][:, [2, 0]], 171 - target["boxes"][:, [0, 2]])
 
 
 def test_profile_train_tiny(tmp_path: Path) -> None:

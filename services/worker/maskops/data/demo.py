@@ -70,14 +70,17 @@ class ShapeLayout:
     """
 
     max_shapes: int = 5
-    """Each image holds 1..max_shapes shapes (fewer when placements keep failing)."""
+    """Each image holds min_shapes..max_shapes shapes (fewer when placements keep failing)."""
     min_radius: float = 0.09
     max_radius: float = 0.22
     """Circumradius range, as a fraction of the image's shorter side."""
+    min_shapes: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_shapes < 1:
-            raise ValueError(f"max_shapes must be >= 1, got {self.max_shapes}")
+        if not 1 <= self.min_shapes <= self.max_shapes:
+            raise ValueError(
+                f"need 1 <= min_shapes <= max_shapes, got {self.min_shapes}, {self.max_shapes}"
+            )
         if not 0.0 < self.min_radius <= self.max_radius <= 0.45:
             raise ValueError(
                 f"need 0 < min_radius <= max_radius <= 0.45, got "
@@ -191,7 +194,7 @@ def draw_image(
     background = _background(rng, height, width)
     shapes: list[_Shape] = []
     visible: list[np.ndarray] = []
-    for _ in range(int(rng.integers(1, layout.max_shapes + 1))):
+    for _ in range(int(rng.integers(layout.min_shapes, layout.max_shapes + 1))):
         for _try in range(_PLACEMENT_TRIES):
             candidate = _random_shape(rng, height, width, background, layout)
             masks = _visible_masks([*shapes, candidate], height, width)
