@@ -1,0 +1,61 @@
+"""The torch network backend's configs, read back with Triton's own ModelConfig protobuf:
+a python-backend network on the placement's device, dynamically batched, whose
+``parameters`` name backend, device and precision (what ``GET /models/{name}`` reports);
+every net backend's config records them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from maskops.export.graph import read_metadata
+from maskops.serving import EnsembleNames, render_configs
+from maskops.serving.placement import Placement
+from maskops.serving.protocol import NET_PARAMETERS
+from tests.support.fake_export import fake_onnx_export
+
+
+def _net(configs: dict[str, str]) -> model_config_pb2.ModelConfig:
+    text = configs[EnsembleNames("m").net]
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def _reported(config: model_config_pb2.ModelConfig) -> dict[str, str]:
+    return {ours: config.parameters[key].string_value for key, ours in NET_PARAMETERS.items()}
+
+
+@pytest.fixture
+def meta(tmp_path: Path):
+    return read_metadata(fake_onnx_export(tmp_path / "m.onnx", "N", data_type="fp16"))
+
+
+def test_the_torch_network_is_a_batched_python_model_on_its_device(meta) -> None:
+    names = EnsembleNames("m")
+    gpu = Placement("gpu", (1,))
+    config = _net(render_configs(names, meta, net_backend="torch", placement=gpu, precision="bf16"))
+    assert config.backend == "python" and config.max_batch_size == meta.max_batch_size
+    assert config.HasField("dynamic_batching")
+    (group,) = config.instance_group
+    assert group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU and list(group.gpus) == [1]
+    assert _reported(config) == {"net_backend": "torch", "device": "gpu", "precision": "bf16"}
+
+
+@pytest.mark.parametrize("backend", ["python", "onnxruntime"])
+def test_every_net_backend_records_where_it_runs(meta, backend: str) -> None:
+    config = _net(render_configs(EnsembleNames("m"), meta, net_backend=backend))  # type: ignore[arg-type]
+    assert _reported(config) == {"net_backend": backend, "device": "cpu", "precision": "fp16"}
+
+
+def test_the_ensemble_carries_encoded_bytes_as_uint8(meta) -> None:
+    names = EnsembleNames("m")
+    configs = render_configs(names, meta, net_backend="torch")
+    ensemble = text_format.Parse(configs[names.name], model_config_pb2.ModelConfig())
+    preprocess = text_format.Parse(configs[names.preprocess], model_config_pb2.ModelConfig())
+    uint8 = model_config_pb2.DataType.TYPE_UINT8
+    image = ensemble.input[0]
+    assert (image.name, image.data_type, list(image.dims)) == ("image_bytes", uint8, [-1])
+    assert [(t.data_type, list(t.dims)) for t in ensemble.output] == [(uint8, [-1])]
+    assert preprocess.input[0].allow_ragged_batch
