@@ -17,6 +17,7 @@ import maskops.spec as spec_pkg
 from maskops.data.limits import MAX_INSTANCES
 from maskops.spec.errors import SpecError
 from maskops.spec.models import ExperimentSpec
+from maskops.spec.weights_reference import is_url, is_weights_name
 from maskops_core.paths import check_client_path
 
 __all__ = [
@@ -71,13 +72,21 @@ def check_limits(spec: ExperimentSpec, *, source: str) -> None:
 
 def check_paths(spec: ExperimentSpec, *, source: str, allowed_dirs: Sequence[Path]) -> None:
     """Raise :class:`SpecError` naming the first path field that leaves the data root
-    (``checkpoint`` may also name the operator's pretrained weights, ``allowed_dirs``)."""
+    (``checkpoint`` may also name the operator's pretrained weights, ``allowed_dirs``, or
+    torchvision weights by name; a URL is refused: the server would fetch it)."""
     fields = [(name, getattr(spec, name), allowed_dirs) for name in spec.PATH_FIELDS]
     data = spec.data_config
     fields += [(f"data_config.{name}", getattr(data, name), ()) for name in data.PATH_FIELDS]
     for field, value, allowed in fields:
-        if not value:
-            continue
+        if not value or (field == "checkpoint" and is_weights_name(value)):
+            continue  # a torchvision weights name: its URL is torchvision's, not the client's
+        if field == "checkpoint" and is_url(value):
+            raise SpecError(
+                f"{value!r}: a server fetches no URL a client names; name torchvision weights "
+                "(maskops weights list), or a file the operator placed (maskops weights pull)",
+                source=source,
+                field=field,
+            )
         try:
             check_client_path(value, allowed_dirs=allowed if field == "checkpoint" else ())
         except ValueError as exc:

@@ -98,3 +98,13 @@ def test_option_paths_outside_the_data_root_are_422(
     answer = api.post("/jobs", json=body)
     assert answer.status_code == 422, answer.text
     assert "options.model_path" in answer.text
+
+
+def test_checkpoint_names_torchvision_weights_but_no_url(api: TestClient) -> None:
+    spec = _spec(checkpoint="MaskRCNN_ResNet50_FPN_Weights.COCO_V1")
+    created = api.post("/experiments", json={"name": "e", "spec": spec})
+    assert created.status_code == 201, created.text
+    assert created.json()["spec"]["checkpoint"] == "MaskRCNN_ResNet50_FPN_Weights.COCO_V1"
+    url = "http://127.0.0.1:9/w.pth#sha256=" + "0" * 64
+    answer = api.post("/experiments", json={"name": "e", "spec": _spec(checkpoint=url)})
+    assert answer.status_code == 422 and "fetches no URL" in answer.text, answer.text

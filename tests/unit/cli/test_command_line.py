@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,15 +41,6 @@ def _spec_file(tmp_path: Path, spec: ExperimentSpec, **updates: object) -> Path:
     path = tmp_path / "spec.txt"
     path.write_text(spec_to_text(spec.model_copy(update=updates)))
     return path
-
-
-@pytest.fixture
-def signal_handlers() -> Iterator[None]:
-    """``maskops train`` in this process installs SIGINT/SIGTERM handlers: put pytest's back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 @pytest.mark.usefixtures("signal_handlers")

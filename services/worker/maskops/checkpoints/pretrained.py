@@ -22,6 +22,7 @@ from typing import Any
 from torch import Tensor, nn
 from torchvision.ops.misc import FrozenBatchNorm2d
 
+from maskops.checkpoints.hub import resolve_checkpoint
 from maskops.checkpoints.model_file import (
     FORMAT,
     CheckpointError,
@@ -131,14 +132,29 @@ def load_weights_into(
 
     Args:
         model: the freshly built model (unwrapped).
-        path: a maskops checkpoint or torchvision-style weights file (see module docstring).
+        path: a maskops checkpoint or torchvision-style weights file (see module docstring),
+            or a torchvision weights name or ``URL#sha256=HEX``, fetched into the weights
+            cache first (:func:`maskops.checkpoints.hub.fetch_weights`).
         skip_regex: model keys it matches (``re.search``) keep their initial values: the
             spec's ``skip_checkpoint_variables``. Empty = skip nothing.
 
     Returns:
         A :class:`LoadReport`. Tensors whose shapes differ are not loaded, only reported.
     """
-    file = Path(path)
+    file = resolve_checkpoint(path)
+    try:
+        report = _load_file(model, file, skip_regex)
+    except CheckpointError as exc:
+        if os.fspath(path) == os.fspath(file):
+            raise
+        raise CheckpointError(f"{os.fspath(path)} ({exc})") from exc
+    if report.shape_mismatch and not is_hdf5(file):  # the TAO path logs its own report
+        _log_reinitialised(path, report)
+    return report
+
+
+def _load_file(model: nn.Module, file: Path, skip_regex: str) -> LoadReport:
+    """:func:`load_weights_into` for a local file."""
     try:
         pattern = re.compile(skip_regex) if skip_regex else None
     except re.error as exc:
@@ -200,6 +216,22 @@ def load_weights_into(
     if tao is not None:
         _log_tao_report(file, report)
     return report
+
+
+def _log_reinitialised(path: str | os.PathLike[str], report: LoadReport) -> None:
+    """Name the tensors that keep their initial values because their shapes differ: for a
+    COCO or ImageNet checkpoint, the class heads of a dataset with other classes."""
+    classes = [
+        f"{theirs[0]} classes in the file, {ours[0]} in the model"
+        for key, theirs, ours in report.shape_mismatch
+        if key.endswith("cls_score.weight")
+    ]
+    logger.warning(
+        "checkpoint %s: re-initialised (other shapes%s): %s",
+        os.fspath(path),
+        f": {classes[0]}" if classes else "",
+        ", ".join(key for key, _, _ in report.shape_mismatch),
+    )
 
 
 def _log_tao_report(file: Path, report: LoadReport) -> None:

@@ -38,6 +38,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "export",
     "gen_trt_engine",
     "publish",
+    "weights",
     "completion",
 )
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from maskops.shape_rules import image_size_fits, image_stride
 from maskops.spec.errors import FieldIssue
 from maskops.spec.literals import decode_literal
+from maskops.spec.weights_reference import is_url, is_weights_reference, split_weights_url
 
 ImageSize = tuple[int, int]
 """(height, width) in pixels."""
@@ -388,7 +389,9 @@ class ExperimentSpec(_SpecModel):
     l1_weight_decay: float = 0.0
     l2_weight_decay: float = 0.0001
     checkpoint: str = ""
-    """Local path of torchvision or maskops weights to start from; "" = random init."""
+    """Weights to start from: a local path of torchvision or maskops weights, a torchvision
+    weights name (``ResNet50_Weights.IMAGENET1K_V2``) or ``URL#sha256=HEX`` (see
+    :mod:`maskops.spec.weights_reference`); "" = random init."""
     skip_checkpoint_variables: str = ""
     """Regex over parameter names not to load from ``checkpoint``."""
     pruned_model_path: str = ""
@@ -534,6 +537,13 @@ class ExperimentSpec(_SpecModel):
             raise ValueError(f"{value}: levels must be > 0")
         return value
 
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint(cls, value: str) -> str:
+        if is_url(value):
+            split_weights_url(value)
+        return value
+
     @field_validator("skip_checkpoint_variables")
     @classmethod
     def _skip_checkpoint_variables(cls, value: str) -> str:
@@ -615,7 +625,7 @@ class ExperimentSpec(_SpecModel):
 
         Paths of a spec file are relative to the file's directory; the CLI and the workers
         call this (``load_spec`` does not, so that a spec round-trips unchanged). ``~`` is
-        expanded; empty fields stay empty.
+        expanded; empty fields, weights names and URLs stay as they are.
         """
         base = Path(base_dir).expanduser().absolute()
 
@@ -629,6 +639,8 @@ class ExperimentSpec(_SpecModel):
             update={f: resolved(getattr(self.data_config, f)) for f in DataConfig.PATH_FIELDS}
         )
         update: dict[str, Any] = {f: resolved(getattr(self, f)) for f in self.PATH_FIELDS}
+        if is_weights_reference(self.checkpoint):
+            update["checkpoint"] = self.checkpoint
         update["data_config"] = data
         mlflow = self.mlflow_config
         if mlflow is not None and mlflow.local_store and mlflow.tracking_uri:
