@@ -53,6 +53,7 @@ LIGHT_ENGINE_MODULES = {
     "maskops.evaluation.options",
     "maskops.export.options",
     "maskops.prune.options",
+    "maskops.path_rules",
     "maskops.shape_rules",
 }
 """Engine modules that import the standard library alone: the one home of a rule or helper

@@ -25,7 +25,7 @@ from maskops_core import names, options
 from maskops_core.actions import JobAction
 from maskops_core.dataset_formats import MAX_LABEL_CHARS, MAX_LABELS, DatasetFormat
 from maskops_core.db.models import JobStatus
-from maskops_core.paths import RELATIVE_PATH_PATTERN
+from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
 T = TypeVar("T")
 
@@ -111,11 +111,13 @@ class _Out(BaseModel):
 
 
 def _relative_path(value: str, field: str) -> str:
-    path = PurePosixPath(value.replace("\\", "/"))
-    parts = path.parts
-    if "\x00" in value or not parts or path.is_absolute() or ".." in parts or ":" in parts[0]:
-        raise ValueError(f"{field} must be a path relative to the data root without '..'")
-    return str(path)
+    """``value`` checked by :func:`relative_data_path`, written with ``/`` (``a\\b`` ->
+    ``a/b``)."""
+    try:
+        relative_data_path(value)
+    except ValueError as exc:
+        raise ValueError(f"{field} {exc}") from None
+    return str(PurePosixPath(value.replace("\\", "/")))
 
 
 DataPath = Annotated[str, Field(json_schema_extra={"pattern": RELATIVE_PATH_PATTERN})]

@@ -17,6 +17,8 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
+from maskops.path_rules import is_inside, leaves_by_text
+
 RELATIVE_PATH_PATTERN = (
     r"^(?![/\\])"  # not absolute
     r"(?!(?:\.?[/\\])*\.?$)"  # not empty once "." and "/" are dropped
@@ -28,10 +30,9 @@ slightly stricter: no ``:`` anywhere)."""
 
 
 def relative_data_path(value: str) -> str:
-    """``value`` if it is relative to the data root and stays inside it; else ValueError."""
-    path = PurePosixPath(value.replace("\\", "/"))
-    parts = path.parts
-    if "\x00" in value or not parts or path.is_absolute() or ".." in parts or ":" in parts[0]:
+    """``value`` if it is relative to the data root and stays inside it by its text
+    (:func:`maskops.path_rules.leaves_by_text`; not empty); else ValueError."""
+    if not PurePosixPath(value.replace("\\", "/")).parts or leaves_by_text(value):
         raise ValueError("must be a path relative to the data root without '..'")
     return value
 
@@ -40,8 +41,7 @@ def check_client_path(value: str, *, allowed_dirs: Sequence[Path] = ()) -> None:
     """A path from a client: relative to the data root, or absolute inside one of the
     operator's ``allowed_dirs`` (pretrained weights); ValueError saying which it must be."""
     if PurePosixPath(value).is_absolute() and "\x00" not in value:
-        resolved = Path(value).resolve()
-        if any(resolved.is_relative_to(Path(d).resolve()) for d in allowed_dirs):
+        if any(is_inside(Path(value), Path(d)) for d in allowed_dirs):
             return
         allowed = " or inside " + ", ".join(str(d) for d in allowed_dirs) if allowed_dirs else ""
         raise ValueError(f"must be a path relative to the data root{allowed}")

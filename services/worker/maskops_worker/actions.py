@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from maskops.path_rules import PathEscape, confine
 from maskops.spec.models import ExperimentSpec
 from maskops_core import job_state
 from maskops_core.options import (
@@ -510,9 +511,11 @@ def export(ctx: JobContext) -> dict[str, Any]:
 
 
 def _inside_data_root(ctx: JobContext, relative: str) -> Path:
-    root = ctx.settings.data_root.resolve()
-    path = (root / relative).resolve()
-    if Path(relative).is_absolute() or not path.is_relative_to(root) or not path.is_dir():
+    try:
+        path = confine(ctx.settings.data_root, relative)
+    except (PathEscape, OSError, RuntimeError):  # leaves the data root, a link loop
+        path = None
+    if path is None or not path.is_dir():
         raise JobInputError(f"image_dir {relative!r} is not a directory under the data root")
     return path
 

@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops.path_rules import PathEscape, confine
 from maskops_core import job_state
-from maskops_core.paths import relative_data_path
 from maskops_core.settings import Settings
 from maskops_worker.job_log import JobLog
 
@@ -97,9 +97,12 @@ class JobContext:
         """
         if relative:
             try:
-                relative_data_path(relative)
-            except ValueError as exc:
-                raise JobInputError(f"{what} {relative!r} {exc}") from None
+                confine(self.settings.data_root, relative)
+            except PathEscape:
+                message = "must be a path relative to the data root without '..' or links out of it"
+                raise JobInputError(f"{what} {relative!r} {message}") from None
+            except (OSError, RuntimeError) as exc:  # a link loop
+                raise JobInputError(f"{what} {relative!r}: {type(exc).__name__}") from None
         path = self.data_path(relative)
         if not relative or not path.exists():
             raise JobInputError(

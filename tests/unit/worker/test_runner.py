@@ -173,3 +173,21 @@ def test_errors_and_logs_name_paths_relative_to_the_data_root(settings: Settings
     assert "Traceback" in log and f"'jobs/{job_id}/results/model.pth'" in log
     for root in {str(settings.data_root.absolute()), str(settings.data_root.resolve())}:
         assert root not in log and root not in error
+
+
+def test_an_input_through_a_link_out_of_the_data_root_is_refused(
+    settings: Settings, factory, tmp_path_factory
+) -> None:
+    """A link inside the data root pointing out of it: the worker reads nothing there."""
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "model.pth").write_bytes(b"not the data root's")
+    (settings.data_root / "shared").symlink_to(outside, target_is_directory=True)
+    job_id = _job(factory)
+
+    def action(ctx: JobContext) -> dict[str, Any]:
+        return {"read": ctx.input_path("shared/model.pth", "model_path").read_text()}
+
+    assert run_job(job_id, settings=settings, actions={"train": action}) == "failed"
+    error = _get(factory, job_id).error or ""
+    assert "model_path 'shared/model.pth'" in error and "links out of it" in error
+    assert str(outside) not in error

@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from maskops.path_rules import PathEscape, confine
 from maskops_api.cache.job_cache import JobCache
 from maskops_api.deps import (
     DispatcherDep,
@@ -262,10 +263,10 @@ def download_artifact(
     job_id: JobId, path: str, session: SessionDep, settings: SettingsDep
 ) -> FileResponse:
     service.get_job(session, job_id)
-    if "\x00" in path:  # no file name holds one (the OS refuses to look it up)
-        raise NotFound(f"job {job_id} has no artifact {path!r}")
-    root = (settings.jobs_dir / str(job_id)).resolve()
-    target = (root / path).resolve()
-    if not target.is_relative_to(root) or not target.is_file():
+    try:
+        target = confine(settings.jobs_dir / str(job_id), path)
+    except (PathEscape, OSError, RuntimeError):  # leaves the job's folder, a link loop
+        raise NotFound(f"job {job_id} has no artifact {path!r}") from None
+    if not target.is_file():
         raise NotFound(f"job {job_id} has no artifact {path!r}")
     return FileResponse(target, filename=target.name)

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from maskops.path_rules import PathEscape, confine
 from maskops_api.errors import Invalid, NotFound
 from maskops_api.schemas import DatasetCreate, DatasetOut, DatasetSplit
 from maskops_api.services import idempotency
@@ -19,15 +20,12 @@ ENDPOINT = "POST /datasets"
 
 
 def _inside_root(root: Path, relative: str, field: str) -> Path:
-    resolved_root = root.resolve()
     try:
-        path = (resolved_root / relative).resolve()
+        return confine(root, relative)
+    except PathEscape:  # by a symlink inside the data root pointing out of it
+        raise Invalid(f"{field}: {relative!r} leaves the data root") from None
     except (OSError, RuntimeError) as exc:  # too long, a symlink loop
         raise Invalid(f"{field}: {relative!r}: {_reason(exc)}") from None
-    if not path.is_relative_to(resolved_root):
-        # A symlink inside the data root pointing out of it.
-        raise Invalid(f"{field}: {relative!r} leaves the data root")
-    return path
 
 
 def _reason(exc: Exception) -> str:

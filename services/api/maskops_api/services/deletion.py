@@ -24,6 +24,7 @@ from sqlalchemy import Text, cast, delete, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from maskops.path_rules import is_inside
 from maskops.serving.protocol import EnsembleNames
 from maskops_api.errors import Conflict, NotFound
 from maskops_api.services import datasets, experiments, jobs
@@ -244,7 +245,7 @@ def _own_uploads(session: Session, settings: Settings, dataset: Dataset) -> list
             if len(parts) < 2 or parts[0] != "uploads" or not _UPLOAD.fullmatch(parts[1]):
                 continue
             folder = settings.data_root / "uploads" / parts[1]
-            if (root / str(relative)).resolve().is_relative_to(folder.resolve()):
+            if is_inside(root / str(relative), folder):
                 found.add(folder)
     return sorted(f for f in found if not _mentioned_elsewhere(session, dataset.id, f.name))
 

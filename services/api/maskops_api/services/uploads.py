@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from maskops.path_rules import leaves_by_text
 from maskops_core.paths import DISK_FULL_ERRNOS, remove_tree
 
 MAX_MEMBERS = 200_000
@@ -71,12 +72,7 @@ class _Budget:
 
 def _safe_name(name: str) -> PurePosixPath:
     path = PurePosixPath(name.replace("\\", "/"))
-    if (
-        path.is_absolute()
-        or ".." in path.parts
-        or "\x00" in name
-        or (path.parts and ":" in path.parts[0])
-    ):
+    if leaves_by_text(name):
         raise UnsafeArchive(f"member {name!r}: path leaves the archive")
     if len(path.parts) > MAX_DEPTH or len(name.encode()) > MAX_PATH_BYTES:
         raise UnsafeArchive(

@@ -51,7 +51,7 @@ import os
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,7 @@ from pycocotools import mask as mask_utils
 
 from maskops.data.coco import CocoAnnotation, CocoImage
 from maskops.masks import decode_rle_string
+from maskops.path_rules import PathEscape, confine
 
 ANNOTATION_KINDS = (
     "box",
@@ -196,21 +197,13 @@ def read_image_file(image_dir: Path, file_name: str) -> bytes:
     up, so the finding is the same whether the target exists or not (annotation files
     come from clients: ``/etc/hostname`` or ``../../x`` must neither be read nor probed).
     """
-    name = PurePosixPath(file_name.replace("\\", "/"))
-    if (
-        "\x00" in file_name
-        or name.is_absolute()
-        or ".." in name.parts
-        or (name.parts and ":" in name.parts[0])
-    ):
-        raise SkippedImage("unsafe_path", file_name)
-    path = image_dir / file_name
     try:
-        inside = path.resolve().is_relative_to(image_dir.resolve())
+        confine(image_dir, file_name)
+    except PathEscape:
+        raise SkippedImage("unsafe_path", file_name) from None
     except (OSError, RuntimeError) as exc:  # a link loop
         raise SkippedImage("unreadable", f"{file_name}: {exc}") from None
-    if not inside:
-        raise SkippedImage("unsafe_path", file_name)
+    path = image_dir / file_name
     try:
         # Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
