@@ -4,8 +4,10 @@
 It accepts a maskops checkpoint, a torchvision detection state dict (e.g.
 ``maskrcnn_resnet50_fpn``'s, whose parameter names this model shares), a
 ``{"model": state_dict, ...}`` training checkpoint, an ImageNet ResNet state dict
-(loaded into ``backbone.body``), or a TAO Toolkit pretrained ResNet backbone in Keras HDF5
-(``.hdf5``; converted by :mod:`maskops.modeling.tao_keras`, also into ``backbone.body``).
+(loaded into ``backbone.body``), an mmdetection COCO checkpoint (renamed; detectron2's are
+refused, naming the difference: :mod:`maskops.checkpoints.foreign_layouts`), or a TAO
+Toolkit pretrained ResNet backbone in Keras HDF5 (``.hdf5``; converted by
+:mod:`maskops.modeling.tao_keras`, also into ``backbone.body``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from torch import Tensor, nn
 from torchvision.ops.misc import FrozenBatchNorm2d
 
+from maskops.checkpoints.foreign_layouts import from_framework
 from maskops.checkpoints.hub import resolve_checkpoint
 from maskops.checkpoints.model_file import (
     FORMAT,
@@ -103,8 +106,10 @@ class LoadReport:
         return target
 
 
-def _extract_state_dict(data: Any, file: Path) -> dict[str, Tensor]:
-    """The tensor dict inside any of the weight-file shapes load_weights_into accepts."""
+def _extract_state_dict(data: Any, file: Path, model_keys: Collection[str]) -> dict[str, Tensor]:
+    """The tensor dict inside any of the weight-file shapes load_weights_into accepts, in
+    this model's names (mmdetection's renamed: :mod:`maskops.checkpoints.foreign_layouts`)."""
+    raw = data
     if isinstance(data, dict) and data.get("format") == FORMAT:
         data = data["model"]
     elif isinstance(data, dict) and not any(isinstance(v, Tensor) for v in data.values()):
@@ -117,7 +122,7 @@ def _extract_state_dict(data: Any, file: Path) -> dict[str, Tensor]:
     tensors = {str(k): v for k, v in data.items() if isinstance(v, Tensor)}
     if not tensors:
         raise CheckpointError(f"{file}: holds no tensors")
-    tensors = clean_state_dict(tensors)
+    tensors = from_framework(clean_state_dict(tensors), raw, file, model_keys)
     # An ImageNet classification ResNet (conv1/layerN/fc at the top level) goes into the
     # detection backbone's body.
     if "conv1.weight" in tensors and "backbone.body.conv1.weight" not in tensors:
@@ -172,7 +177,7 @@ def _load_file(model: nn.Module, file: Path, skip_regex: str) -> LoadReport:
             "pretrained .hdf5 backbone or a torchvision/maskops weights file"
         )
     else:
-        source = _extract_state_dict(torch_load_weights(file, "cpu"), file)
+        source = _extract_state_dict(torch_load_weights(file, "cpu"), file, list(target))
     report = LoadReport(
         unexpected=[
             f"{k} ({origins[k]})" if k in origins else k for k in sorted(set(source) - set(target))
