@@ -229,14 +229,27 @@ SERVING_WHEEL = "nvidia-pytriton"
 in a second call on the same machine, after a first call installed ``--prepare``'s wheels
 into the private site the step's other imports come from (docs/benchmarks.md)."""
 SERVING_WHEELS_LIMIT_MB = 56.0
+SERVING_PLATFORMS = ("manylinux_2_35_x86_64", *WHEEL_PLATFORMS)
+"""The tritonserver wheel is built for glibc 2.35 and later (Ubuntu 22.04 and later)."""
 
 
 def prepare_serving(folder: Path) -> int:
     """Download the tritonserver wheel into ``folder`` (the ``triton_serving`` group's)."""
-    return prepare(folder, wanted={SERVING_WHEEL}, limit_mb=SERVING_WHEELS_LIMIT_MB)
+    return prepare(
+        folder,
+        wanted={SERVING_WHEEL},
+        limit_mb=SERVING_WHEELS_LIMIT_MB,
+        platforms=SERVING_PLATFORMS,
+    )
 
 
-def prepare(folder: Path, *, wanted: set[str] | None = None, limit_mb: float = 0.0) -> int:
+def prepare(
+    folder: Path,
+    *,
+    wanted: set[str] | None = None,
+    limit_mb: float = 0.0,
+    platforms: tuple[str, ...] = WHEEL_PLATFORMS,
+) -> int:
     """Download the wheels the GPU host lacks (or ``wanted``) into ``folder``; print their
     total size."""
     pins = lock_pins()
@@ -249,7 +262,7 @@ def prepare(folder: Path, *, wanted: set[str] | None = None, limit_mb: float = 0
     command = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps"]
     command += ["--python-version", TARGET_PYTHON, "--implementation", "cp"]
     command += ["--abi", f"cp{TARGET_PYTHON.replace('.', '')}", "-d", str(folder)]
-    for platform in WHEEL_PLATFORMS:
+    for platform in platforms:
         command += ["--platform", platform]
     folder.mkdir(parents=True, exist_ok=True)
     subprocess.run([*command, *(f"{n}=={pins[n]}" for n in sorted(wanted))], check=True)
