@@ -141,6 +141,44 @@ def test_a_search_runs_on_the_embedded_stack(served: Served) -> None:
     assert child["result"]["checkpoint"] == search["best_checkpoint"]
 
 
+def _wait_for(served: Served, job_id: int, done: tuple[str, ...], deadline: float) -> str:
+    client = served.client
+    while (status := client.get(f"/jobs/{job_id}").json()["status"]) not in done:
+        assert time.monotonic() < deadline, client.get("/readyz").text + served.output()
+        assert served.process.poll() is None, served.output()
+        time.sleep(0.5)
+    return str(status)
+
+
+def test_two_searches_at_once_both_finish(served: Served) -> None:
+    """Two controllers once took both of the worker's slots and waited for ever on trials
+    nothing could run. A second search sent while the first one's trial trains took the
+    slot that trial freed, before the first search could send its next trial; it now
+    waits, unsent, until the first search ends."""
+    client = served.client
+    experiment_id = create_experiment(client, served.dataset["id"], steps=1, every=0)
+    first = {"algorithm": "random", "max_recommendations": 2, "max_concurrent": 1, "seed": 0}
+    second = {**first, "max_recommendations": 1}
+    job_ids = []
+    deadline = time.monotonic() + 300
+    for options in (first, second):
+        body = {"experiment_id": experiment_id, "options": options}
+        response = client.post("/automl", json=body)
+        assert response.status_code == 202, response.text
+        job_ids.append(response.json()["job"]["id"])
+        if len(job_ids) == 1:  # the first search's first trial trains
+            while not (trials := client.get(f"/automl/{job_ids[0]}").json()["trials"]) or (
+                trials[0]["job_id"] is None
+            ):
+                assert time.monotonic() < deadline, served.output()
+                time.sleep(0.5)
+            _wait_for(served, trials[0]["job_id"], ("running", "succeeded"), deadline)
+    for job_id in job_ids:
+        status = _wait_for(served, job_id, ("succeeded", "failed"), deadline)
+        assert status == "succeeded", client.get(f"/jobs/{job_id}/logs").text
+    assert client.get("/readyz").json()["checks"]["worker"] == "ok"
+
+
 def test_serve_stops_cleanly(served: Served) -> None:
     served.process.send_signal(signal.SIGTERM)
     code = served.process.wait(90)
