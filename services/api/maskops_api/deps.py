@@ -6,16 +6,14 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
+from maskops_api.auth import check_token
 from maskops_api.cache.job_cache import JobCache
 from maskops_api.cache.token_cache import TokenCache
-from maskops_api.errors import Forbidden, Unauthorized
 from maskops_api.in_flight import KeysInFlight
 from maskops_api.schemas import MAX_ID
-from maskops_api.services.tokens import allows
 from maskops_core.db.models import TokenScope
 from maskops_core.dispatch import Dispatcher
 from maskops_core.settings import Settings
@@ -78,28 +76,22 @@ _bearer = HTTPBearer(auto_error=False, description="An API token from `maskops t
 
 
 def require(scope: TokenScope) -> Callable[..., Awaitable[None]]:
-    """A dependency demanding a live token of at least ``scope`` when auth is required."""
+    """A dependency demanding a live token of at least ``scope`` when auth is required
+    (:func:`maskops_api.auth.check_token`)."""
 
     async def check(
         request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> None:
-        # async, and reading app.state directly rather than through sub-dependencies, so
-        # that loopback deployments (no auth) pay next to nothing per request; the token
-        # lookup itself is a blocking query and goes to the threadpool.
+        # ``_scheme`` declares the bearer scheme in the OpenAPI document; the header itself
+        # is read by check_token, as the status fast path reads it. async, and reading
+        # app.state directly rather than through sub-dependencies, so that loopback
+        # deployments (no auth) pay next to nothing per request.
         settings: Settings = request.app.state.settings
         if not settings.auth_required:
             return
-        if credentials is None:
-            raise Unauthorized("an API token is required (Authorization: Bearer <token>)")
         tokens: TokenCache = request.app.state.token_cache
-        granted = tokens.cached(credentials.credentials)
-        if granted is None:
-            granted = await run_in_threadpool(tokens.load, credentials.credentials)
-        if granted is None:
-            raise Unauthorized("the API token is unknown, revoked or expired")
-        if not allows(granted, scope):
-            raise Forbidden(f"this token has scope {granted!r}; {scope.value!r} is needed")
+        await check_token(tokens, request.headers.get("authorization"), scope)
 
     return check
 

@@ -3,16 +3,20 @@ Tokens are made by the real ``maskops token`` command."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from fastapi.security import HTTPBearer
 from fastapi.testclient import TestClient
 from sqlalchemy import update
+from starlette.requests import Request
 
 from maskops.cli.main import main as maskops_main
+from maskops_api.auth import bearer_secret
 from maskops_api.main import create_app
 from maskops_core.db.models import ApiToken, utcnow
 from maskops_core.settings import Settings
@@ -77,6 +81,20 @@ def test_expired_and_revoked_tokens(public_client: TestClient, settings: Setting
     )
     revoked = public_client.get("/jobs", headers={"Authorization": f"Bearer {other}"})
     assert revoked.status_code == 401
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, "", "Bearer", "Bearer ", "Bearer mko_a", "bearer  mko_a ", "BEARER mko_a b", " Bearer x",
+     "Basic mko_a", "Bearer\tmko_a"],
+)  # fmt: skip
+def test_the_token_check_reads_the_header_as_the_documented_scheme(header: str | None) -> None:
+    """The status fast path and the routes read one token from the header, the one the
+    OpenAPI document's bearer scheme (FastAPI's ``HTTPBearer``) reads."""
+    headers = [] if header is None else [(b"authorization", header.encode("latin-1"))]
+    request = Request({"type": "http", "headers": headers})
+    credentials = asyncio.run(HTTPBearer(auto_error=False)(request))
+    assert bearer_secret(header) == (credentials.credentials if credentials else None)
 
 
 def test_tokens_are_stored_hashed(settings: Settings, factory) -> None:

@@ -18,8 +18,11 @@ from typing import NamedTuple
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from maskops_api.auth import check_token
 from maskops_api.cache.job_cache import JobCache
 from maskops_api.cache.token_cache import TokenCache
+from maskops_api.errors import ApiError
+from maskops_core.db.models import TokenScope
 from maskops_core.settings import Settings
 
 JOB_ROUTE = "/jobs/{job_id}"
@@ -45,20 +48,22 @@ class JobStatusShortcut:
         self.auth_required = settings.auth_required
         self.route = _RouteLabel(JOB_ROUTE)
 
-    def _may_read(self, scope: Scope) -> bool:
+    async def _may_read(self, scope: Scope) -> bool:
         if not self.auth_required:
             return True
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                kind, _, secret = value.decode("latin-1").partition(" ")
-                return kind.lower() == "bearer" and self.tokens.cached(secret) is not None
-        return False
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+        authorization = None if header is None else header.decode("latin-1")
+        try:
+            await check_token(self.tokens, authorization, TokenScope.read, wait=False)
+        except ApiError:  # the app answers: it reads a token not in memory, or refuses
+            return False
+        return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
             match = _JOB_PATH.fullmatch(scope["path"])
             body = None
-            if match is not None and self._may_read(scope):
+            if match is not None and await self._may_read(scope):
                 body = self.cache.body(int(match[1]))
             if body is not None:
                 scope["route"] = self.route
