@@ -29,8 +29,10 @@ that do not need it still run):
    R50-FPN 832x1344, AMP, arms alternated in rounds), ``throughput_inference`` (images/s
    at batch 1 and 8), ``train_profile`` (bench/profile_train.py: where a training step's
    time goes, how much of it the GPU computes, the host's waits for the device),
-   ``throughput_tuning`` (pinned batches, cuDNN benchmark, channels_last: each flipped from
-   its default, against the default).
+   ``throughput_tuning`` (pinned batches, cuDNN benchmark, channels_last, fused SGD, TF32
+   matmuls, uint8 images: each flipped from its default, against the default),
+   ``throughput_batch`` (maskops' arm at 4, 8 and 16 images per step: images/s and peak
+   GPU memory).
 
 Each group of steps runs in a child process with a time limit; the whole run stays within
 ``--budget-s`` (8 minutes by default). On a host without maskops' dependencies, the
@@ -38,7 +40,7 @@ wheels a ``--prepare`` run downloaded are installed into a private folder (no ne
 Docker, nothing installed system-wide) and the services' folders go on ``PYTHONPATH``:
 
     bench/gpu_check --prepare .gpu-wheels       # here, with the package registry
-    bench/gpu_check --prepare-serving .gpu-serving-wheels   # the Triton server's wheel
+    bench/gpu_check --prepare-serving .gpu-serving-wheels   # serving_torch's call, alone
     bench/gpu_check                             # there: writes gpu_check.json in bench/results/
     bench/gpu_check --device cpu --tiny --out /tmp/gpu_check_cpu.json   # CI, on a CPU
 
@@ -66,7 +68,8 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results" / "gpu_check.json"
 WHEELS = REPO / ".gpu-wheels"
-SITE = Path("/tmp/maskops-gpu-site")
+SITE = Path(os.environ.get("MASKOPS_GPU_CHECK_SITE", "/tmp/maskops-gpu-site"))
+"""Where the carried wheels are installed (a fresh folder rehearses a fresh host)."""
 SERVICES = ("core", "worker", "api", "triton")
 BUDGET_S = 480.0
 """The whole check on one GPU: 8 minutes, so that one command fits a 10-minute limit."""
@@ -129,9 +132,15 @@ GROUPS = (
     Group("triton_serving", ("serving_torch",), 240, 300),
     Group(
         "throughput",
-        ("throughput_train", "throughput_inference", "train_profile", "throughput_tuning"),
+        (
+            "throughput_train",
+            "throughput_inference",
+            "train_profile",
+            "throughput_tuning",
+            "throughput_batch",
+        ),
         BUDGET_S,
-        240,
+        360,
     ),
 )
 """The tiny caps leave room for a shared machine: the tiny run took 38 s on 2 idle cores
@@ -224,23 +233,84 @@ def wheels_wanted() -> set[str]:
 
 
 SERVING_WHEEL = "nvidia-pytriton"
-"""The ``serving_torch`` step's own carry: the tritonserver that ``maskops serve`` runs
-(53 MiB). With the checkout (about 7 MiB) it fills one 64 MiB carry, so it travels alone,
-in a second call on the same machine, after a first call installed ``--prepare``'s wheels
-into the private site the step's other imports come from (docs/benchmarks.md)."""
+"""The ``serving_torch`` step's server: the tritonserver that ``maskops serve`` runs (53 MiB
+as published, about 40 MiB slimmed by :func:`slim_server_wheel`)."""
+SERVING_NOT_NEEDED = (
+    "tensorboard",
+    "tensorboard-data-server",
+    "h5py",
+    "sqlalchemy",
+    "alembic",
+    "mako",
+    "optuna",
+    "colorlog",
+    "grpcio",
+    "absl-py",
+    "markdown",
+    "werkzeug",
+    "markupsafe",
+)
+"""In the engine's closure but imported by nothing the serving step runs (training's
+TensorBoard writer, AutoML's study storage): left out so that the server and the rest of
+the step's wheels fit one carry."""
 SERVING_WHEELS_LIMIT_MB = 56.0
+"""One carry of 64 MiB less the checkout (about 7.4 MiB, 2026-11-27)."""
 SERVING_PLATFORMS = ("manylinux_2_35_x86_64", *WHEEL_PLATFORMS)
 """The tritonserver wheel is built for glibc 2.35 and later (Ubuntu 22.04 and later)."""
 
 
+def serving_wheels_wanted() -> set[str]:
+    """The serving step's carry: the server and what the engine's inference, the
+    published ensemble and the demo data import that the GPU host lacks."""
+    engine = runtime_closure(("maskops[engine]",))
+    return {SERVING_WHEEL} | engine - {"maskops", *MACHINE_HAS, *NOT_NEEDED, *SERVING_NOT_NEEDED}
+
+
 def prepare_serving(folder: Path) -> int:
-    """Download the tritonserver wheel into ``folder`` (the ``triton_serving`` group's)."""
-    return prepare(
-        folder,
-        wanted={SERVING_WHEEL},
-        limit_mb=SERVING_WHEELS_LIMIT_MB,
-        platforms=SERVING_PLATFORMS,
-    )
+    """Download the serving step's wheels into ``folder``, the server's slimmed, so that
+    one call on a fresh GPU host carries all that step needs (the ``triton_serving``
+    group, ``--groups environment triton_serving``)."""
+    wanted = serving_wheels_wanted()
+    code = prepare(folder, wanted=wanted, limit_mb=1e9, platforms=SERVING_PLATFORMS)
+    if code:
+        return code
+    for wheel in folder.glob(f"{normalize(SERVING_WHEEL).replace('-', '_')}-*.whl"):
+        before = wheel.stat().st_size
+        slim_server_wheel(wheel)
+        print(f"{wheel.name}: {before / 2**20:.1f} -> {wheel.stat().st_size / 2**20:.1f} MiB")
+    size_mb = sum(w.stat().st_size for w in folder.glob("*.whl")) / 2**20
+    print(f"serving carry: {size_mb:.1f} MiB in {folder}")
+    if size_mb > SERVING_WHEELS_LIMIT_MB:
+        print(f"too large to carry: more than {SERVING_WHEELS_LIMIT_MB} MiB", file=sys.stderr)
+        return 1
+    return 0
+
+
+def server_wheel_keeps(name: str, python: str = TARGET_PYTHON) -> bool:
+    """Whether the server wheel's member ``name`` is needed on a host of ``python``: the
+    python backend's stub for that Python alone, and none of the bundled ``libpython3``
+    (linked by the 3.13 stub only; the others use the host's libpython)."""
+    stubs = "pytriton/tritonserver/python_backend_stubs/"
+    if name.startswith(stubs):
+        return name.startswith(f"{stubs}{python}/")
+    return not name.startswith("nvidia_pytriton.libs/libpython3")
+
+
+def slim_server_wheel(wheel: Path, python: str = TARGET_PYTHON) -> None:
+    """Rewrite ``wheel`` in place without the members :func:`server_wheel_keeps` drops,
+    its RECORD listing only what is left."""
+    slim = wheel.with_name(wheel.name + ".slim")
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(slim, "w") as target:
+        for info in source.infolist():
+            if not server_wheel_keeps(info.filename, python):
+                continue
+            data = source.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                lines = data.decode().splitlines()
+                kept = [line for line in lines if server_wheel_keeps(line.split(",")[0], python)]
+                data = ("\n".join(kept) + "\n").encode()
+            target.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+    slim.replace(wheel)
 
 
 def prepare(
@@ -463,7 +533,7 @@ def parse_args() -> argparse.Namespace:
         "--prepare-serving",
         type=Path,
         metavar="DIR",
-        help="download the tritonserver wheel of the triton_serving group, exit",
+        help="download the triton_serving group's wheels (the server's slimmed), exit",
     )
     args = parser.parse_args()
     if args.out is None:

@@ -676,7 +676,9 @@ def step_tensorrt(ctx: Context) -> dict[str, Any]:
 # ---- 6. throughput ----------------------------------------------------------------------
 
 
-def bench_train_in_process(ctx: Context, arms: list[str]) -> dict[str, Any]:
+def bench_train_in_process(
+    ctx: Context, arms: list[str], batch: int = 1, coco: bool = False
+) -> dict[str, Any]:
     """--tiny: bench/bench_train.py's arms, one round, in this process (its own runs start
     a process per arm; tests/unit/test_bench_scripts.py runs those)."""
     import bench_train
@@ -684,17 +686,23 @@ def bench_train_in_process(ctx: Context, arms: list[str]) -> dict[str, Any]:
     from synthetic import prepare_shards
     from timing import alternate
 
-    args = argparse.Namespace(nlayers=10, image_size=[128, 128], batch=1, steps=1, warmup=1)
+    args = argparse.Namespace(nlayers=10, image_size=[128, 128], batch=batch, steps=1, warmup=1)
     args.workers, args.device, args.threads = 0, "cpu", torch.get_num_threads()
-    root = ctx.work / "bench_train"
-    prepare_shards(root, train_images=bench_train.train_images(args), image_size=(128, 128))
+    args.coco_shaped = coco
+    root = ctx.work / f"bench_train_batch{batch}{'_coco' if coco else ''}"
+    images = bench_train.train_images(args)
+    prepare_shards(root, train_images=images, image_size=(128, 128), coco_shaped=coco)
     measures = [lambda arm=arm: bench_train.measure_arm(arm, root, args)[0] for arm in arms]
     spreads = dict(zip(arms, alternate(measures, rounds=1, warmup=0), strict=True))
     return {
         "config": {**vars(args), "rounds": 1},
         "amp": None,
         "arms": {arm: spreads[arm].summary("images_per_s") for arm in arms},
-        "maskops_vs_torchvision": {"fp32": bench_train.compare(spreads, "fp32")},
+        "maskops_vs_torchvision": (
+            {"fp32": bench_train.compare(spreads, "fp32")}
+            if {"maskops-fp32", "torchvision-fp32"} <= set(arms)
+            else {}
+        ),
         "tuning_vs_default": bench_train.tuning_ratios(spreads),
     }
 
@@ -716,21 +724,25 @@ def affordable_rounds(ctx: Context, arms: list[str], rounds: int) -> tuple[int, 
     return min(rounds, int((ctx.remaining() - 20) // (len(arms) * arm_s))), arm_s
 
 
-def bench_train(ctx: Context, arms: list[str], name: str, rounds: int = 2) -> dict[str, Any]:
-    """bench/bench_train.py's arms, alternated in as many of ``rounds`` as the time left
+def bench_train(
+    ctx: Context, arms: list[str], name: str, rounds: int = 2, batch: int = 4, coco: bool = False
+) -> dict[str, Any]:
+    """bench/bench_train.py's arms, ``batch`` images per step (``coco``: on COCO-shaped
+    data, bench/synthetic.py), alternated in as many of ``rounds`` as the time left
     affords, in its own processes (the seconds one arm's process took go to
     ``ctx.state["arm_s"]``)."""
     if ctx.tiny:
-        return bench_train_in_process(ctx, arms)
+        return bench_train_in_process(ctx, arms, batch=min(batch, 2), coco=coco)
     rounds, arm_s = affordable_rounds(ctx, arms, rounds)
     if rounds < 1:
         raise StepSkipped(f"{ctx.remaining():.0f} s left, about {arm_s:.0f} s an arm: too little")
-    size = ["--nlayers", "50", "--image-size", "832", "1344", "--batch", "4"]
+    size = ["--nlayers", "50", "--image-size", "832", "1344", "--batch", str(batch)]
     timing = ["--steps", "10", "--warmup", "3", "--rounds", str(rounds), "--workers", "4"]
     out = ctx.work / f"{name}.json"
     started = time.monotonic()
     command = [sys.executable, str(BENCH / "bench_train.py"), "--device", ctx.device_name]
     command += [*size, *timing, "--arms", *arms, "--out", str(out)]
+    command += ["--coco-shaped"] if coco else []
     timeout = ctx.remaining() - 3
     try:
         done = subprocess.run(
@@ -748,11 +760,11 @@ def bench_train(ctx: Context, arms: list[str], name: str, rounds: int = 2) -> di
 
 
 def tuning_arms(ctx: Context) -> tuple[str, list[str]]:
-    """The precision of the throughput arms, and the variants to measure (on a CPU one, to
-    keep the path alive: pinning and cuDNN are CUDA's)."""
+    """The precision of the throughput arms, and the variants to measure (on a CPU those
+    that act there, to keep their paths alive: pinning, cuDNN and TF32 are CUDA's)."""
     from bench_train import VARIANTS
 
-    return ("amp", list(VARIANTS)) if ctx.cuda else ("fp32", ["nopin"])
+    return ("amp", list(VARIANTS)) if ctx.cuda else ("fp32", ["nopin", "fused", "u8"])
 
 
 def step_throughput_train(ctx: Context) -> dict[str, Any]:
@@ -776,6 +788,34 @@ def step_throughput_tuning(ctx: Context) -> dict[str, Any]:
         figures = bench_train(ctx, arms, "throughput_tuning")
     require(len(figures["tuning_vs_default"]) == len(variants), "a variant arm is missing")
     return {"tuning_vs_default": figures["tuning_vs_default"], "arms": figures["arms"]}
+
+
+BATCH_SWEEP = (4, 8, 16)
+"""Images per GPU step that ``throughput_batch`` measures (--tiny: 2, the path kept alive)."""
+
+
+def step_throughput_batch(ctx: Context) -> dict[str, Any]:
+    """maskops' default arm at each batch of :data:`BATCH_SWEEP` on COCO-shaped data, one
+    process each: images/s and peak memory (GPU memory on CUDA, the process's RSS on a CPU
+    run of its own). A batch that fails (out of memory) is recorded with its error; the
+    others run."""
+    precision, _ = tuning_arms(ctx)
+    arm = f"maskops-{precision}"
+    batches: dict[str, Any] = {}
+    for batch in (2,) if ctx.tiny else BATCH_SWEEP:
+        try:
+            # --tiny: the demo's shapes (with the crowded 480x640 ones the step took 94 s on
+            # a 2-core host at load 10; tests/unit/test_bench_scripts.py draws those).
+            name, coco = f"throughput_batch{batch}", not ctx.tiny
+            figures = bench_train(ctx, [arm], name, rounds=1, batch=batch, coco=coco)
+        except StepFailed as exc:
+            batches[str(batch)] = {"error": str(exc)[-500:]}
+            continue
+        row = figures["arms"][arm]
+        keep = ("median_images_per_s", "peak_cuda_mb", "peak_rss_mb")
+        batches[str(batch)] = {k: row[k] for k in keep if k in row}
+    require(any("error" not in row for row in batches.values()), "no batch size trained", batches)
+    return {"arm": arm, "batches": batches}
 
 
 def step_throughput_inference(ctx: Context) -> dict[str, Any]:
@@ -895,6 +935,7 @@ STEPS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "throughput_inference": step_throughput_inference,
     "train_profile": step_train_profile,
     "throughput_tuning": step_throughput_tuning,
+    "throughput_batch": step_throughput_batch,
     "serving_torch": step_serving_torch,
 }
 

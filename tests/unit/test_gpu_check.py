@@ -73,7 +73,12 @@ def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path)
     assert figures["train_torchrun"]["process_group_backend"] == "gloo"
     assert figures["eval_parity"]["fp32_tf32_off"]["passed"]
     assert figures["throughput_train"]["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
-    assert set(figures["throughput_tuning"]["tuning_vs_default"]) == {"maskops-fp32-nopin"}
+    tuned = set(figures["throughput_tuning"]["tuning_vs_default"])
+    assert tuned == {f"maskops-fp32-{v}" for v in ("nopin", "fused", "u8")}
+    assert set(figures["throughput_batch"]["batches"]) == {"2"}
+    assert all(
+        row["median_images_per_s"] > 0 for row in figures["throughput_batch"]["batches"].values()
+    )
     profile = figures["train_profile"]
     assert profile["steps"] == 1 and profile["gpu_busy_fraction"] is None  # no GPU to be busy
     assert "aten::convolution_backward" in {name for name, _ in profile["top_cpu_ops"]}
@@ -198,3 +203,59 @@ def test_a_failed_step_keeps_what_it_measured(tmp_path: Path, monkeypatch) -> No
     recorded = json.loads(out.read_text())["steps"]["engines_probe"]
     assert recorded["status"] == "failed" and "fp16_dynamic" in recorded["error"]
     assert recorded["figures"]["engines"]["fp16_static4"] == {"passed": True}
+
+
+def test_the_serving_carry_is_the_slimmed_server_and_what_inference_imports() -> None:
+    """The serving step's call carries all it needs on a fresh host: the server, and the
+    engine's wheels less training's and AutoML's, within one carry with the checkout."""
+    wanted = gpu_check.serving_wheels_wanted()
+    assert {"nvidia-pytriton", "pydantic", "protobuf", "pycocotools", "pyyaml"} <= wanted
+    assert not {"tensorboard", "sqlalchemy", "optuna", "pytest", "grpcio", "torch"} & wanted
+    pins = gpu_check.lock_pins()
+    assert all(name in pins for name in wanted), sorted(wanted - set(pins))
+
+
+def test_the_server_wheel_keeps_the_target_pythons_stub_and_the_servers_libraries() -> None:
+    from importlib.metadata import distribution
+
+    names = [str(f) for f in distribution("nvidia-pytriton").files or []]
+    kept = {n for n in names if gpu_check.server_wheel_keeps(n, "3.12")}
+    stubs = "pytriton/tritonserver/python_backend_stubs/"
+    assert f"{stubs}3.12/triton_python_backend_stub" in kept
+    assert not [n for n in kept if n.startswith(stubs) and not n.startswith(f"{stubs}3.12/")]
+    assert "pytriton/tritonserver/bin/tritonserver" in kept
+    assert "pytriton/tritonserver/backends/python/libtriton_python.so" in kept
+    libs = [n for n in names if n.startswith("nvidia_pytriton.libs/")]
+    assert [n for n in libs if "libtritonserver" in n] and set(libs) - kept == {
+        n for n in libs if n.startswith("nvidia_pytriton.libs/libpython3")
+    }
+
+
+def test_slimming_rewrites_the_wheel_and_its_record(tmp_path: Path) -> None:
+    wheel = tmp_path / "nvidia_pytriton-0.7.0-py3-none-any.whl"
+    members = {
+        "pytriton/tritonserver/bin/tritonserver": b"server",
+        "pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub": b"311",
+        "pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub": b"312",
+        "nvidia_pytriton.libs/libpython3-abc.13.so.1.0": b"libpython",
+        "nvidia_pytriton.libs/libtritonserver-abc.so": b"lib",
+    }
+    record = "".join(f"{name},sha256=x,1\n" for name in members)
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        archive.writestr("nvidia_pytriton-0.7.0.dist-info/RECORD", record)
+    gpu_check.slim_server_wheel(wheel, "3.12")
+    with zipfile.ZipFile(wheel) as archive:
+        left = set(archive.namelist())
+        listed = {
+            line.split(",")[0]
+            for line in archive.read("nvidia_pytriton-0.7.0.dist-info/RECORD").decode().splitlines()
+        }
+    assert left == {
+        "pytriton/tritonserver/bin/tritonserver",
+        "pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub",
+        "nvidia_pytriton.libs/libtritonserver-abc.so",
+        "nvidia_pytriton-0.7.0.dist-info/RECORD",
+    }
+    assert listed == left - {"nvidia_pytriton-0.7.0.dist-info/RECORD"}
