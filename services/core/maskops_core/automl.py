@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_core import experiments
+from maskops_core import experiments, job_state
 from maskops_core.actions import JobAction
 from maskops_core.db.models import TERMINAL_STATUSES, Job, JobStatus, utcnow
 from maskops_core.db.session import transaction
@@ -133,15 +133,14 @@ def create_trial_job(
         version = experiments.add_version(
             session, search.experiment_id, spec, search_job_id=search.id
         ).version
-        job = Job(
-            action="train",
-            status=JobStatus.queued,
+        job = job_state.queued_job(
+            "train",
+            queue=queue,
+            options={**options, "trial": trial},
             experiment_id=search.experiment_id,
             experiment_version=version,
             dataset_id=search.dataset_id,
             parent_job_id=search.id,
-            options={**options, "trial": trial},
-            queue=queue,
         )
         session.add(job)
         session.flush()
@@ -157,10 +156,8 @@ def cancel_trials(factory: sessionmaker[Session], search_job_id: int) -> list[in
             j for j in _children(session, search_job_id) if j.status not in TERMINAL_STATUSES
         ]
         for job in open_jobs:
-            if job.status == JobStatus.queued:
-                job.status, job.finished_at = JobStatus.cancelled, now
-            elif job.status == JobStatus.running:
-                job.status = JobStatus.cancelling
+            for column, value in (job_state.cancel_values(job.status, now) or {}).items():
+                setattr(job, column, value)
             job.updated_at = now
         return [job.id for job in open_jobs]
 

@@ -1,4 +1,6 @@
-"""Job state transitions made by a worker, each one short transaction.
+"""Job rows and their state: the one place new job rows are made (:func:`queued_job`), the
+cancel rule (:func:`cancel_values`), and the transitions a worker makes, each one short
+transaction.
 
 Every write after the claim is conditional on the worker still holding the job's lease
 (``lease_owner``): a worker whose job was taken over after a heartbeat timeout can no longer
@@ -8,6 +10,7 @@ report progress or finish it, so one job never has two writers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,42 @@ class JobSnapshot:
 class Heartbeat:
     lease_lost: bool
     cancel_requested: bool
+
+
+def queued_job(
+    action: str,
+    *,
+    queue: str,
+    options: dict[str, Any],
+    experiment_id: int | None = None,
+    experiment_version: int | None = None,
+    dataset_id: int | None = None,
+    parent_job_id: int | None = None,
+) -> Job:
+    """A new job row of ``action``, queued on ``queue``, not yet added to a session: every
+    job (a POST /jobs, a dataset's conversion, a search's trial) starts as this."""
+    return Job(
+        action=action,
+        status=JobStatus.queued,
+        experiment_id=experiment_id,
+        experiment_version=experiment_version,
+        dataset_id=dataset_id,
+        parent_job_id=parent_job_id,
+        options=options,
+        queue=queue,
+    )
+
+
+def cancel_values(status: str, now: datetime) -> dict[str, Any] | None:
+    """The columns a cancel request sets on a job in ``status``: a queued job is cancelled
+    at once; a running one becomes cancelling (its action stops at its next step, and
+    :func:`finish` makes it cancelled). None where a cancel changes nothing: the job is
+    cancelling already, or finished."""
+    if status == JobStatus.queued:
+        return {"status": JobStatus.cancelled, "finished_at": now, "updated_at": now}
+    if status == JobStatus.running:
+        return {"status": JobStatus.cancelling, "updated_at": now}
+    return None
 
 
 def claim(

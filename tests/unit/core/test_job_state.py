@@ -71,3 +71,25 @@ def test_a_requeued_job_is_claimed_again_with_the_next_attempt(
     assert get_job(factory, job_id).error is None
     # The first worker's late report cannot touch the second attempt.
     assert not finish(factory, job_id, owner="first", status=JobStatus.failed, error="late")
+
+
+def test_a_cancel_request_follows_one_rule_from_the_api_and_from_a_search(
+    factory: sessionmaker[Session],
+) -> None:
+    """Queued: cancelled at once; running: cancelling; cancelling: as it is."""
+    from maskops_api.services.jobs import cancel_job
+    from maskops_core.automl import cancel_trials
+
+    search = insert_job(factory)
+    statuses = (JobStatus.queued, JobStatus.running, JobStatus.cancelling)
+    trials = [insert_job(factory, parent_job_id=search, status=s) for s in statuses]
+    alone = [insert_job(factory, status=s) for s in statuses]
+    assert sorted(cancel_trials(factory, search)) == trials
+    with factory() as session:
+        for job_id in alone:
+            cancel_job(session, job_id)
+    want = [JobStatus.cancelled, JobStatus.cancelling, JobStatus.cancelling]
+    for ids in (trials, alone):
+        jobs = [get_job(factory, job_id) for job_id in ids]
+        assert [j.status for j in jobs] == want
+        assert jobs[0].finished_at is not None and jobs[1].finished_at is None

@@ -11,9 +11,10 @@ from maskops.path_rules import PathEscape, confine
 from maskops_api.errors import Invalid, NotFound
 from maskops_api.schemas import DatasetCreate, DatasetOut, DatasetSplit
 from maskops_api.services import idempotency
+from maskops_core import job_state
 from maskops_core.actions import JobAction
 from maskops_core.dataset_formats import FOLDER_FORMATS, format_problem
-from maskops_core.db.models import Dataset, Job, JobStatus
+from maskops_core.db.models import Dataset, Job
 from maskops_core.settings import Settings
 
 ENDPOINT = "POST /datasets"
@@ -94,12 +95,11 @@ def register_dataset(
     )
     session.add(dataset)
     session.flush()
-    job = Job(
-        action=JobAction.dataset_convert,
-        status=JobStatus.queued,
-        dataset_id=dataset.id,
-        options={},
+    job = job_state.queued_job(
+        JobAction.dataset_convert,
         queue=JobAction.dataset_convert.queue(settings),
+        options={},
+        dataset_id=dataset.id,
     )
     session.add(job)
     session.flush()

@@ -15,7 +15,7 @@ from maskops_api.services import idempotency
 from maskops_api.services.experiments import check_server_rules
 from maskops_api.specs import SpecError
 from maskops_core import experiments as versions
-from maskops_core import workers
+from maskops_core import job_state, workers
 from maskops_core.actions import JobAction
 from maskops_core.db.models import (
     TERMINAL_STATUSES,
@@ -84,15 +84,14 @@ def _validated_job(session: Session, settings: Settings, body: JobCreate) -> Job
         check_search_space(settings, version, AutomlOptions.model_validate(body.options))
     if action == JobAction.publish and parent is not None:
         _check_publish_source(settings, parent)
-    return Job(
-        action=action,
-        status=JobStatus.queued,
+    return job_state.queued_job(
+        action,
+        queue=action.queue(settings),
+        options=body.options,
         experiment_id=experiment.id if experiment else None,
         experiment_version=version.version if version else None,
         dataset_id=dataset_id,
         parent_job_id=parent.id if parent else None,
-        options=body.options,
-        queue=action.queue(settings),
     )
 
 
@@ -275,17 +274,11 @@ def cancel_job(session: Session, job_id: int) -> Job:
     now = utcnow()
     if job.status in TERMINAL_STATUSES:
         raise Conflict(f"job {job_id} already {job.status}")
-    if job.status == JobStatus.queued:
-        values = {"status": JobStatus.cancelled, "finished_at": now, "updated_at": now}
-        where = JobStatus.queued
-    elif job.status == JobStatus.running:
-        values = {"status": JobStatus.cancelling, "updated_at": now}
-        where = JobStatus.running
-    else:
+    values = job_state.cancel_values(job.status, now)
+    if values is None:
         return job
-    changed = rowcount(
-        session.execute(update(Job).where(Job.id == job_id, Job.status == where).values(**values))
-    )
+    where = Job.id == job_id, Job.status == job.status
+    changed = rowcount(session.execute(update(Job).where(*where).values(**values)))
     session.commit()
     session.refresh(job)
     if not changed:
