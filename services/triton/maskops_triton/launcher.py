@@ -85,8 +85,9 @@ def prepare_backends(dest: Path) -> Path:
     return dest
 
 
-def server_environment() -> dict[str, str]:
-    """The environment the bundled server and its python stub need."""
+def server_environment(python_bin: Path | None = None) -> dict[str, str]:
+    """The environment the bundled server and its python stub need; the stub runs the
+    ``python3`` of ``python_bin`` (default: this interpreter's folder)."""
     root = _pytriton_root()
     env = dict(os.environ)
     site_packages = root.parent.parent
@@ -94,7 +95,7 @@ def server_environment() -> dict[str, str]:
     if env.get("LD_LIBRARY_PATH"):
         libs.append(env["LD_LIBRARY_PATH"])
     env["LD_LIBRARY_PATH"] = ":".join(libs)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["PATH"] = f"{python_bin or Path(sys.executable).parent}:{env.get('PATH', '')}"
     return env
 
 
@@ -114,6 +115,9 @@ class TritonServer:
             whose model control is open to whoever reaches ``host``.
         backend_dir: where the prepared backends live (default: a per-user cache folder).
         log_file: server stdout/stderr go here (default: a temporary file).
+        python_bin: the folder whose ``python3`` the python backend's stub runs (default:
+            this interpreter's); the stub's interpreter ignores ``PYTHONPATH``, so what the
+            models import must be on that Python's own path.
         startup_timeout_s: how long to wait for readiness, model loads included.
     """
 
@@ -130,6 +134,7 @@ class TritonServer:
         log_file: Path | None = None,
         startup_timeout_s: float = 120.0,
         verbose: bool = False,
+        python_bin: Path | None = None,
     ) -> None:
         self.repository = Path(repository).resolve()
         self.models = ["*"] if models is None else list(models)
@@ -143,6 +148,7 @@ class TritonServer:
         self.log_file = log_file
         self.startup_timeout_s = startup_timeout_s
         self.verbose = verbose
+        self.python_bin = python_bin
         self._process: subprocess.Popen[bytes] | None = None
         self._log_handle: object | None = None
 
@@ -205,7 +211,7 @@ class TritonServer:
             self.command(),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=server_environment(),
+            env=server_environment(self.python_bin),
             start_new_session=True,
             preexec_fn=dies_with_parent(signal.SIGTERM),
         )
