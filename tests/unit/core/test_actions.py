@@ -35,7 +35,8 @@ def test_actions_that_run_a_model_take_a_trained_or_pruned_parent() -> None:
     for action in (JobAction.evaluate, JobAction.prune, JobAction.inference, JobAction.export):
         assert action.spec.parents == {"train", "prune"}
         assert "gpu" in action.spec.resources
-    assert JobAction.publish.spec.parents == {"export"}
+    # An export's graph, or (the torch net backend) a train or prune job's checkpoint.
+    assert JobAction.publish.spec.parents == {"export", "train", "prune"}
     assert not JobAction.train.spec.parents and JobAction.train.spec.needs_converted_dataset
     # The search's controller waits for its trials and holds no device.
     assert JobAction.automl.spec.queue == "cpu" and not JobAction.automl.spec.resources
