@@ -56,6 +56,13 @@ REQUIRED = {
 }
 """Module -> distribution: what maskops' engine and its GPU tests import."""
 MIN_VERSIONS = {"torch": (2, 11), "torchvision": (0, 26)}
+NOT_FOR_SERVING = ("torch.utils.tensorboard", "h5py", "pytest", "pytest_timeout", "xdist")
+"""Modules of :data:`REQUIRED` that training, TAO's Keras import and the GPU tests need and
+the serving step does not: a run of that step alone (``--groups environment
+triton_serving``, its own carry) is not refused for them."""
+SERVING_GROUPS = {"environment", "triton_serving"}
+GROUPS_VARIABLE = "MASKOPS_GPU_CHECK_GROUPS"
+"""The groups this run selected (comma-separated; unset: all), from bench/gpu_check.py."""
 
 
 class StepSkipped(Exception):
@@ -102,10 +109,18 @@ class Context:
 # ---- 1. environment -------------------------------------------------------------------
 
 
+def required_modules() -> dict[str, str]:
+    """:data:`REQUIRED`, less :data:`NOT_FOR_SERVING` when the run is the serving step's."""
+    groups = set(filter(None, os.environ.get(GROUPS_VARIABLE, "").split(",")))
+    if groups and groups <= SERVING_GROUPS:
+        return {m: d for m, d in REQUIRED.items() if m not in NOT_FOR_SERVING}
+    return REQUIRED
+
+
 def missing_packages() -> list[str]:
     """Each distribution whose module does not import, with the reason."""
     missing = []
-    for module, dist in REQUIRED.items():
+    for module, dist in required_modules().items():
         try:
             importlib.import_module(module)
         except Exception as exc:  # an ImportError, or a broken install

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import threading
@@ -263,6 +264,22 @@ def find_tritonserver() -> None:
         launcher._pytriton_root = lambda: root
 
 
+def stub_python(work: Path) -> Path:
+    """The ``bin`` folder of a virtualenv over this Python for the python backend's stub,
+    whose site-packages lists (a ``.pth`` file) every folder this process imports from: the
+    carried wheels' site and maskops' sources, which come through ``PYTHONPATH`` here. The
+    stub starts its interpreter isolated from ``PYTHONPATH`` (Triton 2.51, measured
+    2026-11-27: the variable is in its environment, not on its ``sys.path``), so the
+    models would not find them otherwise; nothing is installed on the host."""
+    venv = work / "stub-python"
+    if not (venv / "bin" / "python3").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    [site] = (venv / "lib").glob("python3*/site-packages")
+    folders = [str(Path(p).resolve()) for p in sys.path if p and Path(p).is_dir()]
+    (site / "maskops-gpu-check.pth").write_text("\n".join(dict.fromkeys(folders)) + "\n")
+    return venv / "bin"
+
+
 def serving_check(
     checkpoint: Path,
     images: Sequence[bytes],
@@ -303,7 +320,11 @@ def serving_check(
     log = work / "tritonserver.log"
     find_tritonserver()
     with TritonServer(
-        repository, models=EnsembleNames(NAME).load_order, log_file=log, startup_timeout_s=300
+        repository,
+        models=EnsembleNames(NAME).load_order,
+        log_file=log,
+        startup_timeout_s=300,
+        python_bin=stub_python(work),
     ) as server:
         placement = network_config(server.http_url)
         client = HttpClient(server.http_url)

@@ -259,3 +259,17 @@ def test_slimming_rewrites_the_wheel_and_its_record(tmp_path: Path) -> None:
         "nvidia_pytriton-0.7.0.dist-info/RECORD",
     }
     assert listed == left - {"nvidia_pytriton-0.7.0.dist-info/RECORD"}
+
+
+def test_the_serving_steps_own_call_asks_only_for_what_it_imports(monkeypatch) -> None:
+    """Its carry leaves out training's and the GPU tests' packages: its environment step
+    must not refuse the run for them, while a whole run still needs them."""
+    steps = load_bench_module("gpu_check_steps")
+    monkeypatch.delenv(steps.GROUPS_VARIABLE, raising=False)
+    assert steps.required_modules() == steps.REQUIRED
+    monkeypatch.setenv(steps.GROUPS_VARIABLE, "environment,triton_serving")
+    serving = steps.required_modules()
+    assert "torch.utils.tensorboard" not in serving and "pytest" not in serving
+    assert {"torch", "pycocotools", "pydantic", "google.protobuf"} <= set(serving)
+    monkeypatch.setenv(steps.GROUPS_VARIABLE, "environment,training")
+    assert steps.required_modules() == steps.REQUIRED
