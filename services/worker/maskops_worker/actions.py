@@ -479,6 +479,7 @@ def _export_predictions(ctx: JobContext, options: InferenceOptions, labels: Path
 
 def export(ctx: JobContext) -> dict[str, Any]:
     from maskops.export import export_onnx
+    from maskops.export.options import export_file_name
 
     options = job_options(ctx, ExportOptions)
     data_type = options.data_type
@@ -494,7 +495,7 @@ def export(ctx: JobContext) -> dict[str, Any]:
     result = export_onnx(
         source,
         spec,
-        out_dir / f"model.{data_type}.onnx",
+        out_dir / export_file_name(source, data_type),
         log=_logger(ctx),
         **kwargs,
     )

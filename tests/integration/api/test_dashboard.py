@@ -26,6 +26,7 @@ import httpx
 import numpy as np
 import pytest
 
+from maskops.export.options import DEFAULTS, export_file_name
 from maskops_api.services.tokens import create_token
 from maskops_core.db.models import Job, PublishedModel, TokenScope
 from maskops_core.db.session import make_engine, make_session_factory
@@ -439,6 +440,9 @@ def test_try_an_image_draws_what_a_model_published_through_triton_found(
 
     train = run({"action": "train", "experiment_id": experiment_id})
     export = run({"action": "export", "parent_job_id": train["id"]})
+    # Named as `maskops export` names its default output: after the checkpoint exported.
+    onnx_name = export_file_name(Path(train["result"]["checkpoint"]), DEFAULTS.data_type)
+    assert export["result"]["onnx"] == f"jobs/{export['id']}/export/{onnx_name}"
     run({"job_id": export["id"]}, "/models/shapes/publish")
 
     image = sorted((stack.settings.data_root / demo_root / "images" / "val").glob("*.jpg"))[0]

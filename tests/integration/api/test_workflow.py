@@ -12,6 +12,7 @@ import httpx
 import pycocotools.mask as mask_util
 import pytest
 
+from maskops.export.options import DEFAULTS, export_file_name
 from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, api_with_tritons, wait_for
 
@@ -193,7 +194,9 @@ def test_whole_workflow_over_http(
     assert done["status"] == "succeeded", client.get(f"/jobs/{done['id']}/logs").text
     assert done["result"]["checkpoint"].endswith("model.step-2.pth")
     exported = follow_up("export", pruned["id"])
-    assert exported["result"]["onnx"].endswith(".onnx")
+    # Named as `maskops export` names its default output: after the model exported.
+    onnx_name = export_file_name(Path(pruned["result"]["model"]), DEFAULTS.data_type)
+    assert exported["result"]["onnx"] == f"jobs/{exported['id']}/export/{onnx_name}"
 
     published = client.post("/models/shapes/publish", json={"job_id": exported["id"]})
     assert published.status_code == 202, published.text

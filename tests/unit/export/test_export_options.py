@@ -13,8 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from maskops.cli import export as cli_export
-from maskops.export.exporter import export_onnx
-from maskops.export.options import DEFAULTS, ExportOptions, cli_flag
+from maskops.export.exporter import default_output_path, export_onnx
+from maskops.export.options import DEFAULTS, ExportOptions, cli_flag, export_file_name
 from maskops_core.options import ExportOptions as JobExportOptions
 from tests.support.options_agreement import TaskCli, literals
 
@@ -85,3 +85,11 @@ def test_the_rest_door_holds_the_opset_to_the_engine_s_rule() -> None:
         JobExportOptions.model_validate({"opset": 21})
     bound = JobExportOptions.model_validate({"data_type": "int8", "target": "tensorrt"})
     assert bound.given() == {"data_type": "int8", "target": "tensorrt"}
+
+
+def test_an_export_file_is_named_after_its_model_and_data_type(tmp_path: Path) -> None:
+    """One name for an export's file: ``maskops export``'s default output, and the file an
+    export job writes in its folder."""
+    model = tmp_path / "results" / "model.step-4.pth"
+    assert export_file_name(model, "fp16") == "model.step-4.fp16.onnx"
+    assert default_output_path(model, "int8") == model.with_name("model.step-4.int8.onnx")

@@ -40,7 +40,13 @@ from maskops.export.graph import (
     set_metadata,
     trace_to_onnx,
 )
-from maskops.export.options import DATA_TYPES, TARGETS, ExportOptions, opset_error
+from maskops.export.options import (
+    DATA_TYPES,
+    TARGETS,
+    ExportOptions,
+    export_file_name,
+    opset_error,
+)
 from maskops.export.parity import ParityReport, Tolerances, compare_detections
 from maskops.export.precision import convert_to_fp16, quantize_int8, write_calibration_cache
 from maskops.export.predictor import OnnxPredictor
@@ -124,8 +130,8 @@ class ExportResult:
 
 
 def default_output_path(model_path: Path, data_type: str) -> Path:
-    """``<model stem>.<data_type>.onnx`` next to the model."""
-    return model_path.with_name(f"{model_path.stem}.{data_type}.onnx")
+    """:func:`~maskops.export.options.export_file_name` next to the model."""
+    return model_path.with_name(export_file_name(model_path, data_type))
 
 
 def read_image_dir(directory: Path, image_size: tuple[int, int], limit: int) -> list[torch.Tensor]:

@@ -32,6 +32,15 @@ MAX_OPSET = 20
 INT8_MIN_OPSET = 13
 
 
+def export_file_name(model_path: Path, data_type: str) -> str:
+    """The file name of ``model_path``'s export in ``data_type``, the one rule for it:
+    ``<model stem>.<data_type>.onnx`` (``model.step-4.pth`` in fp16 ->
+    ``model.step-4.fp16.onnx``). ``maskops export`` writes it next to the model unless
+    ``--output_file`` says otherwise; an export job writes it in its ``export`` folder and
+    names it in its result (what publish and a follow-up job read)."""
+    return f"{Path(model_path).stem}.{data_type}.onnx"
+
+
 def _option(default: Any, flag: str | None = None) -> Any:
     """A field whose ``maskops export`` flag is ``flag`` (TAO's name), else ``--<field>``."""
     return field(default=default, metadata={"flag": flag} if flag else {})
