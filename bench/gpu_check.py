@@ -271,19 +271,14 @@ def prepare_serving(folder: Path) -> int:
     one call on a fresh GPU host carries all that step needs (the ``triton_serving``
     group, ``--groups environment triton_serving``)."""
     wanted = serving_wheels_wanted()
-    code = prepare(folder, wanted=wanted, limit_mb=1e9, platforms=SERVING_PLATFORMS)
+    code = prepare(folder, wanted=wanted, limit_mb=float("inf"), platforms=SERVING_PLATFORMS)
     if code:
         return code
     for wheel in folder.glob(f"{normalize(SERVING_WHEEL).replace('-', '_')}-*.whl"):
         before = wheel.stat().st_size
         slim_server_wheel(wheel)
         print(f"{wheel.name}: {before / 2**20:.1f} -> {wheel.stat().st_size / 2**20:.1f} MiB")
-    size_mb = sum(w.stat().st_size for w in folder.glob("*.whl")) / 2**20
-    print(f"serving carry: {size_mb:.1f} MiB in {folder}")
-    if size_mb > SERVING_WHEELS_LIMIT_MB:
-        print(f"too large to carry: more than {SERVING_WHEELS_LIMIT_MB} MiB", file=sys.stderr)
-        return 1
-    return 0
+    return within_carry(folder, SERVING_WHEELS_LIMIT_MB)
 
 
 def server_wheel_keeps(name: str, python: str = TARGET_PYTHON) -> bool:
@@ -336,6 +331,11 @@ def prepare(
         command += ["--platform", platform]
     folder.mkdir(parents=True, exist_ok=True)
     subprocess.run([*command, *(f"{n}=={pins[n]}" for n in sorted(wanted))], check=True)
+    return within_carry(folder, limit_mb)
+
+
+def within_carry(folder: Path, limit_mb: float) -> int:
+    """Say how many wheels ``folder`` holds and their size; 1, saying so, past ``limit_mb``."""
     wheels = sorted(folder.glob("*.whl"))
     size_mb = sum(w.stat().st_size for w in wheels) / 2**20
     print(f"{len(wheels)} wheels, {size_mb:.1f} MiB in {folder}")

@@ -94,29 +94,16 @@ def in_process(network: Any, images: Sequence[bytes]) -> list[list[dict[str, Any
     ]
 
 
-def as_detections(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """COCO results as parity's detections (boxes xyxy, original pixels)."""
-    import torch
-
-    boxes = torch.tensor([r["bbox"] for r in results], dtype=torch.float32).reshape(-1, 4)
-    boxes[:, 2:] += boxes[:, :2]
-    return {
-        "boxes": boxes,
-        "scores": torch.tensor([r["score"] for r in results], dtype=torch.float32),
-        "labels": torch.tensor([r["category_id"] for r in results], dtype=torch.int64),
-    }
-
-
 Results = list[list[dict[str, Any]]]
 
 
 def parity(served: Results, reference: Results, precision: str) -> Any:
-    from maskops.export.parity import compare_detections
+    from maskops.export.parity import coco_results_as_detections, compare_detections
 
     data_type = "fp32" if precision == "fp32" else "fp16"
     return compare_detections(
-        [as_detections(r) for r in reference],
-        [as_detections(s) for s in served],
+        [coco_results_as_detections(r) for r in reference],
+        [coco_results_as_detections(s) for s in served],
         data_type=data_type,
     )
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from maskops.export.parity import TOLERANCES, compare_detections
+from maskops.export.parity import TOLERANCES, coco_results_as_detections, compare_detections
 from maskops.serving import EnsembleNames, PublishError, publish
 from maskops.serving import client as triton
 from maskops.serving.placement import Placement
@@ -65,17 +65,6 @@ def in_process(checkpoint: Path, images: list[bytes], threshold: float) -> list[
     return answers
 
 
-def as_detections(results: list[dict]) -> dict[str, torch.Tensor]:
-    """COCO results as parity's detections (boxes xyxy in original pixels)."""
-    boxes = torch.tensor([r["bbox"] for r in results], dtype=torch.float32).reshape(-1, 4)
-    boxes[:, 2:] += boxes[:, :2]
-    return {
-        "boxes": boxes,
-        "scores": torch.tensor([r["score"] for r in results], dtype=torch.float32),
-        "labels": torch.tensor([r["category_id"] for r in results], dtype=torch.int64),
-    }
-
-
 def test_the_network_config_names_backend_device_and_precision(server: TritonServer):
     net = EnsembleNames(NAME).net
     assert (server.repository / net / "1" / "model.pth").is_file()
@@ -94,8 +83,8 @@ def test_served_detections_match_in_process_inference(server, tiny_checkpoint, v
     reference = in_process(tiny_checkpoint, val_images, 0.05)
     assert sum(len(r) for r in reference) > 0, "the tiny model detected nothing at 0.05"
     report = compare_detections(
-        [as_detections(r) for r in reference],
-        [as_detections(s) for s in served],
+        [coco_results_as_detections(r) for r in reference],
+        [coco_results_as_detections(s) for s in served],
         data_type="fp32",
         tolerances=TOLERANCES["fp32"],
     )

@@ -59,15 +59,21 @@ def _old_publish(repo: Path, name: str, onnx: Path, *, static: int | None) -> Pa
     return version
 
 
-def _run(repo: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
+def _entrypoint(
+    repo: Path, env: dict[str, str], *, check: bool
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         ["bash", str(ENTRYPOINT), f"--model-repository={repo}"],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
+        check=check,
     )
+
+
+def _run(repo: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = _entrypoint(repo, env, check=True)
     started = f"tritonserver --model-repository={repo} --allow-grpc=false"
     assert done.stdout.splitlines()[-1] == f"{started} {restricted_api_argument(KEY)}"
     return done
@@ -170,13 +176,7 @@ def test_no_server_starts_without_a_valid_control_key(tmp_path, fake_tools, key)
     env = {k: v for k, v in fake_tools.items() if k != CONTROL_KEY_ENV}
     if key is not None:
         env[CONTROL_KEY_ENV] = key
-    done = subprocess.run(
-        ["bash", str(ENTRYPOINT), f"--model-repository={tmp_path}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _entrypoint(tmp_path, env, check=False)
     assert done.returncode == 2
     assert "tritonserver" not in done.stdout
     assert f"maskops-triton: {CONTROL_KEY_ENV} must be 16 to 128 characters" in done.stderr

@@ -101,6 +101,19 @@ class ParityReport:
         }
 
 
+def coco_results_as_detections(results: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    """One image's COCO results (``bbox`` ``[x, y, w, h]``, ``score``, ``category_id``), as
+    served over HTTP, as :func:`compare_detections` takes them: ``boxes`` ``[N, 4]`` xyxy
+    in the same pixels, ``scores`` ``[N]``, ``labels`` ``[N]``."""
+    boxes = torch.tensor([r["bbox"] for r in results], dtype=torch.float32).reshape(-1, 4)
+    boxes[:, 2:] += boxes[:, :2]
+    return {
+        "boxes": boxes,
+        "scores": torch.tensor([r["score"] for r in results], dtype=torch.float32),
+        "labels": torch.tensor([r["category_id"] for r in results], dtype=torch.int64),
+    }
+
+
 def _top(output: Mapping[str, torch.Tensor], k: int) -> dict[str, torch.Tensor]:
     order = torch.argsort(output["scores"], descending=True)[:k]
     return {key: value[order] for key, value in output.items()}
