@@ -61,7 +61,7 @@ Id = Annotated[int, Field(ge=1, le=MAX_ID), BeforeValidator(_integral), Strict()
 """Database ids (Postgres ``integer``)."""
 Name = Annotated[
     str,
-    Field(min_length=1, max_length=200, json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*$"}),
+    Field(min_length=1, max_length=200, json_schema_extra={"pattern": names.NAME_PATTERN}),
     AfterValidator(_printable),
 ]
 """A resource's name: printable text (:mod:`maskops_core.names`)."""

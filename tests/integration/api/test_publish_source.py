@@ -92,8 +92,9 @@ def test_a_train_job_published_on_torch_answers_infer_as_in_process(
     """The whole path on the CPU: the door takes a train job, the worker publishes its
     checkpoint with the torch net backend and Triton loads it, ``POST /infer`` answers
     through the ensemble with the detections of in-process inference on that checkpoint."""
+    from maskops.export.parity import coco_results_as_detections as as_detections
     from maskops_triton.launcher import TritonServer
-    from tests.integration.triton.test_torch_backend import as_detections, in_process
+    from tests.integration.triton.test_torch_backend import in_process
 
     stored = clean_db.data_root / "jobs" / "1" / "model.pth"
     stored.parent.mkdir(parents=True, exist_ok=True)
