@@ -108,8 +108,11 @@ def test_the_tools_libraries_load_the_exports(
     # Datumaro reads a CVAT dataset: the XML with the images under images/ beside it.
     shutil.copytree(demo_dataset.val_images, out / "images")
     python = interop_python()
+    # The interop virtualenv holds all it imports: a PYTHONPATH of this process (another
+    # Python's wheels, in the GPU-host rehearsal) must not reach it.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [str(python), str(SCRIPT), str(out)], capture_output=True, text=True, timeout=300
+        [str(python), str(SCRIPT), str(out)], capture_output=True, text=True, timeout=300, env=env
     )
     assert done.returncode == 0, done.stderr[-5000:]
     report = json.loads(done.stdout)
