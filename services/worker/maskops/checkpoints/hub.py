@@ -17,7 +17,6 @@ downloads nothing: a missing file is an error naming the file to place and where
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from maskops.checkpoints.model_file import CheckpointError
+from maskops.data.shards import file_sha256
 from maskops.spec.weights_reference import is_url, is_weights_name, split_weights_url
 
 WEIGHTS_DIR_ENV = "MASKOPS_WEIGHTS_DIR"
@@ -106,20 +106,12 @@ def _file_name(url: str) -> str:
     return PurePosixPath(urlsplit(url).path).name or "weights.pth"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cached_weights(source: WeightsSource, cache_dir: Path | None = None) -> Path | None:
     """The cache file of ``source`` if it is there (a URL's is checked against its hash)."""
     path = (cache_dir or weights_cache_dir()) / source.file_name
     if not path.is_file():
         return None
-    if is_url(source.reference) and (got := _sha256(path)) != source.sha256:
+    if is_url(source.reference) and (got := file_sha256(path)) != source.sha256:
         raise CheckpointError(
             f"{source.reference}: the cached {path} has SHA-256 {got}, not {source.sha256}; "
             "remove it to fetch it again"
