@@ -31,6 +31,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("-n", "--name", required=True, help="model name clients will call")
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    add_network_arguments(parser)
+    add_serving_arguments(parser)
+    add_key_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where and how Triton runs the network."""
     parser.add_argument(
         "--device",
         choices=("cpu", "gpu"),
@@ -81,6 +89,10 @@ def register(subparsers: Any) -> None:
         "image makes)",
     )
     parser.add_argument("--max_batch_size", type=int, default=None)
+
+
+def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """The preprocess model's image limits and the replicas that load the new version."""
     limits = parser.add_argument_group(
         "image limits",
         "the preprocess model refuses larger images from their header, before decoding "
@@ -100,8 +112,6 @@ def register(subparsers: Any) -> None:
             "a server with model control behind a key wants it in MASKOPS_TRITON_CONTROL_KEY"
         ),
     )
-    add_key_argument(parser)
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -728,7 +728,25 @@ def publish(
     history = _read_history(repository / name / "versions.json")
     version = _next_version(repository, names)
     cache = engine_cache_folder(engine_cache_root, names.net, version)
-    configs = render_configs(
+    configs = _version_configs(names, meta, network, placement, cache, max_batch_size, instances)
+    history.append(_history_entry(version, onnx_path, meta, network, placement))
+    files = _version_files(names, meta, network, image_limits)
+    _write_version(repository, names, version, files, configs, history, meta, activate)
+    _remove_leftover_staging(repository, names)
+    return version
+
+
+def _version_configs(
+    names: EnsembleNames,
+    meta: GraphMetadata,
+    network: _Network,
+    placement: Placement,
+    cache: str,
+    max_batch_size: int | None,
+    instances: int,
+) -> dict[str, str]:
+    """The ensemble's configs for a new version whose network is ``network``."""
+    return render_configs(
         names,
         meta,
         net_backend=network.backend,
@@ -738,11 +756,6 @@ def publish(
         engine_cache=cache if network.engine_cache else None,
         precision=network.precision,
     )
-    history.append(_history_entry(version, onnx_path, meta, network, placement))
-    files = _version_files(names, meta, network, image_limits)
-    _write_version(repository, names, version, files, configs, history, meta, activate)
-    _remove_leftover_staging(repository, names)
-    return version
 
 
 def _source_metadata(
