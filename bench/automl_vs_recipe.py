@@ -26,8 +26,8 @@ from machine import start_run, write_results
 from maskops.automl.search import run_search
 from maskops.automl.space import resolve_space
 from maskops.automl.study import SearchSettings
-from maskops.engine import run_training
 from maskops.spec.text import parse_spec_text
+from maskops.training import run_training
 from maskops_serve.demo import demo_spec_text, prepare_walk_training
 
 RESULTS = Path(__file__).parent / "results" / "automl_vs_recipe.json"

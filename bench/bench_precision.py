@@ -40,13 +40,13 @@ from timing import alternated_seconds
 from maskops.checkpoints.model_file import LoadedModel, load_model
 from maskops.data.labels import LabelMap
 from maskops.data.pipeline import build_eval_loader
-from maskops.engine import run_training
-from maskops.engine.trainer import cpu_has_native_bf16
 from maskops.evaluation import COCOEvaluator, evaluate_model
 from maskops.evaluation.predictor import Predictor, TorchPredictor
 from maskops.export.exporter import export_onnx
 from maskops.export.predictor import OnnxPredictor
 from maskops.spec.models import ExperimentSpec
+from maskops.training import run_training
+from maskops.training.trainer import cpu_has_native_bf16
 from maskops_serve.demo import DEMO_STEPS, prepare_walk_training
 
 RESULTS = Path(__file__).parent / "results" / "bench_precision.json"

@@ -476,7 +476,7 @@ class QualityBench:
         cls, run_spec: ExperimentSpec, run_dir: Path
     ) -> tuple[Path, dict[str, float]]:
         """Trains ``run_spec`` into ``run_dir``: the final checkpoint and its metrics."""
-        from maskops.engine.train import run_training
+        from maskops.training.train import run_training
 
         checkpoint = run_training(run_spec, run_dir).checkpoint
         assert checkpoint is not None

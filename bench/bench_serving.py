@@ -56,7 +56,6 @@ from timing import Spread, alternated_seconds
 from torchvision.models.detection.roi_heads import paste_masks_in_image
 
 from maskops.data.labels import LabelMap
-from maskops.engine.trainer import cpu_has_native_bf16
 from maskops.evaluation.postprocess import paste_masks_rle
 from maskops.evaluation.predictor import TorchPredictor
 from maskops.export.graph import GraphMetadata, set_metadata, trace_to_onnx
@@ -65,6 +64,7 @@ from maskops.export.predictor import OnnxPredictor
 from maskops.modeling import build_model
 from maskops.serving.processing import coco_results, preprocess_image
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+from maskops.training.trainer import cpu_has_native_bf16
 
 RESULTS = Path(__file__).parent / "results" / "bench_serving.json"
 OPEN_LOOP_LOADS = (0.5, 0.8, 1.2)

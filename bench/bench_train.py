@@ -71,10 +71,10 @@ from torchvision.transforms.functional import pil_to_tensor
 
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
-from maskops.engine import HookBase, run_training
-from maskops.engine.trainer import AmpSettings, DeviceTuning
 from maskops.modeling import build_model
 from maskops.spec.models import ExperimentSpec
+from maskops.training import HookBase, run_training
+from maskops.training.trainer import AmpSettings, DeviceTuning
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_train.json"
 ARMS = ("torchvision-fp32", "maskops-fp32", "torchvision-amp", "maskops-amp")

@@ -23,8 +23,8 @@ from typing import Any
 
 from machine import start_run, write_results
 
-from maskops.engine import run_training
-from maskops.engine.trainer import HookBase
+from maskops.training import run_training
+from maskops.training.trainer import HookBase
 from maskops_serve.demo import DEMO_STEPS, prepare_walk_training
 
 RESULTS = Path(__file__).parent / "results" / "demo_recipe.json"

@@ -390,7 +390,7 @@ def child_environment(site: Path | None, *, device: str) -> dict[str, str]:
     PYTHONPATH (nothing installed); on a CPU run no GPU is visible, on a GPU run one is
     required (maskops.device fails rather than train on the CPU)."""
     paths = [str(site)] if site else []
-    paths += [str(REPO / "services" / s) for s in SERVICES]
+    paths += [str(REPO), *(str(REPO / "services" / s) for s in SERVICES)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"

@@ -175,7 +175,7 @@ def step_environment(ctx: Context) -> dict[str, Any]:
     import torch
 
     from maskops.device import cuda_report
-    from maskops.engine.trainer import cpu_has_native_bf16, cuda_bf16_native
+    from maskops.training.trainer import cpu_has_native_bf16, cuda_bf16_native
 
     report = cuda_report()
     providers = onnxruntime.get_available_providers()
@@ -349,8 +349,8 @@ def step_train_amp(ctx: Context) -> dict[str, Any]:
     import torch
 
     from maskops.checkpoints.run_directory import list_checkpoints
-    from maskops.engine import run_training
-    from maskops.engine.trainer import AmpSettings, DeviceTuning, cuda_bf16_native
+    from maskops.training import run_training
+    from maskops.training.trainer import AmpSettings, DeviceTuning, cuda_bf16_native
 
     spec = check_spec(ctx)
     amp = AmpSettings.for_device(ctx.device, enabled=True)
@@ -376,8 +376,8 @@ def step_train_amp(ctx: Context) -> dict[str, Any]:
 
 
 def step_train_resume(ctx: Context) -> dict[str, Any]:
-    from maskops.engine import HookBase, run_training
-    from maskops.engine.schedule import LRSchedule
+    from maskops.training import HookBase, run_training
+    from maskops.training.schedule import LRSchedule
 
     class Probe(HookBase):
         def __init__(self) -> None:
@@ -412,10 +412,10 @@ def step_train_fp16_scaler(ctx: Context) -> dict[str, Any]:
     import torch
 
     from maskops.data.pipeline import build_train_loader
-    from maskops.engine import HookBase
-    from maskops.engine.optim import build_optimizer
-    from maskops.engine.train import build_training_model
-    from maskops.engine.trainer import AmpSettings, Trainer
+    from maskops.training import HookBase
+    from maskops.training.optim import build_optimizer
+    from maskops.training.train import build_training_model
+    from maskops.training.trainer import AmpSettings, Trainer
 
     class Norms(HookBase):
         """Each step's gradient norm before clipping (None: the scaler skipped it)."""
@@ -478,8 +478,8 @@ def step_train_torchrun(ctx: Context) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from maskops.engine.distributed import GroupTimeouts, RankInfo, init_process_group
-    from maskops.engine.launcher import RankPlan, train_under_torchrun
+    from maskops.training.distributed import GroupTimeouts, RankInfo, init_process_group
+    from maskops.training.launcher import RankPlan, train_under_torchrun
 
     spec = check_spec(ctx, total_steps=2, num_steps_per_eval=0, save_checkpoints_steps=0)
     shutil.rmtree(ctx.work / "torchrun", ignore_errors=True)
@@ -557,8 +557,8 @@ def step_eval_parity(ctx: Context) -> dict[str, Any]:
     import torch
 
     from maskops.checkpoints.model_file import load_model
-    from maskops.engine.trainer import AmpSettings
     from maskops.export.parity import TOLERANCES, compare_detections
+    from maskops.training.trainer import AmpSettings
 
     checkpoint, spec, images = checkpoint_and_images(ctx)
     cpu = load_model(checkpoint)
@@ -846,10 +846,10 @@ def step_throughput_inference(ctx: Context) -> dict[str, Any]:
     import torch
     from timing import alternate
 
-    from maskops.engine.trainer import AmpSettings
     from maskops.evaluation.predictor import TorchPredictor
     from maskops.modeling import build_model
     from maskops.spec.models import MaskRCNNConfig
+    from maskops.training.trainer import AmpSettings
 
     if not ctx.tiny and ctx.remaining() < INFERENCE_S_ESTIMATE:
         needed = f"about {INFERENCE_S_ESTIMATE:.0f} s needed"

@@ -5,7 +5,7 @@ bench/rehearse_gpu_host runs it in the GPU image's Python: code that only a GPU 
 CUDA branch, a multi-rank group) is not executed by a CPU rehearsal, but what it names is
 still checked here. Attributes of objects (a tensor's methods) are out of its reach.
 
-    python bench/module_api_check.py services/worker/maskops bench tests
+    python bench/module_api_check.py maskops bench tests
 
 Prints each missing name with where it is used, and exits 1 when there is one.
 """

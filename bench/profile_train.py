@@ -35,7 +35,7 @@ import torch
 from machine import start_run, write_results
 from synthetic import prepare_shards, throughput_spec
 
-from maskops.engine import HookBase, run_training
+from maskops.training import HookBase, run_training
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profile_train.json"
 TOP = 8

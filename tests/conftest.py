@@ -243,7 +243,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_spec: Experim
     """A maskops checkpoint of ``tiny_spec``'s resnet10 trained 4 steps on the demo shards
     (``save_checkpoint`` format, label map circle/square/triangle, step 4). Barely trained:
     use it for plumbing (load, evaluate, prune, export), not for accuracy."""
-    from maskops.engine import run_training
+    from maskops.training import run_training
 
     result = run_training(tiny_spec, tmp_path_factory.mktemp("tiny_checkpoint"))
     assert result.checkpoint is not None
@@ -292,7 +292,7 @@ def _shared_by_this_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _train_model(root: Path) -> TrainedModel:
-    from maskops.engine import run_training
+    from maskops.training import run_training
     from maskops_serve.demo import prepare_walk_training
 
     walk = prepare_walk_training(root, TRAINED_MODEL_STEPS)

@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-RANK_MODULE = "maskops.engine.rank_main"
+RANK_MODULE = "maskops.training.rank_main"
 
 
 def rank_pids(results_dir: Path) -> dict[int, int]:
-    """``{rank: pid}`` of the live ``maskops.engine.rank_main`` processes of ``results_dir``
+    """``{rank: pid}`` of the live ``maskops.training.rank_main`` processes of ``results_dir``
     (not their data-loader workers, which share the command line and environment)."""
     ranks: dict[int, tuple[int, int]] = {}
     for proc in Path("/proc").iterdir():

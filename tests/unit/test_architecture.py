@@ -30,7 +30,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = {
-    "maskops": REPO / "services" / "worker" / "maskops",
+    "maskops": REPO / "maskops",
     "maskops_worker": REPO / "services" / "worker" / "maskops_worker",
     "maskops_api": REPO / "services" / "api" / "maskops_api",
     "maskops_core": REPO / "services" / "core" / "maskops_core",
@@ -48,7 +48,7 @@ LIGHT_ENGINE_MODULES = {
     "maskops.atomic",
     "maskops.data.convert_options",
     "maskops.data.limits",
-    "maskops.engine.train_options",
+    "maskops.training.train_options",
     "maskops.evaluation.inference_options",
     "maskops.evaluation.options",
     "maskops.export.options",

@@ -54,7 +54,7 @@ def test_a_writer_killed_mid_write_leaves_the_old_file(tmp_path: Path) -> None:
         "        while True:\n"
         "            fh.write(b'x' * 4096); fh.flush(); time.sleep(0.01)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO / "services" / "worker")}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen([sys.executable, "-c", writer, str(target)], env=env)
     try:
         deadline = time.monotonic() + 30

@@ -2,10 +2,10 @@
 
 Scanned: README.md and docs/*.md (paths, bare ``*.md`` names and relative links), the
 ``dev`` script, CI, compose, Dockerfiles and shell scripts, and the comments and docstrings
-of the Python files under services/ and bench/. A citation is a path starting at the
+of the Python files under maskops/, services/ and bench/. A citation is a path starting at the
 repository root (``services/...``, ``bench/...``, ``docs/...``, ``tests/...``, ...), a path
 inside a package (``maskops/export/graph.py``, ``maskops_api/cache/job_cache.py``: looked up
-under services/*/), or a ``NAME.md`` file name. Globs must match at least one file.
+at the root and under services/*/), or a ``NAME.md`` file name. Globs must match at least one file.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 README_LIMIT = 15_000
-SERVICE_ROOTS = sorted(path for path in (REPO / "services").iterdir() if path.is_dir())
+# Package paths are looked up from the repository root (the engine, maskops/) and from each
+# service folder (services/api/maskops_api/, ...).
+PACKAGE_ROOTS = [REPO, *sorted(path for path in (REPO / "services").iterdir() if path.is_dir())]
 ROOTS = ("services", "bench", "docs", "tests", "migrations", "openapi", "model_repository", ".ci")
 PACKAGES = ("maskops", "maskops_api", "maskops_core", "maskops_worker", "maskops_triton")
 _TAIL = r"(?:/[\w.*?{}-]+)+/?"
@@ -52,7 +54,8 @@ def _text_files() -> list[Path]:
 
 
 def _python_files() -> list[Path]:
-    files = [*sorted((REPO / "services").rglob("*.py")), *sorted((REPO / "bench").rglob("*.py"))]
+    folders = ("maskops", "services", "bench")
+    files = [path for folder in folders for path in sorted((REPO / folder).rglob("*.py"))]
     return [path for path in files if not _skipped(path) and not path.name.endswith("_pb2.py")]
 
 
@@ -100,7 +103,7 @@ def citations(text: str, source: Path) -> Iterator[tuple[str, bool]]:
         yield path, _exists(path, REPO)
     for match in PACKAGE_PATH.finditer(text):
         path = match.group(1).rstrip(".")
-        yield path, any(_exists(path, root) for root in SERVICE_ROOTS)
+        yield path, any(_exists(path, root) for root in PACKAGE_ROOTS)
     for match in MD_NAME.finditer(text):
         name = match.group(1)
         yield name, (source.parent / name).exists() or name in _markdown_names()

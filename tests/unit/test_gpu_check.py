@@ -110,7 +110,7 @@ def test_a_group_past_its_time_is_recorded_failed_and_earlier_steps_stay(
 def test_the_children_see_maskops_sources_and_a_cpu_run_sees_no_gpu(tmp_path: Path) -> None:
     cpu = gpu_check.child_environment(tmp_path, device="cpu")
     paths = cpu["PYTHONPATH"].split(os.pathsep)
-    assert paths[0] == str(tmp_path) and paths[2] == str(REPO / "services" / "worker")
+    assert paths[0] == str(tmp_path) and paths[1] == str(REPO)
     assert cpu["CUDA_VISIBLE_DEVICES"] == "" and "MASKOPS_REQUIRE_CUDA" not in cpu
     assert gpu_check.child_environment(None, device="cuda")["MASKOPS_REQUIRE_CUDA"] == "1"
 

@@ -5,7 +5,7 @@ the API validates a job's options with it at the door (422 naming the option) an
 worker reads them through the same model, so each option is defined once. The values
 mirror what the engine accepts (``maskops.export.export_onnx``,
 ``maskops.prune.run.run_prune``, ``maskops.evaluation.runner.run_evaluation``,
-``maskops.evaluation.inference.run_inference``, ``maskops.engine.train.run_training``);
+``maskops.evaluation.inference.run_inference``, ``maskops.training.train.run_training``);
 defaults are left to the engine (read options with ``model_dump(exclude_unset=True)``).
 Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are not 0).
 """
@@ -24,8 +24,6 @@ from pydantic import (
     model_validator,
 )
 
-from maskops.engine.train_options import DEFAULTS as ENGINE_TRAIN
-from maskops.engine.train_options import TrainOptions as EngineTrainOptions
 from maskops.evaluation.inference_options import GPU_INDEX as ENGINE_INFERENCE_GPU_INDEX
 from maskops.evaluation.inference_options import THRESHOLD as ENGINE_INFERENCE_THRESHOLD
 from maskops.evaluation.options import GPU_INDEX as ENGINE_EVALUATE_GPU_INDEX
@@ -42,6 +40,8 @@ from maskops.export.options import (
 from maskops.prune.options import DEFAULTS as ENGINE_PRUNE
 from maskops.prune.options import Equalization, Norm
 from maskops.shape_rules import batch_order_error
+from maskops.training.train_options import DEFAULTS as ENGINE_TRAIN
+from maskops.training.train_options import TrainOptions as EngineTrainOptions
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -73,7 +73,7 @@ class NoOptions(ActionOptions):
 
 
 class TrainOptions(ActionOptions):
-    """The engine's :class:`maskops.engine.train_options.TrainOptions` a job sets (the
+    """The engine's :class:`maskops.training.train_options.TrainOptions` a job sets (the
     rendezvous is the workers', restarts the operator's ``MASKOPS_TRAIN_MAX_RESTARTS``),
     with its defaults; plus ``trial``, an AutoML search's."""
 

@@ -40,8 +40,8 @@ from maskops_worker.contract import (
 )
 
 if TYPE_CHECKING:
-    from maskops.engine.launcher import RankPlan
-    from maskops.engine.train import TrainResult
+    from maskops.training.launcher import RankPlan
+    from maskops.training.train import TrainResult
 
 MAX_LISTED_WARNINGS = 100
 """Findings listed on the dataset per split; the full list stays in the warnings file."""
@@ -208,7 +208,7 @@ def confine_trackers(
 
 
 def train(ctx: JobContext) -> dict[str, Any]:
-    from maskops.engine.errors import TrainingCancelled
+    from maskops.training.errors import TrainingCancelled
 
     spec = job_spec(ctx)
     options = job_options(ctx, TrainOptions)
@@ -238,10 +238,10 @@ def _train_ranks(
 ) -> TrainResult:
     """One rank in this process, reporting through a hook; several under torchrun as a
     child process (the launcher the CLI uses), reporting rank 0's status file."""
-    from maskops.engine.errors import RendezvousFailed
-    from maskops.engine.launcher import train_under_torchrun
-    from maskops.engine.train import logger as training_logger
-    from maskops.engine.train import run_training
+    from maskops.training.errors import RendezvousFailed
+    from maskops.training.launcher import train_under_torchrun
+    from maskops.training.train import logger as training_logger
+    from maskops.training.train import run_training
     from maskops_worker.automl import trial_pruning_hook
     from maskops_worker.hooks import control_plane_hook, status_reporter
 
@@ -276,7 +276,7 @@ def _train_ranks(
 def _rank_plan(ctx: JobContext, options: TrainOptions, *, endpoint: str, leads: bool) -> RankPlan:
     """The torchrun plan of this attempt: the same on every node of the job, but the
     leader's agent serves the rendezvous store (the workers may share a host name)."""
-    from maskops.engine.launcher import RankPlan
+    from maskops.training.launcher import RankPlan
 
     run = options.engine(rdzv_endpoint=endpoint, max_restarts=ctx.settings.train_max_restarts)
     return RankPlan(
@@ -317,7 +317,7 @@ def _lead_nodes(ctx: JobContext, options: TrainOptions) -> str:
 def train_node(ctx: JobContext, endpoint: str) -> None:
     """One more node of a multi-node train job: a torchrun agent joining the rendezvous
     the leading worker hosts. Rank 0 (wherever it lands) writes the shared results."""
-    from maskops.engine.launcher import train_under_torchrun
+    from maskops.training.launcher import train_under_torchrun
 
     options = job_options(ctx, TrainOptions)
     with ctx.job_log.process_output() as log:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from maskops.engine.trainer import HookBase
+from maskops.training.trainer import HookBase
 from maskops_worker.contract import JobContext
 
 
@@ -78,7 +78,7 @@ def control_plane_hook(ctx: JobContext, *, every_steps: int = 0) -> ControlPlane
 
 
 def status_reporter(ctx: JobContext) -> Callable[[dict[str, Any]], None]:
-    """``on_status`` for :func:`maskops.engine.launcher.train_under_torchrun`: rank 0's
+    """``on_status`` for :func:`maskops.training.launcher.train_under_torchrun`: rank 0's
     ``status.json`` reported as the hook reports a run in this process (cancel goes the
     other way, through the launcher's cancel file)."""
     reporter = ProgressReporter(ctx)

@@ -27,7 +27,7 @@ from maskops_core.paths import relative_to_root
 RELAY_DRAIN_S = 30.0
 """How long the output's last lines are waited for once the child has ended."""
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
-"""The engine's own format for its log file (``maskops.engine.train``)."""
+"""The engine's own format for its log file (``maskops.training.train``)."""
 
 
 @functools.cache

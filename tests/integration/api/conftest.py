@@ -126,7 +126,7 @@ def client(clean_db: Settings) -> Iterator[TestClient]:
 def stop_group(process: subprocess.Popen[bytes] | None, *, grace_s: float = 30) -> None:
     """SIGTERM the process group of ``process`` (started in a session of its own), then
     SIGKILL it if it outlives ``grace_s``."""
-    from maskops.engine.launcher import stop_process_group
+    from maskops.training.launcher import stop_process_group
 
     if process is not None:
         stop_process_group(process, grace_s=grace_s)

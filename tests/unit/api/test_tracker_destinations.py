@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from maskops.engine.trackers import mlflow_tracking_uri
 from maskops.spec.models import ExperimentSpec
+from maskops.training.trackers import mlflow_tracking_uri
 from maskops_api.main import create_app
 from maskops_core.settings import Settings
 from maskops_worker.actions import confine_trackers

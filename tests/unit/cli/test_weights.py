@@ -62,8 +62,8 @@ def test_fine_tune_from_a_weights_name(
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from maskops.engine.train import build_training_model
     from maskops.spec import spec_to_text
+    from maskops.training.train import build_training_model
 
     file_name = weights_source(RESNET18).file_name
     assert file_name == "resnet18-f37072fd.pth"  # torchvision's, hash prefix included

@@ -261,7 +261,7 @@ def test_datasets_from_every_format_train_and_evaluate(
 ) -> None:
     """One short training on the train split written in every format (one shard set per
     format, one label map), evaluated on the val split converted from LabelMe."""
-    from maskops.engine import run_training
+    from maskops.training import run_training
 
     train_dir, val_dir = tmp_path / "train", tmp_path / "val"
     source = json.loads(demo_dataset.train_json.read_text())

@@ -73,8 +73,8 @@ def test_run_prune_rejects_a_file_that_is_not_a_checkpoint(tmp_path: Path) -> No
 def test_pruned_model_retrains_from_pruned_model_path_and_evaluates(
     source_checkpoint: Path, tmp_path: Path, demo_shards: Path, demo_dataset: DemoDataset
 ) -> None:
-    from maskops.engine.train import run_training
     from maskops.evaluation.runner import run_evaluation
+    from maskops.training.train import run_training
 
     run_prune(source_checkpoint, tmp_path / "pruned", threshold=1.0)
     spec = make_spec(demo_shards, demo_dataset.val_json).model_copy(

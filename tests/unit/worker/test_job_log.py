@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from maskops.engine.train import logger as training_logger
-from maskops.engine.train import run_training
 from maskops.spec.models import ExperimentSpec
+from maskops.training.train import logger as training_logger
+from maskops.training.train import run_training
 from maskops_worker.job_log import JobLog
 
 

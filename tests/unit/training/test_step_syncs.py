@@ -1,0 +1,74 @@
+"""Host synchronisations per training step on a CUDA GPU, counted by torch's sync debug mode.
+
+Without a loss scaler (bf16, fp32) the trainer checked that the loss was finite at every
+micro-batch, a ``bool(tensor)`` that waits for the GPU; it now checks at logging steps
+(``Trainer.finite_check_period``). The model's normalisation constants are made once per
+device instead of copied to the GPU each step. The counts are printed for the record.
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+
+import pytest
+import torch
+
+from maskops.data.pipeline import build_train_loader
+from maskops.spec.models import ExperimentSpec
+from maskops.training.optim import build_optimizer
+from maskops.training.seeding import seed_everything
+from maskops.training.train import build_training_model
+from maskops.training.trainer import AmpSettings, HookBase, Trainer
+
+pytestmark = pytest.mark.gpu
+
+
+class SyncsPerStep(HookBase):
+    """Synchronising calls warned about between one step's start and its end."""
+
+    def __init__(self, caught: list[warnings.WarningMessage]) -> None:
+        self.caught = caught
+        self.start = 0
+        self.counts: list[int] = []
+
+    def before_step(self) -> None:
+        self.start = len(self.caught)
+
+    def after_step(self) -> None:
+        self.counts.append(len(self.caught) - self.start)
+
+
+def _syncs_per_step(spec: ExperimentSpec, period: int) -> list[int]:
+    device = torch.device("cuda")
+    seed_everything(spec.seed)
+    model = build_training_model(spec, num_classes=spec.data_config.num_classes).to(device)
+    trainer = Trainer(
+        model=model,
+        optimizer=build_optimizer(model, lr=0.004, momentum=0.9, l2_weight_decay=1e-4),
+        data=iter(build_train_loader(spec)),
+        schedule=lambda step: 0.004,
+        max_steps=6,
+        device=device,
+        amp=AmpSettings.for_device(device, enabled=True),
+        finite_check_period=period,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        counter = SyncsPerStep(caught)
+        trainer.register_hooks([counter])
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            trainer.train()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return counter.counts
+
+
+def test_a_bf16_step_waits_for_the_gpu_once_less_than_it_did(tiny_spec: ExperimentSpec) -> None:
+    if AmpSettings.for_device(torch.device("cuda"), enabled=True).dtype != torch.bfloat16:
+        pytest.skip("no native bf16 on this GPU: fp16 runs with a loss scaler")
+    every_step = _syncs_per_step(tiny_spec, period=1)
+    deferred = _syncs_per_step(tiny_spec, period=6)  # checked only after the last step
+    print(f"host syncs per step: checked every step {every_step}, deferred {deferred}")
+    assert statistics.median(deferred[:-1]) <= statistics.median(every_step[:-1]) - 1
