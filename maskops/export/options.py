@@ -1,18 +1,19 @@
-"""What an export makes: the one definition of the export options.
+# ruff: noqa: RUF009 - option() is dataclasses.field with the declared metadata
+"""What an export makes: the declaration of the export options.
 
 :class:`ExportOptions` is what :func:`maskops.export.export_onnx` takes; the ``maskops
-export`` flags (:mod:`maskops.cli.export`, each field's ``flag``) and the REST export job's
-options (``maskops_core.options.ExportOptions``, which takes its defaults and choices from
-here) are the same fields with the same defaults (tests/unit/export/test_export_options.py
-checks all three). Standard library only, so that the control plane's core imports it
-without the engine's libraries.
+export`` flags and the REST export job's options are built from its fields
+(:mod:`maskops.options_schema`). Standard library only, so that the control plane's core
+imports it without the engine's libraries.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
+
+from maskops.options_schema import option
 
 DataType = Literal["fp32", "fp16", "int8"]
 DATA_TYPES: tuple[str, ...] = get_args(DataType)
@@ -30,6 +31,8 @@ MIN_OPSET = 11
 MAX_OPSET = 20
 """The newest opset torch.onnx's TorchScript exporter writes."""
 INT8_MIN_OPSET = 13
+MAX_BATCH = 1024
+"""The largest batch an export job may ask for."""
 
 
 def export_file_name(model_path: Path, data_type: str) -> str:
@@ -41,52 +44,109 @@ def export_file_name(model_path: Path, data_type: str) -> str:
     return f"{Path(model_path).stem}.{data_type}.onnx"
 
 
-def _option(default: Any, flag: str | None = None) -> Any:
-    """A field whose ``maskops export`` flag is ``flag`` (TAO's name), else ``--<field>``."""
-    return field(default=default, metadata={"flag": flag} if flag else {})
-
-
 @dataclass(frozen=True)
 class ExportOptions:
-    """The export's options; every one has TAO's ``maskops export`` flag of the same name
-    unless ``flag`` says otherwise."""
+    """The export's options (declared: :mod:`maskops.options_schema`)."""
 
-    data_type: DataType = "fp32"
-    """fp32, fp16 or int8 (QDQ)."""
-    max_batch_size: int = 16
-    """The most images one batch may carry (the graph's batch is dynamic up to it; Triton's
-    max_batch_size at publish, DeepStream's batch-size)."""
-    static_batch_size: int | None = None
-    """Fix the graph's batch at this size instead (it then is the max_batch_size too)."""
-    min_batch_size: int | None = None
-    """The TensorRT profile's smallest batch (default 1)."""
-    opt_batch_size: int | None = None
-    """The batch TensorRT tunes for (default max_batch_size)."""
-    cal_image_dir: Path | None = None
-    """int8 calibration images (default: the training shards, training preprocessing)."""
-    cal_cache_file: Path | None = None
-    """Where to write the int8 calibration scales (default: next to the ONNX, .cal.json)."""
-    batches: int = 10
-    """int8 calibration uses ``batches * batch_size`` images."""
-    batch_size: int = 8
-    engine_file: Path | None = None
-    """Build a TensorRT engine here (only where TensorRT and a GPU exist)."""
-    gen_ds_config: bool = False
-    """Also write labels.txt and a DeepStream nvinfer config next to the ONNX."""
-    output_layout: OutputLayout | None = None
-    """maskops' or TAO's input and outputs (:mod:`maskops.export.tao_layout`); default tao
-    when an engine or DeepStream files are requested, else maskops."""
-    opset: int = _option(OPSET, "--target_opset")
-    """The ONNX opset, MIN_OPSET..MAX_OPSET; int8 needs INT8_MIN_OPSET or later."""
-    workspace_bytes: int | None = _option(None, "--max_workspace_size")
-    """TensorRT builder workspace (only when an engine is built)."""
-    strict_types: bool = _option(False, "--strict_type_constraints")
-    """TensorRT obeys the layer precisions (only when an engine is built)."""
-    target: Target = "onnxruntime"
-    """onnxruntime (portable) or tensorrt: the graph is checked against TensorRT's import
-    rules and int8 is symmetric (zero points 0). An engine_file implies tensorrt."""
-    gpu_index: int = 0
-    """The CUDA device that builds the engine (the parity check runs on the CPU)."""
+    data_type: DataType = option("fp32", help="fp32, fp16 or int8 (QDQ)", rest=True)
+    max_batch_size: int = option(
+        16,
+        help="most images per batch: the graph's batch N is dynamic up to it (Triton "
+        "max_batch_size, the TensorRT profile's max, DeepStream batch-size)",
+        rest=True,
+        ge=1,
+        le=MAX_BATCH,
+    )
+    static_batch_size: int | None = option(
+        None,
+        help="fix the graph's batch N at this size instead of a dynamic N (it is then the "
+        "max_batch_size too)",
+        rest=True,
+        ge=1,
+        le=MAX_BATCH,
+    )
+    min_batch_size: int | None = option(
+        None,
+        help="TensorRT profile's smallest batch (with an engine; default 1)",
+        rest=True,
+        ge=1,
+        le=MAX_BATCH,
+    )
+    opt_batch_size: int | None = option(
+        None,
+        help="batch TensorRT tunes for (with an engine; default max_batch_size)",
+        rest=True,
+        ge=1,
+        le=MAX_BATCH,
+    )
+    cal_image_dir: Path | None = option(
+        None,
+        help="int8 calibration images (default: the training shards, training preprocessing)",
+        rest=True,
+    )
+    cal_cache_file: Path | None = option(
+        None,
+        help="where to write the int8 calibration scales (JSON; default: next to the ONNX, "
+        ".cal.json)",
+    )
+    batches: int = option(
+        10,
+        help="int8 calibration batches (batches * batch_size images)",
+        rest=True,
+        ge=1,
+        le=10_000,
+    )
+    batch_size: int = option(8, help="int8 calibration batch size", rest=True, ge=1, le=MAX_BATCH)
+    engine_file: Path | None = option(
+        None, help="build a TensorRT engine here (needs the tensorrt package and a GPU)"
+    )
+    gen_ds_config: bool = option(
+        False,
+        help="also write labels.txt and a DeepStream nvinfer config next to the ONNX",
+        rest=True,
+    )
+    output_layout: OutputLayout | None = option(
+        None,
+        help="the ONNX input and outputs: maskops' (onnxruntime, Triton) or TAO's (TensorRT, "
+        "DeepStream: input 'Input' with TAO's nvinfer preprocessing, outputs "
+        "generate_detections, mask_fcn_logits/BiasAdd); default tao with an engine or "
+        "gen_ds_config, else maskops (maskops.export.tao_layout)",
+        rest=True,
+    )
+    opset: int = option(
+        OPSET,
+        help=f"ONNX opset ({MIN_OPSET}..{MAX_OPSET}; int8 needs >= {INT8_MIN_OPSET}; "
+        f"default {OPSET})",
+        flag="--target_opset",
+        rest=True,
+        ge=MIN_OPSET,
+        le=MAX_OPSET,
+        # Unset on the command line: only a given --target_opset reaches export_onnx.
+        cli_default=None,
+    )
+    workspace_bytes: int | None = option(
+        None,
+        help="TensorRT builder workspace in bytes (with an engine)",
+        flag="--max_workspace_size",
+    )
+    strict_types: bool = option(
+        False,
+        help="TensorRT obeys the layer precisions (with an engine)",
+        flag=("-s", "--strict_type_constraints"),
+    )
+    target: Target = option(
+        "onnxruntime",
+        help="what the ONNX is for: onnxruntime (portable; int8 with uint8 activations) or "
+        "tensorrt (checked against TensorRT's ONNX import rules; int8 symmetric, zero points "
+        "0, what Triton's TensorRT backend and accelerator import); an engine or the tao "
+        "output_layout implies tensorrt",
+        rest=True,
+    )
+    gpu_index: int = option(
+        0,
+        help="CUDA device that builds the TensorRT engine (with an engine); the parity "
+        "check runs on the CPU",
+    )
 
 
 def opset_error(opset: int, data_type: str) -> str | None:
@@ -99,12 +159,5 @@ def opset_error(opset: int, data_type: str) -> str | None:
     return None
 
 
-def cli_flag(name: str) -> str:
-    """The ``maskops export`` flag of option ``name``."""
-    flag: str | None = _FIELDS[name].metadata.get("flag")
-    return flag or f"--{name}"
-
-
-_FIELDS = {f.name: f for f in fields(ExportOptions)}
 DEFAULTS = ExportOptions()
 """Every option at its default."""

@@ -12,7 +12,8 @@ Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are no
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -20,6 +21,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -27,19 +29,12 @@ from pydantic import (
 from maskops.evaluation.inference_options import GPU_INDEX as ENGINE_INFERENCE_GPU_INDEX
 from maskops.evaluation.inference_options import THRESHOLD as ENGINE_INFERENCE_THRESHOLD
 from maskops.evaluation.options import GPU_INDEX as ENGINE_EVALUATE_GPU_INDEX
-from maskops.export.options import DEFAULTS as ENGINE_EXPORT
-from maskops.export.options import (
-    INT8_MIN_OPSET,
-    MAX_OPSET,
-    MIN_OPSET,
-    DataType,
-    OutputLayout,
-    Target,
-    opset_error,
-)
+from maskops.export.options import opset_error
+from maskops.options_schema import DeclaredOption, TaskDeclaration, declared_options
 from maskops.prune.options import DEFAULTS as ENGINE_PRUNE
 from maskops.prune.options import Equalization, Norm
 from maskops.shape_rules import batch_order_error
+from maskops.tasks import EXPORT
 from maskops.training.train_options import DEFAULTS as ENGINE_TRAIN
 from maskops.training.train_options import TrainOptions as EngineTrainOptions
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
@@ -70,6 +65,54 @@ class ActionOptions(BaseModel):
 
 class NoOptions(ActionOptions):
     """The action takes no options."""
+
+
+def _rest_field(declared: DeclaredOption) -> tuple[Any, Any]:
+    """(annotation, field) of a declared option at the REST door: its choices or type (a
+    path is a :data:`DataPath`), its bounds, its help as the description; optional only
+    where its default is None."""
+    kind: Any = declared.base_type
+    if declared.choices:
+        kind = Literal[declared.choices]
+    elif kind is Path:
+        kind = DataPath
+    elif declared.is_list and kind is str:
+        kind = Annotated[str, Field(min_length=1, max_length=200)]
+    default = declared.rest_default
+    described: dict[str, Any] = {"description": declared.spec.help}
+    if declared.is_list:
+        return list[kind], Field(
+            default_factory=lambda: list(default), max_length=declared.spec.max_items, **described
+        )
+    bounded = Annotated[kind, Field(ge=declared.spec.ge, le=declared.spec.le)]
+    if default is None:
+        return bounded | None, Field(default=None, **described)
+    return bounded, Field(default=default, **described)
+
+
+ModelT = TypeVar("ModelT", bound=ActionOptions)
+
+
+def task_options_model(
+    task: TaskDeclaration, base: type[ModelT], **validators: Any
+) -> type[ModelT]:
+    """A job's options model of ``task``: ``base``'s fields (what the control plane adds)
+    and each declared option that has a REST name, with ``validators``. It has the name of
+    the task's options dataclass and no docstring (it would become the schema's
+    description in the OpenAPI document)."""
+    fields = {
+        declared.rest_name: _rest_field(declared)
+        for declared in declared_options(task.options)
+        if declared.rest_name is not None
+    }
+    model: type[ModelT] = create_model(  # type: ignore[call-overload]
+        task.options.__name__,
+        __base__=base,
+        __module__=__name__,
+        __validators__=validators,
+        **fields,
+    )
+    return model
 
 
 class TrainOptions(ActionOptions):
@@ -184,74 +227,32 @@ class InferenceOptions(_FromModel):
     )
 
 
-BatchSize = Annotated[int, Field(ge=1, le=1024)]
+def _export_rules(options: Any) -> Any:
+    """min <= opt <= max for a dynamic batch; a static one admits only its own size;
+    DeepStream files only for the TAO layout (no DeepStream parser reads maskops')."""
+    if options.gen_ds_config and options.output_layout == "maskops":
+        raise ValueError("gen_ds_config needs the tao output_layout (or leave it out)")
+    opset_problem = opset_error(options.opset, options.data_type)
+    if opset_problem is not None:
+        raise ValueError(f"opset {options.opset}: {opset_problem}")
+    if options.static_batch_size is not None:
+        for name in ("min_batch_size", "opt_batch_size"):
+            if getattr(options, name) not in (None, options.static_batch_size):
+                raise ValueError(f"{name} must equal static_batch_size or be left out")
+        return options
+    low = options.min_batch_size or 1
+    tuned = options.opt_batch_size or options.max_batch_size
+    error = batch_order_error(low, tuned, options.max_batch_size)
+    if error is not None:
+        raise ValueError(error)
+    return options
 
 
-# The engine's maskops.export.options.ExportOptions that a job may set, with its names,
-# choices and defaults (the output, calibration cache and engine paths are the job's). No
-# docstring: it would become the schema's description in the OpenAPI document.
-class ExportOptions(ModelSource):
-    data_type: DataType = ENGINE_EXPORT.data_type
-    max_batch_size: BatchSize = Field(
-        default=ENGINE_EXPORT.max_batch_size,
-        description="Images per graph run, at most (a dynamic batch).",
-    )
-    static_batch_size: BatchSize | None = Field(
-        default=ENGINE_EXPORT.static_batch_size,
-        description="Exactly this many images per graph run (a static batch).",
-    )
-    min_batch_size: BatchSize | None = Field(
-        default=ENGINE_EXPORT.min_batch_size,
-        description="TensorRT profile's minimum batch (default 1).",
-    )
-    opt_batch_size: BatchSize | None = Field(
-        default=ENGINE_EXPORT.opt_batch_size,
-        description="TensorRT profile's tuned batch (default max_batch_size).",
-    )
-    batches: int = Field(default=ENGINE_EXPORT.batches, ge=1, le=10_000)
-    batch_size: int = Field(default=ENGINE_EXPORT.batch_size, ge=1, le=1024)
-    gen_ds_config: bool = ENGINE_EXPORT.gen_ds_config
-    output_layout: OutputLayout | None = Field(
-        default=ENGINE_EXPORT.output_layout,
-        description="The ONNX input and outputs: maskops' (Triton, onnxruntime) or TAO's "
-        "(TensorRT, DeepStream: input 'Input' with TAO's nvinfer preprocessing, outputs "
-        "generate_detections, mask_fcn_logits/BiasAdd). Default: tao with gen_ds_config, "
-        "else maskops.",
-    )
-    cal_image_dir: DataPath | None = None
-    target: Target = Field(
-        default=ENGINE_EXPORT.target,
-        description="onnxruntime (portable) or tensorrt: the graph is checked against "
-        "TensorRT's ONNX import rules and int8 is TensorRT's symmetric form (what Triton's "
-        "TensorRT backend and accelerator import). The tao output_layout implies tensorrt.",
-    )
-    opset: int = Field(
-        default=ENGINE_EXPORT.opset,
-        ge=MIN_OPSET,
-        le=MAX_OPSET,
-        description=f"The ONNX opset; int8 needs {INT8_MIN_OPSET} or later.",
-    )
-
-    @model_validator(mode="after")
-    def _profile_in_order(self) -> ExportOptions:
-        """min <= opt <= max for a dynamic batch; a static one admits only its own size;
-        DeepStream files only for the TAO layout (no DeepStream parser reads maskops')."""
-        if self.gen_ds_config and self.output_layout == "maskops":
-            raise ValueError("gen_ds_config needs the tao output_layout (or leave it out)")
-        opset_problem = opset_error(self.opset, self.data_type)
-        if opset_problem is not None:
-            raise ValueError(f"opset {self.opset}: {opset_problem}")
-        if self.static_batch_size is not None:
-            for name in ("min_batch_size", "opt_batch_size"):
-                if getattr(self, name) not in (None, self.static_batch_size):
-                    raise ValueError(f"{name} must equal static_batch_size or be left out")
-            return self
-        low = self.min_batch_size or 1
-        tuned = self.opt_batch_size or self.max_batch_size
-        error = batch_order_error(low, tuned, self.max_batch_size)
-        if error is not None:
-            raise ValueError(error)
-        return self
+# The export options a job may set (the output, calibration cache and engine paths are the
+# job's).
+ExportOptions = task_options_model(
+    EXPORT, ModelSource, profile_in_order=model_validator(mode="after")(_export_rules)
+)
 
 
 class PublishOptions(ActionOptions):

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from maskops.options_schema import engine_values
 from maskops.path_rules import PathEscape, confine
 from maskops.spec.models import ExperimentSpec
 from maskops_core import job_state
@@ -479,25 +481,27 @@ def _export_predictions(ctx: JobContext, options: InferenceOptions, labels: Path
 
 def export(ctx: JobContext) -> dict[str, Any]:
     from maskops.export import export_onnx
+    from maskops.export.options import ExportOptions as EngineExportOptions
     from maskops.export.options import export_file_name
 
     options = job_options(ctx, ExportOptions)
-    data_type = options.data_type
+    values = engine_values(EngineExportOptions, options.given(exclude=set(options.SOURCE_FIELDS)))
+    if values.get("cal_image_dir") is not None:
+        values["cal_image_dir"] = _inside_data_root(ctx, values["cal_image_dir"])
+    engine_options = EngineExportOptions(**values)
+    data_type = engine_options.data_type
     spec = job_spec(ctx, need="")
     out_dir = ctx.work_dir / "export"
     out_dir.mkdir(parents=True, exist_ok=True)
-    kwargs: dict[str, Any] = options.given(exclude={*options.SOURCE_FIELDS, "cal_image_dir"})
-    if options.cal_image_dir is not None:
-        kwargs["cal_image_dir"] = _inside_data_root(ctx, options.cal_image_dir)
     if data_type == "int8":
-        kwargs["cal_cache_file"] = out_dir / "cal.bin"
+        engine_options = replace(engine_options, cal_cache_file=out_dir / "cal.bin")
     source = parent_model(ctx, options)
     result = export_onnx(
         source,
         spec,
         out_dir / export_file_name(source, data_type),
+        engine_options,
         log=_logger(ctx),
-        **kwargs,
     )
     ctx.report(1, 1, {f"{data_type}/{k}": v for k, v in result.metrics.get(data_type, {}).items()})
     return {

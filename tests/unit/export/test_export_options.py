@@ -1,56 +1,20 @@
-"""One definition of the export options: the engine's ExportOptions, the ``maskops export``
-flags and the REST export job's options agree on names, choices and defaults, and
-export_onnx takes the options only through the engine's object."""
+"""The export options: a job's options become the engine's ExportOptions unchanged, the REST
+door holds the opset to the engine's rule, and export_onnx takes the options only through
+the engine's object."""
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from maskops.cli import export as cli_export
 from maskops.export.exporter import default_output_path, export_onnx
-from maskops.export.options import DEFAULTS, ExportOptions, cli_flag, export_file_name
+from maskops.export.options import DEFAULTS, ExportOptions, export_file_name
 from maskops_core.options import ExportOptions as JobExportOptions
-from tests.support.options_agreement import TaskCli, literals
-
-BASE = ["export", "-m", "model.pth", "-e", "spec.txt"]
-OTHER_VALUES: dict[str, Any] = {
-    "data_type": "int8",
-    "max_batch_size": 4,
-    "static_batch_size": 2,
-    "min_batch_size": 1,
-    "opt_batch_size": 3,
-    "cal_image_dir": Path("calibration"),
-    "cal_cache_file": Path("scales.json"),
-    "batches": 3,
-    "batch_size": 2,
-    "engine_file": Path("model.engine"),
-    "gen_ds_config": True,
-    "output_layout": "tao",
-    "opset": 13,
-    "workspace_bytes": 1024,
-    "strict_types": True,
-    "target": "tensorrt",
-    "gpu_index": 1,
-}
-"""A value other than the default for every option."""
-CLI = TaskCli(BASE, cli_export.export_options, DEFAULTS, cli_flag, OTHER_VALUES)
-
-
-def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:
-    job_fields = set(JobExportOptions.model_fields) - set(JobExportOptions.SOURCE_FIELDS)
-    engine_types = get_type_hints(ExportOptions)
-    assert job_fields <= set(engine_types), job_fields - set(engine_types)
-    for name in job_fields:
-        job_field = JobExportOptions.model_fields[name]
-        assert job_field.default == getattr(DEFAULTS, name), name
-        assert literals(job_field.annotation) == literals(engine_types[name]), name
-    assert literals(engine_types["data_type"]) == {"fp32", "fp16", "int8"}
 
 
 def test_a_job_s_options_become_engine_options_unchanged() -> None:

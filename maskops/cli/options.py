@@ -1,0 +1,59 @@
+"""A subcommand's option flags, built from its task's declaration
+(:mod:`maskops.options_schema`): each declared option with a flag becomes an argparse
+argument whose ``dest`` is the option's name, with the declared spellings, default, choices
+and help; :func:`options_from_args` reads them back into the options dataclass."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, TypeVar
+
+from maskops.options_schema import DeclaredOption, declared_options
+
+OptionsT = TypeVar("OptionsT")
+
+
+def add_option_flags(parser: argparse.ArgumentParser, options_class: type, *names: str) -> None:
+    """The flags of ``options_class``'s declared options (``names`` alone, in that order,
+    when given; else every one with a flag)."""
+    declared = {o.name: o for o in declared_options(options_class) if o.flags}
+    for name in names or tuple(declared):
+        parser.add_argument(*declared[name].flags, **_argument(declared[name]))
+
+
+def _argument(declared: DeclaredOption) -> dict[str, Any]:
+    """argparse's keywords for one option."""
+    keywords: dict[str, Any] = {"dest": declared.name, "help": declared.spec.help}
+    default = declared.cli_default
+    kind = declared.base_type
+    if kind is bool:
+        action = argparse.BooleanOptionalAction if default else "store_true"
+        keywords |= {"action": action, "default": default}
+    else:
+        keywords["default"] = list(default) if isinstance(default, tuple) else default
+        if declared.choices:
+            keywords["choices"] = declared.choices
+        else:
+            keywords["type"] = kind if kind in (int, float, Path) else str
+    return keywords | dict(declared.spec.cli)
+
+
+def options_from_args(args: argparse.Namespace, options_class: type[OptionsT]) -> OptionsT:
+    """The options dataclass the parsed flags ask for: each option with a flag from its
+    argument (lists as tuples; an option whose flag was left unset, where its flag's default
+    is None, keeps the engine's default)."""
+    values: dict[str, Any] = {}
+    for declared in declared_options(options_class):
+        if not declared.flags:
+            continue
+        value = getattr(args, declared.name)
+        if value is None and declared.cli_default is None and declared.default is not None:
+            continue
+        values[declared.name] = tuple(value) if isinstance(value, list) else value
+    return options_class(**values)
+
+
+def flag_of(options_class: type, name: str) -> str:
+    """The flag messages name for option ``name``."""
+    return next(o.flag for o in declared_options(options_class) if o.name == name)

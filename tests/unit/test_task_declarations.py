@@ -1,0 +1,74 @@
+"""Every task is declared once (:mod:`maskops.tasks`): each declared option is a flag of
+its ``maskops`` subcommand with the declared spellings, default and choices, and a field of
+its job action's REST options model with the declared default, bounds and help; the
+catalogue's action and the worker's function are the task's."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+
+from maskops.cli.main import build_parser
+from maskops.options_schema import DeclaredOption, declared_options
+from maskops.tasks import TASKS
+from maskops_core.actions import JobAction
+from maskops_worker.actions import ACTIONS
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    subparsers = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    parser: argparse.ArgumentParser = subparsers.choices[name]
+    return parser
+
+
+OPTIONS = [(task, o) for task in sorted(TASKS) for o in declared_options(TASKS[task].options)]
+IDS = [f"{task}.{o.name}" for task, o in OPTIONS]
+
+
+@pytest.mark.parametrize(("task", "declared"), OPTIONS, ids=IDS)
+def test_a_declared_option_is_its_subcommand_s_flag(task: str, declared: DeclaredOption) -> None:
+    arguments = {a.dest: a for a in _subcommand(task)._actions}
+    if not declared.flags:
+        assert declared.name not in arguments or not arguments[declared.name].option_strings
+        return
+    argument = arguments[declared.name]
+    assert tuple(argument.option_strings[: len(declared.flags)]) == declared.flags
+    default = declared.cli_default
+    assert argument.default == (list(default) if isinstance(default, tuple) else default)
+    assert tuple(argument.choices or ()) == declared.choices
+    assert argument.help == declared.spec.help
+
+
+@pytest.mark.parametrize(("task", "declared"), OPTIONS, ids=IDS)
+def test_a_declared_rest_option_is_its_job_s_field(task: str, declared: DeclaredOption) -> None:
+    model = JobAction.named(task).spec.options
+    if declared.rest_name is None:
+        assert declared.name not in model.model_fields
+        return
+    schema = model.model_json_schema()["properties"][declared.rest_name]
+    field = model.model_fields[declared.rest_name]
+    assert field.get_default(call_default_factory=True) == (
+        list(declared.rest_default)
+        if isinstance(declared.rest_default, tuple)
+        else declared.rest_default
+    )
+    assert schema["description"] == declared.spec.help
+    bounded = next((s for s in schema.get("anyOf", [schema]) if s.get("type") != "null"), schema)
+    assert bounded.get("minimum") == declared.spec.ge
+    assert bounded.get("maximum") == declared.spec.le
+    if declared.choices:
+        items = bounded.get("items", bounded)
+        assert tuple(items["enum"]) == declared.choices
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_the_catalogue_and_the_worker_run_the_declared_task(task: str) -> None:
+    action = JobAction.named(task)
+    assert action.spec.options.__name__ == TASKS[task].options.__name__
+    assert ACTIONS[task].__module__.startswith("maskops_worker.actions")
+    module, _, function = TASKS[task].entry.rpartition(".")
+    assert callable(getattr(importlib.import_module(module), function))
