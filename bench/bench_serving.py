@@ -398,7 +398,7 @@ def bench_triton(
 ) -> dict[str, Any]:
     from maskops.serving import EnsembleNames, publish
     from maskops.serving import client as triton
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
 
     predictor = OnnxPredictor(onnx_path, providers=["CPUExecutionProvider"])
     data = encoded_image(480, 640)

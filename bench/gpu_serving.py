@@ -239,7 +239,7 @@ def find_tritonserver() -> None:
     host's carry leaves out; the server binary and backends are all the launcher uses."""
     import importlib.util
 
-    from maskops_triton import launcher
+    from maskops.serving import launcher
 
     try:
         import pytriton  # noqa: F401
@@ -283,11 +283,11 @@ def serving_check(
     do not match in-process ones."""
     import torch
 
+    from maskops.serving.launcher import TritonServer
     from maskops.serving.placement import Placement
     from maskops.serving.protocol import EnsembleNames
     from maskops.serving.repository import publish
     from maskops.serving.torch_network import TorchNetwork, resolve_precision
-    from maskops_triton.launcher import TritonServer
 
     cuda = device == "cuda"
     chosen = resolve_precision(precision, torch.device("cuda", 0) if cuda else torch.device("cpu"))

@@ -30,7 +30,8 @@ flight finish on the version they started on.
 
 A publish is all or nothing: every version folder is written in a staging folder first,
 then all are moved into place and the configs replaced; on any failure what was moved or
-replaced is undone, so the repository is left as it was.
+replaced is undone, so the repository is left as it was (:mod:`maskops.serving.versions`).
+The configs are :mod:`maskops.serving.model_configs`'s.
 
 Every model of the ensemble has dynamic batching up to ``max_batch_size`` (the export's
 unless given): requests arriving together are preprocessed, run through the network as
@@ -62,53 +63,52 @@ max_batch_size, so publish refuses one for it.
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import onnx
 
-from maskops.atomic import atomic_write
 from maskops.data.labels import LabelMap
 from maskops.export.graph import GraphMetadata, read_metadata
 from maskops.export.tensorrt_rules import check_tensorrt_graph, describe
 from maskops.serving.engines import TRITON_TENSORRT_VERSION, EngineError, check_engine
+from maskops.serving.model_configs import (
+    NET_BACKENDS,
+    NetBackend,
+    PublishError,
+    network_batch_size,
+    render_configs,
+)
 from maskops.serving.placement import (
     ENGINE_CACHE_ROOT,
     PRECISIONS,
     Placement,
     engine_cache_folder,
-    tensorrt_accelerator,
 )
 from maskops.serving.protocol import (
-    DETECTIONS_JSON,
-    IMAGE_BYTES,
-    NET_INPUT,
-    NET_OUTPUTS,
-    NET_PARAMETERS,
-    ORIG_HW,
-    SCALE,
-    SCORE_THRESHOLD,
     EnsembleNames,
     ImageLimits,
     InvalidModelName,
     check_model_name,
 )
 from maskops.serving.torch_publish import CHECKPOINT_FILENAME, NotACheckpoint, checkpoint_metadata
+from maskops.serving.versions import (
+    Content,
+    existing_versions,
+    next_version,
+    read_history,
+    remove_leftover_staging,
+    write_version,
+)
 from maskops.spec.models import ExperimentSpec
 
-NetBackend = Literal["python", "onnxruntime", "tensorrt", "torch"]
-NET_BACKENDS: tuple[str, ...] = ("python", "onnxruntime", "tensorrt", "torch")
 MODELS_DIR = Path(__file__).parent / "triton_models"
 TORCH_MODEL_FILE = Path(__file__).parent / "torch_network_model.py"
 """The torch backend's network ``model.py`` (it imports the engine, see its docstring)."""
 OPS_FILE = MODELS_DIR / "maskops_serving_ops.py"
 """The self-contained processing module copied next to every python ``model.py``."""
-Content = str | Path
-"""A version folder entry: text to write, or a file to copy."""
 
 __all__ = [
     "NET_BACKENDS",
@@ -122,276 +122,11 @@ __all__ = [
 ]
 
 
-class PublishError(ValueError):
-    """The export cannot be published (missing file, bad name, not a maskops export)."""
-
-
 def _check_name(name: str) -> None:
     try:
         check_model_name(name)
     except InvalidModelName as exc:
         raise PublishError(str(exc)) from None
-
-
-def _dims(values: tuple[int, ...] | list[int]) -> str:
-    return "[ " + ", ".join(str(v) for v in values) + " ]"
-
-
-def _tensor(
-    name: str, dtype: str, dims: tuple[int, ...] | list[int], *, ragged: bool = False
-) -> str:
-    extra = " allow_ragged_batch: true" if ragged else ""
-    return f'  {{ name: "{name}" data_type: {dtype} dims: {_dims(dims)}{extra} }}'
-
-
-def _encoded(name: str, *, ragged: bool = False) -> str:
-    """An encoded file (image, JSON answer) as UINT8 of any length per item (the
-    dynamic batcher batches items of unequal lengths where ``ragged``)."""
-    return _tensor(name, "TYPE_UINT8", (-1,), ragged=ragged)
-
-
-def _config(
-    name: str,
-    *,
-    backend: str,
-    max_batch_size: int,
-    inputs: list[str],
-    outputs: list[str],
-    extra: str = "",
-) -> str:
-    sep = ",\n"
-    return (
-        f'name: "{name}"\n{backend}\nmax_batch_size: {max_batch_size}\n'
-        f"version_policy: {{ latest: {{ num_versions: 1 }} }}\n"
-        f"input [\n{sep.join(inputs)}\n]\noutput [\n{sep.join(outputs)}\n]\n{extra}"
-    )
-
-
-def _net_tensors(meta: GraphMetadata) -> tuple[list[str], list[str]]:
-    d, m = meta.max_detections, meta.mask_resolution
-    inputs = [_tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size))]
-    types = ("TYPE_FP32", "TYPE_FP32", "TYPE_INT64", "TYPE_FP32", "TYPE_INT32")
-    shapes: tuple[tuple[int, ...], ...] = ((d, 4), (d,), (d,), (d, m, m), (1,))
-    outputs = [
-        _tensor(name, dtype, dims)
-        for name, dtype, dims in zip(NET_OUTPUTS, types, shapes, strict=True)
-    ]
-    return inputs, outputs
-
-
-def _net_parameters(backend: str, device: str, precision: str) -> str:
-    """The network config's record of where and how it runs (:data:`NET_PARAMETERS`)."""
-    reported = {"net_backend": backend, "device": device, "precision": precision}
-    return "".join(
-        f'parameters {{ key: "{key}" value: {{ string_value: "{reported[ours]}" }} }}\n'
-        for key, ours in NET_PARAMETERS.items()
-    )
-
-
-def _batching(max_queue_delay_us: int) -> str:
-    return f"dynamic_batching {{ max_queue_delay_microseconds: {max_queue_delay_us} }}\n"
-
-
-def _instances(count: int, kind: str = "KIND_CPU") -> str:
-    return f"instance_group [ {{ kind: {kind} count: {count} }} ]\n"
-
-
-def _net_batch(meta: GraphMetadata, net_backend: str, batch: int) -> int:
-    """The network model's max_batch_size: ``batch``; 1 for a graph of static batch 1 on
-    the tensorrt backend (Triton checks a plan's dimensions after the batch one). The python
-    backend fills a static batch itself.
-
-    Raises:
-        PublishError: a static batch the backend cannot serve: Triton's onnxruntime backend
-            batches only a graph whose first dimension is dynamic (it refuses to load one
-            of a fixed batch, even of 1, under a max_batch_size), the tensorrt backend
-            runs one of 1 only.
-    """
-    if net_backend in ("python", "torch") or meta.batch_size is None:
-        return batch
-    if meta.batch_size == 1 and net_backend == "tensorrt":
-        return 1
-    takes = "batches a dynamic batch only" if net_backend == "onnxruntime" else "runs batch 1 only"
-    others = "python" if meta.batch_size > 1 else "python, or tensorrt with an engine"
-    raise PublishError(
-        f"the export has a static batch of {meta.batch_size}: Triton's {net_backend} backend "
-        f"{takes}; export without --static_batch_size, or publish with --net_backend {others}"
-    )
-
-
-def render_configs(
-    names: EnsembleNames,
-    meta: GraphMetadata,
-    *,
-    net_backend: NetBackend = "python",
-    max_batch_size: int | None = None,
-    instances: int = 1,
-    max_queue_delay_us: int = 2000,
-    placement: Placement | None = None,
-    engine_cache: str | None = None,
-    precision: str | None = None,
-) -> dict[str, str]:
-    """``{triton model name: config.pbtxt text}`` for the four models.
-
-    ``placement`` says where the network runs (default: the CPU); ``engine_cache`` is
-    the folder, as Triton sees it, where onnxruntime's TensorRT accelerator caches its
-    engines (GPU placements of the onnxruntime backend; None: no cache); ``precision``
-    the torch backend's (default: the export's data type).
-    """
-    placement = placement or Placement()
-    batch = max_batch_size or meta.max_batch_size
-    net_batch = _net_batch(meta, net_backend, batch)
-    configs = _processing_configs(names, meta, batch, instances, max_queue_delay_us)
-    configs[names.net] = _net_config(
-        names.net,
-        meta,
-        net_backend=net_backend,
-        net_batch=net_batch,
-        extra=placement.instance_group(instances)
-        + _net_parameters(net_backend, placement.device, precision or meta.data_type),
-        max_queue_delay_us=max_queue_delay_us,
-        accelerator=(
-            tensorrt_accelerator(meta.data_type, engine_cache=engine_cache)
-            if net_backend == "onnxruntime" and placement.device == "gpu"
-            else ""
-        ),
-    )
-    configs[names.name] = _ensemble_config(names, min(batch, net_batch))
-    return configs
-
-
-def _image_tensors(meta: GraphMetadata) -> list[str]:
-    """The preprocess model's outputs: the network's input, the scale, the original size."""
-    return [
-        _tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size)),
-        _tensor(SCALE, "TYPE_FP32", (1,)),
-        _tensor(ORIG_HW, "TYPE_INT32", (2,)),
-    ]
-
-
-def _processing_configs(
-    names: EnsembleNames, meta: GraphMetadata, batch: int, instances: int, delay_us: int
-) -> dict[str, str]:
-    """The configs of the python preprocess and postprocess models."""
-    _, net_outputs = _net_tensors(meta)
-    image_outputs = _image_tensors(meta)
-    extra = _batching(delay_us) + _instances(instances)
-    return {
-        names.preprocess: _config(
-            names.preprocess,
-            backend='backend: "python"',
-            max_batch_size=batch,
-            inputs=[_encoded(IMAGE_BYTES, ragged=True)],
-            outputs=image_outputs,
-            extra=extra,
-        ),
-        names.postprocess: _config(
-            names.postprocess,
-            backend='backend: "python"',
-            max_batch_size=batch,
-            inputs=[
-                *net_outputs,
-                *image_outputs[1:],
-                _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
-            ],
-            outputs=[_encoded(DETECTIONS_JSON)],
-            extra=extra,
-        ),
-    }
-
-
-def _ensemble_step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
-    ins = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
-    outs = " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
-    return f'    {{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
-
-
-def _ensemble_config(names: EnsembleNames, batch: int) -> str:
-    """The ensemble clients call: preprocess -> network -> postprocess."""
-    # Intermediate tensors get a leading "_" (ensemble-internal names).
-    image_keys = {k: f"_{k}" for k in (NET_INPUT, SCALE, ORIG_HW)}
-    detection_keys = {k: f"_{k}" for k in NET_OUTPUTS}
-    steps = [
-        _ensemble_step(names.preprocess, {IMAGE_BYTES: IMAGE_BYTES}, image_keys),
-        _ensemble_step(names.net, {NET_INPUT: image_keys[NET_INPUT]}, detection_keys),
-        _ensemble_step(
-            names.postprocess,
-            {
-                **detection_keys,
-                SCALE: image_keys[SCALE],
-                ORIG_HW: image_keys[ORIG_HW],
-                SCORE_THRESHOLD: SCORE_THRESHOLD,
-            },
-            {DETECTIONS_JSON: DETECTIONS_JSON},
-        ),
-    ]
-    return _config(
-        names.name,
-        backend='platform: "ensemble"',
-        max_batch_size=batch,
-        inputs=[
-            _encoded(IMAGE_BYTES),
-            _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
-        ],
-        outputs=[_encoded(DETECTIONS_JSON)],
-        extra="ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n",
-    )
-
-
-def _net_config(
-    name: str,
-    meta: GraphMetadata,
-    *,
-    net_backend: str,
-    net_batch: int,
-    extra: str,
-    max_queue_delay_us: int,
-    accelerator: str,
-) -> str:
-    """The network model's config.pbtxt (``extra``: its instance_group)."""
-    net_inputs, net_outputs = _net_tensors(meta)
-    if net_backend in ("python", "torch"):
-        return _config(
-            name,
-            backend='backend: "python"',
-            max_batch_size=net_batch,
-            inputs=net_inputs,
-            outputs=net_outputs,
-            extra=_batching(max_queue_delay_us) + extra,
-        )
-    platform = "onnxruntime_onnx" if net_backend == "onnxruntime" else "tensorrt_plan"
-    # The graph's batch dimension is the one Triton batches along; num_detections
-    # is [N, 1] in the graph, i.e. [1] per item.
-    batching = _batching(max_queue_delay_us) if net_batch > 1 else ""
-    return _config(
-        name,
-        backend=f'platform: "{platform}"',
-        max_batch_size=net_batch,
-        inputs=net_inputs,
-        outputs=net_outputs,
-        extra=batching + extra + accelerator,
-    )
-
-
-def existing_versions(repository: Path, name: str) -> list[int]:
-    """Published versions of ``name`` (numbered folders of the ensemble), ascending."""
-    return _numbered(Path(repository) / name)
-
-
-def _numbered(folder: Path) -> list[int]:
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
-
-
-def _next_version(repository: Path, names: EnsembleNames) -> int:
-    """One more than any version folder of the four models.
-
-    A part may hold a version its ensemble lacks (a publish killed between two moves, or
-    by an older maskops): the new version must not land on it, and must be newer so that
-    Triton's "latest" policy never picks the orphan.
-    """
-    return 1 + max([0, *(v for model in names.load_order for v in _numbered(repository / model))])
 
 
 def _find_onnx(export: Path) -> Path:
@@ -412,80 +147,6 @@ def _find_onnx(export: Path) -> Path:
     raise PublishError(f"{export}: no such export file or folder")
 
 
-@dataclass
-class _Changes:
-    """What a publish did to the repository so far, so that a failure can undo all of it."""
-
-    created: list[Path] = field(default_factory=list)
-    """Folders this publish created (outermost first)."""
-    moved: list[Path] = field(default_factory=list)
-    """Version folders moved into place."""
-    replaced: dict[Path, bytes | None] = field(default_factory=dict)
-    """Files written, with their previous content (None: there was none)."""
-    staging: list[Path] = field(default_factory=list)
-
-    def make_dirs(self, folder: Path) -> None:
-        missing = [p for p in (folder, *folder.parents) if not p.exists()]
-        for path in reversed(missing):
-            path.mkdir()
-            self.created.append(path)
-
-    def stage(self, model_dir: Path, version: int, contents: dict[str, Content]) -> Path:
-        """Write one version folder under a hidden staging name inside ``model_dir``."""
-        self.make_dirs(model_dir)
-        staging = model_dir / f".{version}.staging"
-        # The version is new, so a folder of that name is a crashed publish's leftover.
-        shutil.rmtree(staging, ignore_errors=True)
-        self.staging.append(staging)
-        staging.mkdir()
-        for filename, content in contents.items():
-            if isinstance(content, Path):
-                shutil.copyfile(content, staging / filename)
-            else:
-                (staging / filename).write_text(content)
-        return staging
-
-    def move(self, staging: Path, final: Path) -> None:
-        staging.rename(final)
-        self.moved.append(final)
-
-    def write(self, path: Path, text: str) -> None:
-        if path not in self.replaced:
-            self.replaced[path] = path.read_bytes() if path.is_file() else None
-        atomic_write(path, text)
-
-    def undo(self) -> None:
-        """Put the repository back as it was (best effort: every step is attempted)."""
-        for path, previous in self.replaced.items():
-            with suppress(OSError):
-                if previous is None:
-                    path.unlink(missing_ok=True)
-                else:
-                    atomic_write(path, previous)
-        for final in reversed(self.moved):
-            shutil.rmtree(final, ignore_errors=True)
-        self.remove_staging()
-        for folder in reversed(self.created):
-            shutil.rmtree(folder, ignore_errors=True)
-
-    def remove_staging(self) -> None:
-        for staging in self.staging:
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-@contextmanager
-def _all_or_nothing() -> Iterator[_Changes]:
-    """Changes that are undone if the block raises; staging folders never outlive it."""
-    changes = _Changes()
-    try:
-        yield changes
-    except BaseException:
-        changes.undo()
-        raise
-    finally:
-        changes.remove_staging()
-
-
 def _read_metadata(onnx_path: Path) -> GraphMetadata:
     try:
         meta = read_metadata(onnx_path)
@@ -501,19 +162,6 @@ def _read_metadata(onnx_path: Path) -> GraphMetadata:
             "with --output_layout maskops"
         )
     return meta
-
-
-def _read_history(path: Path) -> list[dict[str, object]]:
-    """The ensemble's ``versions.json``, read before anything is written."""
-    if not path.exists():
-        return []
-    try:
-        history = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise PublishError(f"{path}: unreadable publish history ({exc})") from None
-    if not isinstance(history, list):
-        raise PublishError(f"{path}: unreadable publish history (not a JSON list)")
-    return history
 
 
 def _version_files(
@@ -594,7 +242,7 @@ def _resolve_network(
             is missing or that the Triton cannot load (:func:`engines.check_engine`).
     """
     backend = _chosen_backend(net_backend, placement)
-    batch = _net_batch(meta, backend, max_batch_size or meta.max_batch_size)
+    batch = network_batch_size(meta, backend, max_batch_size or meta.max_batch_size)
     if backend == "torch":
         chosen = _torch_precision(precision, placement)
         return _Network(backend, batch, onnx_path, CHECKPOINT_FILENAME, False, chosen)
@@ -725,14 +373,14 @@ def publish(
         precision=precision,
     )
     names, repository = EnsembleNames(name), Path(repository)
-    history = _read_history(repository / name / "versions.json")
-    version = _next_version(repository, names)
+    history = read_history(repository / name / "versions.json")
+    version = next_version(repository, names)
     cache = engine_cache_folder(engine_cache_root, names.net, version)
     configs = _version_configs(names, meta, network, placement, cache, max_batch_size, instances)
     history.append(_history_entry(version, onnx_path, meta, network, placement))
     files = _version_files(names, meta, network, image_limits)
-    _write_version(repository, names, version, files, configs, history, meta, activate)
-    _remove_leftover_staging(repository, names)
+    write_version(repository, names, version, files, configs, history, meta, activate)
+    remove_leftover_staging(repository, names)
     return version
 
 
@@ -798,47 +446,3 @@ def _history_entry(
     if network.backend == "tensorrt":
         entry["engine"] = str(network.graph)
     return entry
-
-
-def _write_version(
-    repository: Path,
-    names: EnsembleNames,
-    version: int,
-    files: dict[str, dict[str, Content]],
-    configs: dict[str, str],
-    history: list[dict[str, object]],
-    meta: GraphMetadata,
-    activate: Callable[[int], None] | None,
-) -> None:
-    """Stage, move into place, write the configs, activate: all or nothing."""
-    try:
-        with _all_or_nothing() as changes:
-            changes.make_dirs(repository)
-            staged = {
-                model: changes.stage(repository / model, version, contents)
-                for model, contents in files.items()
-            }
-            # Parts first, the ensemble last: existing_versions reads the ensemble.
-            for model, staging in staged.items():
-                changes.move(staging, repository / model / str(version))
-            for model, text in configs.items():
-                changes.write(repository / model / "config.pbtxt", text)
-            label_json = json.dumps(meta.label_map.to_json(), indent=1)
-            changes.write(repository / names.name / "label_map.json", label_json)
-            history_path = repository / names.name / "versions.json"
-            changes.write(history_path, json.dumps(history, indent=1))
-            if activate is not None:
-                activate(version)
-    except OSError as exc:
-        raise PublishError(
-            f"could not publish {names.name} version {version} into {repository}: {exc} "
-            "(the repository is unchanged)"
-        ) from None
-
-
-def _remove_leftover_staging(repository: Path, names: EnsembleNames) -> None:
-    """Delete staging folders that crashed publishes of older versions left behind."""
-    for model in names.load_order:
-        for leftover in (repository / model).glob(".*.staging"):
-            if leftover.name[1:].split(".")[0].isdigit():
-                shutil.rmtree(leftover, ignore_errors=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from maskops.serving.replicas import Rollout, roll_out_all
-from maskops.serving.repository import existing_versions, publish
+from maskops.serving.repository import publish
+from maskops.serving.versions import existing_versions
 
 
 class RolloutFailed(Exception):

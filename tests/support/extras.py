@@ -25,10 +25,10 @@ BLOCKED_ENV = "MASKOPS_TEST_BLOCKED_MODULES"
 PROJECT = "maskops"
 
 OWN_PACKAGES = {
-    "api": {"maskops_worker", "maskops_triton"},
-    "worker": {"maskops_api", "maskops_triton"},
+    "api": {"maskops_worker"},
+    "worker": {"maskops_api"},
     # The served models are copied into the model repository with their one helper file.
-    "triton": {"maskops", "maskops_api", "maskops_core", "maskops_worker", "maskops_triton"},
+    "triton": {"maskops", "maskops_api", "maskops_core", "maskops_worker"},
 }
 """The project's own packages a service must not import (they ship in one wheel)."""
 

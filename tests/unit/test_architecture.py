@@ -1,14 +1,16 @@
 """The import rules between the packages, and the action catalogue as the one list of actions.
 
 - the engine (``maskops``) imports none of the control plane (``maskops_core``,
-  ``maskops_api``, ``maskops_worker``) nor the Triton launcher;
+  ``maskops_api``, ``maskops_worker``, ``maskops_serve``);
 - the core imports neither the API, the worker nor the engine, but the engine's
   standard-library-only modules that hold rules and file writing both sides share
   (``LIGHT_ENGINE_MODULES``);
 - the API never imports the worker, the worker never imports the API, and none of the
   packages imports the single-machine stack (``maskops_serve``), which may import them all;
-- the Triton launcher (``maskops_triton``) imports only what the Triton image installs: the
-  standard library and the core's process helpers, none of the engine, API or worker;
+- the Triton launcher (``maskops.serving.launcher``) imports the standard library, the
+  engine's process-group helpers (``maskops.process_groups``, standard library alone) and,
+  once it starts a server, the ``nvidia-pytriton`` wheel holding the binary; importing it
+  loads only what the Triton image installs;
 - no package's modules import each other in a cycle, and the engine's subpackages do not
   either (``maskops.export`` <-> ``maskops.serving`` would be one);
 - every module of the API imports without a model library (torch, torchvision, onnx,
@@ -34,15 +36,13 @@ PACKAGES = {
     "maskops_worker": REPO / "services" / "worker" / "maskops_worker",
     "maskops_api": REPO / "services" / "api" / "maskops_api",
     "maskops_core": REPO / "services" / "core" / "maskops_core",
-    "maskops_triton": REPO / "services" / "triton" / "maskops_triton",
     "maskops_serve": REPO / "services" / "serve" / "maskops_serve",
 }
 FORBIDDEN = {
-    "maskops": {"maskops_core", "maskops_api", "maskops_worker", "maskops_triton", "maskops_serve"},
-    "maskops_core": {"maskops", "maskops_api", "maskops_worker", "maskops_triton", "maskops_serve"},
+    "maskops": {"maskops_core", "maskops_api", "maskops_worker", "maskops_serve"},
+    "maskops_core": {"maskops", "maskops_api", "maskops_worker", "maskops_serve"},
     "maskops_api": {"maskops_worker", "maskops_serve"},
     "maskops_worker": {"maskops_api", "maskops_serve"},
-    "maskops_triton": {"maskops", "maskops_core", "maskops_api", "maskops_worker", "maskops_serve"},
 }
 LIGHT_ENGINE_MODULES = {
     "maskops.atomic",
@@ -52,8 +52,6 @@ LIGHT_ENGINE_MODULES = {
     "maskops.evaluation.inference_options",
     "maskops.evaluation.options",
     "maskops.export.options",
-    "maskops.options_schema",
-    "maskops.tasks",
     "maskops.prune.options",
     "maskops.path_rules",
     "maskops.shape_rules",
@@ -61,10 +59,14 @@ LIGHT_ENGINE_MODULES = {
 """Engine modules that import the standard library alone: the one home of a rule or helper
 that the control plane's core needs too (the core may import these, and nothing else of
 the engine)."""
-TRITON_CORE_MODULES = {"maskops_core.processes"}
-"""The core's process-group helpers (standard library only), which the Triton launcher
-shares with the embedded stack's supervisor."""
-ALLOWED = {"maskops_core": LIGHT_ENGINE_MODULES, "maskops_triton": TRITON_CORE_MODULES}
+LAUNCHER = "maskops.serving.launcher"
+LAUNCHER_ENGINE_MODULES = {"maskops.process_groups"}
+"""The engine's process-group helpers (standard library only): the one part of the engine
+the Triton launcher imports, shared with the embedded stack's supervisor."""
+LAUNCHER_LIBRARIES = {"pytriton"}
+"""The ``nvidia-pytriton`` wheel, whose server binary the launcher runs (imported when it
+starts one)."""
+ALLOWED = {"maskops_core": LIGHT_ENGINE_MODULES}
 TRITON_IMAGE_LIBRARIES = {"numpy", "PIL", "pycocotools", "onnxruntime", "pydantic", "google"}
 """What the Triton image installs besides the standard library (the ``triton`` extra and
 the project's base dependencies, pydantic and protobuf)."""
@@ -111,6 +113,10 @@ def _imports(path: Path, module: str | None = None) -> set[str]:
     return names
 
 
+def _engine_path(module: str) -> Path:
+    return PACKAGES["maskops"] / (module.split(".", 1)[1].replace(".", "/") + ".py")
+
+
 def _sources(package: str) -> dict[str, Path]:
     return {_module_name(package, p): p for p in sorted(PACKAGES[package].rglob("*.py"))}
 
@@ -128,7 +134,7 @@ def test_package_imports_follow_the_rules(package: str) -> None:
 
 @pytest.mark.parametrize("module", sorted(LIGHT_ENGINE_MODULES))
 def test_light_engine_modules_import_the_standard_library_only(module: str) -> None:
-    path = PACKAGES["maskops"] / (module.split(".", 1)[1].replace(".", "/") + ".py")
+    path = _engine_path(module)
     outside = {
         name.split(".")[0]
         for name in _imports(path)
@@ -242,7 +248,6 @@ TESTS_OF_PACKAGE = {
     "maskops_api": "tests/unit/api",
     "maskops_worker": "tests/unit/worker",
     "maskops_serve": "tests/unit/serve",
-    "maskops_triton": "tests/integration/triton",
 }
 """Where each package's tests live (the engine's: ``tests/unit/<subpackage>``)."""
 
@@ -255,9 +260,24 @@ def test_the_unit_tests_mirror_the_packages() -> None:
     assert not missing, f"packages without a test folder of their own: {missing}"
 
 
+@pytest.mark.parametrize("module", sorted({LAUNCHER, *LAUNCHER_ENGINE_MODULES}))
+def test_the_triton_launcher_imports_the_standard_library_and_its_helpers_only(
+    module: str,
+) -> None:
+    libraries = {*sys.stdlib_module_names, *(LAUNCHER_LIBRARIES if module == LAUNCHER else ())}
+    offences = sorted(
+        name
+        for name in _imports(_engine_path(module))
+        if name.split(".")[0] not in libraries
+        and not any(name == m or name.startswith(m + ".") for m in LAUNCHER_ENGINE_MODULES)
+    )
+    assert not offences, f"{module} imports {offences}"
+
+
 def test_the_triton_launcher_loads_only_what_the_triton_image_has() -> None:
+    """Its packages' ``__init__`` run too (``maskops.serving`` imports its protocol)."""
     code = (
-        "import sys; before = set(sys.modules); import maskops_triton.launcher; "
+        f"import sys; before = set(sys.modules); import {LAUNCHER}; "
         "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
         "- set(sys.stdlib_module_names)))"
     )
@@ -265,11 +285,7 @@ def test_the_triton_launcher_loads_only_what_the_triton_image_has() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout.strip()
     outside = set(ast.literal_eval(loaded)) - TRITON_IMAGE_LIBRARIES
-    assert outside <= {"maskops_triton", "maskops_core"}, outside
-    for module in TRITON_CORE_MODULES:
-        path = PACKAGES["maskops_core"] / (module.split(".", 1)[1].replace(".", "/") + ".py")
-        third_party = {n.split(".")[0] for n in _imports(path)} - set(sys.stdlib_module_names)
-        assert not third_party, f"{module} imports {sorted(third_party)}"
+    assert outside == {"maskops"}, outside
 
 
 BLOCKER = """

@@ -27,7 +27,7 @@ README_LIMIT = 15_000
 # service folder (services/api/maskops_api/, ...).
 PACKAGE_ROOTS = [REPO, *sorted(path for path in (REPO / "services").iterdir() if path.is_dir())]
 ROOTS = ("services", "bench", "docs", "tests", "migrations", "openapi", "model_repository", ".ci")
-PACKAGES = ("maskops", "maskops_api", "maskops_core", "maskops_worker", "maskops_triton")
+PACKAGES = ("maskops", "maskops_api", "maskops_core", "maskops_worker", "maskops_serve")
 _TAIL = r"(?:/[\w.*?{}-]+)+/?"
 ROOT_PATH = re.compile(rf"(?<![\w/.~$-])((?:{'|'.join(re.escape(r) for r in ROOTS)}){_TAIL})")
 # Inside a package only a file name with its extension, or a folder/, is a citation

@@ -6,7 +6,7 @@
   cancelling one becomes cancelled. The takeover clears the lease, so
   a worker that was merely slow can no longer write to the job.
 - A published model Triton does not serve (it restarted: it loads nothing by itself) is
-  loaded again (:mod:`maskops_api.published`).
+  loaded again (:mod:`maskops_api.serving.published`).
 - A queued job whose message is in no broker queue (Redis lost it, or the broker was down
   when the job was created) is re-sent once it is older than ``redispatch_after_s``.
 
@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from maskops_api.published import serve_published_on_replicas
+from maskops_api.serving.published import serve_published_on_replicas
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import rowcount, transaction
 from maskops_core.dispatch import Dispatcher, dispatch_job

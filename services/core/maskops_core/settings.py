@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -11,6 +12,10 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Tracker = Literal["mlflow", "wandb", "clearml"]
+
+
+class ReplicaLookupError(RuntimeError):
+    """``MASKOPS_TRITON_DNS`` does not resolve."""
 
 
 def _default_trackers() -> list[Tracker]:
@@ -221,8 +226,21 @@ class Settings(BaseSettings):
     @property
     def triton_endpoints(self) -> list[str]:
         """``triton_url``'s replicas (``triton_dns``'s are looked up by
-        :func:`maskops_core.triton.triton_replicas`)."""
+        :meth:`triton_replicas`)."""
         return [e for e in self.triton_url.split(",") if e]
+
+    def triton_replicas(self) -> list[str]:
+        """``host:port`` of every Triton replica, each once, in a stable order:
+        ``triton_url``'s list, plus every address ``triton_dns`` resolves to
+        (docs/operations.md#several-triton-replicas).
+
+        Raises:
+            ReplicaLookupError: ``triton_dns`` is set and its name does not resolve.
+        """
+        replicas = list(self.triton_endpoints)
+        if self.triton_dns:
+            replicas += resolve_all(self.triton_dns)
+        return list(dict.fromkeys(replicas))
 
     @property
     def has_triton(self) -> bool:
@@ -257,6 +275,23 @@ def split_endpoint(endpoint: str) -> tuple[str, str]:
     """``(host, port)`` of ``host:port`` (an ``http://`` prefix is accepted)."""
     host, _, port = endpoint.split("://", 1)[-1].rstrip("/").rpartition(":")
     return host, port
+
+
+def resolve_all(endpoint: str) -> list[str]:
+    """``host:port`` for every address ``endpoint``'s host name resolves to, sorted.
+
+    Raises:
+        ReplicaLookupError: the host name does not resolve.
+    """
+    host, port = split_endpoint(endpoint)
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ReplicaLookupError(
+            f"MASKOPS_TRITON_DNS {endpoint}: {host} does not resolve ({exc})"
+        ) from None
+    addresses = sorted({str(info[4][0]) for info in infos})
+    return [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addresses]
 
 
 def is_loopback(host: str) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import update
 
 from maskops.atomic import atomic_write
+from maskops.process_groups import dies_with_parent, group_members, kill_group
 from maskops.serving.control import (
     CONTROL_KEY_ENV,
     check_control_key,
@@ -40,7 +41,6 @@ from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.dispatch import CeleryDispatcher, Dispatcher
-from maskops_core.processes import dies_with_parent, group_members, kill_group
 from maskops_core.settings import Settings
 from maskops_serve.demo import DEMO_DATA_VERSION, generate_walk_dataset
 from maskops_serve.state_lock import StateDirLock
@@ -223,7 +223,7 @@ def triton_supervisor(
     """Triton on ports fixed for the life of the stack (the API and the worker keep one
     URL across restarts), loading only published models; None without the launcher."""
     try:
-        from maskops_triton.launcher import TritonServer, free_port
+        from maskops.serving.launcher import TritonServer, free_port
     except ImportError:
         say("triton: launcher not available in this build; /infer is disabled")
         return None

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from maskops_api.published import published_names, serve_published
+from maskops.process_groups import kill_group
+from maskops_api.serving.published import published_names, serve_published
 from maskops_core.db.session import make_engine, make_session_factory
-from maskops_core.processes import kill_group
 from maskops_core.settings import Settings
 
 Say = Callable[[str], None]

@@ -31,8 +31,7 @@ from maskops_core.options import (
     PublishOptions,
     TrainOptions,
 )
-from maskops_core.settings import Settings
-from maskops_core.triton import ReplicaLookupError, triton_replicas
+from maskops_core.settings import ReplicaLookupError, Settings
 from maskops_worker.contract import (
     Action,
     JobCancelled,
@@ -615,7 +614,7 @@ def _network_options(ctx: JobContext) -> dict[str, Any]:
 def _replicas(ctx: JobContext) -> list[str]:
     """The Triton replicas to publish to, looked up now; none when no Triton is set."""
     try:
-        replicas = triton_replicas(ctx.settings)
+        replicas = ctx.settings.triton_replicas()
     except ReplicaLookupError as exc:
         raise JobInputError(f"cannot find the Triton replicas: {exc}") from None
     if ctx.settings.has_triton and not replicas:

@@ -34,7 +34,7 @@ from maskops_core.settings import Settings
 from tests.support.extras import build_extra_venv, guard_env
 
 if TYPE_CHECKING:
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
 
@@ -292,7 +292,7 @@ def api_with_tritons(
     replicas (the PyPI server) on one model repository under ``work_dir``, whose python
     models can import only what the ``triton`` extra installs. Yields the API's client,
     the settings (``triton_url`` lists the replicas) and the ``TritonServer``s."""
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
 
     for key, value in guard_env("triton", {}).items():
         monkeypatch.setenv(key, value)  # the servers' environment is the test process's

@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from maskops.process_groups import group_members
 from maskops.serving.control import CONTROL_HEADER, CONTROL_KEY_ENV
 from maskops_core.db.migrate import upgrade_head
 from maskops_core.db.models import Job, JobStatus, PublishedModel
 from maskops_core.db.session import make_engine, make_session_factory
-from maskops_core.processes import group_members
 from maskops_serve.embedded import CHILDREN_FILE, EmbeddedConfig, embedded_settings
 from tests.support.triton_toy import toy_model
 

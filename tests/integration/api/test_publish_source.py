@@ -66,7 +66,7 @@ def test_get_model_reports_where_its_network_runs(
     clean_db: Settings, tmp_path: Path, tiny_checkpoint: Path
 ) -> None:
     from maskops.serving import EnsembleNames, publish
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
 
     repository = tmp_path / "repository"
     publish(tiny_checkpoint, repository, "m", net_backend="torch", max_batch_size=2)
@@ -93,7 +93,7 @@ def test_a_train_job_published_on_torch_answers_infer_as_in_process(
     checkpoint with the torch net backend and Triton loads it, ``POST /infer`` answers
     through the ensemble with the detections of in-process inference on that checkpoint."""
     from maskops.export.parity import coco_results_as_detections as as_detections
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
     from tests.integration.triton.test_torch_backend import in_process
 
     stored = clean_db.data_root / "jobs" / "1" / "model.pth"

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops.serving import client as triton
-from maskops_api.published import serve_published
+from maskops_api.serving.published import serve_published
 from maskops_core.db.models import Job, PublishedModel
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.settings import Settings
@@ -37,7 +37,7 @@ def _states(url: str) -> dict[str, str]:
 
 
 def test_only_published_models_are_loaded_and_reloaded(clean_db: Settings, tmp_path: Path) -> None:
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
 
     repository = tmp_path / "repository"
     for name in ("live", "withdrawn", "never"):
@@ -72,8 +72,8 @@ def test_infer_on_a_published_model_triton_has_not_loaded_is_503(
     from fastapi.testclient import TestClient
     from PIL import Image
 
+    from maskops.serving.launcher import TritonServer
     from maskops_api.main import create_app
-    from maskops_triton.launcher import TritonServer
 
     repository = tmp_path / "repository"
     toy_model(repository, "live")
@@ -100,8 +100,8 @@ def test_readyz_names_a_published_model_that_triton_does_not_serve(
     restart) makes /infer answer 503: /readyz says so, naming it, until it is loaded again."""
     from fastapi.testclient import TestClient
 
+    from maskops.serving.launcher import TritonServer
     from maskops_api.main import create_app
-    from maskops_triton.launcher import TritonServer
 
     repository = tmp_path / "repository"
     toy_model(repository, "live")

@@ -25,7 +25,7 @@ from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, api_with_tritons, wait_for
 
 if TYPE_CHECKING:
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("pytriton")

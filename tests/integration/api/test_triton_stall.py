@@ -26,7 +26,7 @@ from maskops_core.settings import Settings
 from tests.integration.api.conftest import ApiProcess
 
 if TYPE_CHECKING:
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("pytriton")
@@ -55,7 +55,7 @@ def _publish(settings: Settings) -> None:
 @pytest.fixture
 def stack(clean_db: Settings, tmp_path: Path) -> Iterator[tuple[httpx.Client, TritonServer]]:
     """The API process (this interpreter's packages) in front of one real Triton."""
-    from maskops_triton.launcher import TritonServer
+    from maskops.serving.launcher import TritonServer
 
     _publish(clean_db)
     repository = tmp_path / "model_repository"

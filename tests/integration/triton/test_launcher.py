@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from maskops_triton.launcher import TritonLaunchError, TritonServer
+from maskops.serving.launcher import TritonLaunchError, TritonServer
 from tests.support.triton_toy import toy_model
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ def test_a_killed_parent_takes_the_server_and_its_stubs_along(tmp_path):
             "-c",
             textwrap.dedent(f"""
             import time
-            from maskops_triton.launcher import TritonServer
+            from maskops.serving.launcher import TritonServer
             print(TritonServer({str(tmp_path)!r}, models=["echo"]).start().pid, flush=True)
             time.sleep(600)
         """),

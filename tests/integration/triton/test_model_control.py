@@ -24,7 +24,7 @@ from maskops.serving.control import (
     new_control_key,
     restricted_api_argument,
 )
-from maskops_triton.launcher import TritonServer
+from maskops.serving.launcher import TritonServer
 from tests.support.triton_toy import toy_model
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from maskops.serving import EnsembleNames
 from maskops.serving.client import InvalidImage, _translate
-from maskops_triton.launcher import TritonServer
+from maskops.serving.launcher import TritonServer
 from tests.conftest import PeakRss
 from tests.support.pixel_limit import LIMIT, NAME, png, publish_limited
 

@@ -18,7 +18,7 @@ from PIL import Image
 from maskops.cli.main import main
 from maskops.serving import client as triton
 from maskops.serving import existing_versions
-from maskops_triton.launcher import TritonServer, free_port
+from maskops.serving.launcher import TritonServer, free_port
 
 pytestmark = pytest.mark.integration
 

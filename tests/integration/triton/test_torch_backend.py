@@ -19,10 +19,10 @@ import torch
 from maskops.export.parity import TOLERANCES, coco_results_as_detections, compare_detections
 from maskops.serving import EnsembleNames, PublishError, publish
 from maskops.serving import client as triton
+from maskops.serving.launcher import TritonServer
 from maskops.serving.placement import Placement
 from maskops.serving.processing import coco_results, preprocess_image, unpad_detections
 from maskops.serving.torch_network import TorchNetwork
-from maskops_triton.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
 

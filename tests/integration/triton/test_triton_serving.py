@@ -24,8 +24,8 @@ from PIL import Image
 from maskops.export import OnnxPredictor
 from maskops.serving import EnsembleNames, existing_versions, publish
 from maskops.serving import client as triton
+from maskops.serving.launcher import TritonServer, free_port
 from maskops.serving.processing import coco_results, preprocess_image
-from maskops_triton.launcher import TritonServer, free_port
 from tests.conftest import PeakRss, large_jpeg
 
 pytestmark = pytest.mark.integration

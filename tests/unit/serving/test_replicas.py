@@ -13,10 +13,9 @@ from pydantic import ValidationError
 
 from maskops.serving.circuit import ReplicasDown
 from maskops.serving.client import TritonUnavailable
+from maskops.serving.launcher import free_port
 from maskops.serving.replicas import ReplicaPool, roll_out_all
-from maskops_core.settings import Settings
-from maskops_core.triton import ReplicaLookupError, triton_replicas
-from maskops_triton.launcher import free_port
+from maskops_core.settings import ReplicaLookupError, Settings
 
 
 def _settings(**values: str) -> Settings:
@@ -26,9 +25,9 @@ def _settings(**values: str) -> Settings:
 def test_triton_url_takes_a_comma_separated_list() -> None:
     settings = _settings(triton_url=" 10.0.0.1:8000, http://10.0.0.2:8000 ,")
     assert settings.triton_endpoints == ["10.0.0.1:8000", "http://10.0.0.2:8000"]
-    assert triton_replicas(settings) == settings.triton_endpoints
+    assert settings.triton_replicas() == settings.triton_endpoints
     assert _settings(triton_url="127.0.0.1:8000").triton_endpoints == ["127.0.0.1:8000"]
-    assert not _settings().has_triton and triton_replicas(_settings()) == []
+    assert not _settings().has_triton and _settings().triton_replicas() == []
 
 
 @pytest.mark.parametrize(
@@ -47,10 +46,10 @@ def test_a_bad_endpoint_is_named(field: str, value: str, named: str) -> None:
 
 def test_triton_dns_adds_every_address_of_the_name() -> None:
     settings = _settings(triton_url="10.0.0.9:8000", triton_dns="localhost:8123")
-    replicas = triton_replicas(settings)
+    replicas = settings.triton_replicas()
     assert replicas[0] == "10.0.0.9:8000" and "127.0.0.1:8123" in replicas[1:]
     with pytest.raises(ReplicaLookupError, match=r"triton\.invalid does not resolve"):
-        triton_replicas(_settings(triton_dns="triton.invalid:8000"))
+        _settings(triton_dns="triton.invalid:8000").triton_replicas()
 
 
 def test_rotation_is_round_robin_and_skips_an_open_circuit() -> None:
@@ -82,7 +81,7 @@ def test_no_replica_answering_is_unavailable_naming_each() -> None:
     with pytest.raises(TritonUnavailable, match="no Triton replica is configured"):
         ReplicaPool(lambda: []).infer("shapes", [b"image"])
     with pytest.raises(TritonUnavailable, match="does not resolve"):
-        ReplicaPool(lambda: triton_replicas(_settings(triton_dns="x.invalid:1"))).replicas()
+        ReplicaPool(_settings(triton_dns="x.invalid:1").triton_replicas).replicas()
 
 
 def test_an_open_circuit_is_probed_after_its_time_and_stays_open_while_down() -> None:

@@ -12,9 +12,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.deps import FactoryDep, SettingsDep
-from maskops_api.published import published_names
-from maskops_api.replicas import Readiness, readiness
 from maskops_api.schemas import Health
+from maskops_api.serving.published import published_names
+from maskops_api.serving.replicas import Readiness, readiness
 from maskops_core.paths import disk_problem
 from maskops_core.settings import Settings
 from maskops_core.workers import check_workers

@@ -16,8 +16,8 @@ from maskops_api.deps import FactoryDep, ReadAccess, SettingsDep
 from maskops_api.errors import ERROR_RESPONSES, ApiError, Invalid, NotFound, TooLarge
 from maskops_api.images import ImageError, UnsupportedFormat, read_header
 from maskops_api.infer_lane import infer_lane
-from maskops_api.replicas import replica_pool
 from maskops_api.schemas import MODEL_NAME_PATTERN, CocoResult
+from maskops_api.serving.replicas import replica_pool
 from maskops_core.db.models import PublishedModel
 from maskops_core.settings import Settings
 

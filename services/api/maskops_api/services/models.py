@@ -11,13 +11,12 @@ from sqlalchemy.orm import Session
 from starlette.datastructures import State
 
 from maskops_api.errors import NotFound
-from maskops_api.replicas import replica_pool
 from maskops_api.schemas import JobCreate
 from maskops_api.services.jobs import PUBLISH_ENDPOINT, create_job
+from maskops_api.serving.replicas import replica_pool
 from maskops_core.actions import JobAction
 from maskops_core.db.models import Job, PublishedModel
-from maskops_core.settings import Settings
-from maskops_core.triton import ReplicaLookupError, triton_replicas
+from maskops_core.settings import ReplicaLookupError, Settings
 
 
 def publish_model(
@@ -51,7 +50,7 @@ def unpublish_model(session: Session, settings: Settings, name: str) -> list[Pub
 
         # A replica where it is not loaded (or that is away) serves nothing either way.
         with contextlib.suppress(ReplicaLookupError):
-            retire_all(triton_replicas(settings), name)
+            retire_all(settings.triton_replicas(), name)
     for row in rows:
         session.refresh(row)
     return rows

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_core.db.models import PublishedModel
 from maskops_core.settings import Settings
-from maskops_core.triton import triton_replicas
 
 
 @dataclass
@@ -56,6 +55,6 @@ def serve_published_on_replicas(
     """:func:`serve_published` on every Triton replica.
 
     Raises:
-        maskops_core.triton.ReplicaLookupError: ``MASKOPS_TRITON_DNS`` does not resolve.
+        maskops_core.settings.ReplicaLookupError: ``MASKOPS_TRITON_DNS`` does not resolve.
     """
-    return {url: serve_published(factory, url) for url in triton_replicas(settings)}
+    return {url: serve_published(factory, url) for url in settings.triton_replicas()}

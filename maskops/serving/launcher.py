@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from maskops_core.processes import dies_with_parent, kill_group, signal_group
+from maskops.process_groups import dies_with_parent, kill_group, signal_group
 
 PYTHON_TAG = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -288,7 +288,7 @@ class TritonServer:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m maskops_triton.launcher --model-repository DIR``: run in the foreground."""
+    """``python -m maskops.serving.launcher --model-repository DIR``: run in the foreground."""
     parser = argparse.ArgumentParser(prog="maskops-triton", description=__doc__.split("\n")[0])
     parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--http-port", type=int, default=8000)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from starlette.datastructures import State
 
 from maskops_core.settings import Settings
-from maskops_core.triton import triton_replicas
 
 if TYPE_CHECKING:
     from maskops.serving.replicas import ReplicaPool
@@ -30,9 +29,7 @@ def replica_pool(state: State) -> ReplicaPool:
             from maskops.serving.replicas import ReplicaPool
 
             settings: Settings = state.settings
-            pool = ReplicaPool(
-                partial(triton_replicas, settings), refresh_s=settings.triton_dns_refresh_s
-            )
+            pool = ReplicaPool(settings.triton_replicas, refresh_s=settings.triton_dns_refresh_s)
             state.triton_pool = pool
         return pool
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from maskops_core.processes import group_members, kill_group
+from maskops.process_groups import group_members, kill_group
 
 SLEEPER = "import time; time.sleep(600)"
 
@@ -60,7 +60,7 @@ def test_a_child_asked_to_die_with_its_parent_does(tmp_path: Path) -> None:
     # signals), then is SIGKILLed: only the kernel's parent-death signal ends the child.
     parent_code = (
         "import signal, subprocess, sys, time; "
-        "from maskops_core.processes import dies_with_parent; "
+        "from maskops.process_groups import dies_with_parent; "
         f"p = subprocess.Popen([sys.executable, '-c', {SLEEPER!r}], start_new_session=True, "
         "preexec_fn=dies_with_parent(signal.SIGTERM)); "
         f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(600)"

@@ -1,6 +1,7 @@
-"""Process groups: ``maskops serve`` starts each child (worker, Triton) in its own session
-and kills the whole group, so nothing a child started outlives it (Triton's python backend
-stubs survive a killed server otherwise)."""
+"""Process groups: ``maskops serve`` starts each child (the worker; Triton, through
+:mod:`maskops.serving.launcher`) in its own session and kills the whole group, so nothing
+a child started outlives it (Triton's python backend stubs survive a killed server
+otherwise). Standard library only: the launcher imports nothing else."""
 
 from __future__ import annotations
 

@@ -1,0 +1,276 @@
+"""The ``config.pbtxt`` of every model of a published ensemble (:func:`render_configs`).
+
+Four configs: the python preprocess and postprocess models, the network on its backend
+(``python`` or ``torch`` inside the python backend, Triton's ``onnxruntime`` or
+``tensorrt``; see :mod:`maskops.serving.repository` for what each serves), and the
+ensemble clients call, which chains them. Every model serves the latest version only and
+batches dynamically up to ``max_batch_size``; tensor names and the network's reported
+parameters are :mod:`maskops.serving.protocol`'s.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from maskops.serving.placement import Placement, tensorrt_accelerator
+from maskops.serving.protocol import (
+    DETECTIONS_JSON,
+    IMAGE_BYTES,
+    NET_INPUT,
+    NET_OUTPUTS,
+    NET_PARAMETERS,
+    ORIG_HW,
+    SCALE,
+    SCORE_THRESHOLD,
+    EnsembleNames,
+)
+
+if TYPE_CHECKING:
+    from maskops.export.graph import GraphMetadata
+
+NetBackend = Literal["python", "onnxruntime", "tensorrt", "torch"]
+NET_BACKENDS: tuple[str, ...] = ("python", "onnxruntime", "tensorrt", "torch")
+
+
+class PublishError(ValueError):
+    """The export cannot be published (missing file, bad name, not a maskops export)."""
+
+
+def _dims(values: tuple[int, ...] | list[int]) -> str:
+    return "[ " + ", ".join(str(v) for v in values) + " ]"
+
+
+def _tensor(
+    name: str, dtype: str, dims: tuple[int, ...] | list[int], *, ragged: bool = False
+) -> str:
+    extra = " allow_ragged_batch: true" if ragged else ""
+    return f'  {{ name: "{name}" data_type: {dtype} dims: {_dims(dims)}{extra} }}'
+
+
+def _encoded(name: str, *, ragged: bool = False) -> str:
+    """An encoded file (image, JSON answer) as UINT8 of any length per item (the
+    dynamic batcher batches items of unequal lengths where ``ragged``)."""
+    return _tensor(name, "TYPE_UINT8", (-1,), ragged=ragged)
+
+
+def _config(
+    name: str,
+    *,
+    backend: str,
+    max_batch_size: int,
+    inputs: list[str],
+    outputs: list[str],
+    extra: str = "",
+) -> str:
+    sep = ",\n"
+    return (
+        f'name: "{name}"\n{backend}\nmax_batch_size: {max_batch_size}\n'
+        f"version_policy: {{ latest: {{ num_versions: 1 }} }}\n"
+        f"input [\n{sep.join(inputs)}\n]\noutput [\n{sep.join(outputs)}\n]\n{extra}"
+    )
+
+
+def _net_tensors(meta: GraphMetadata) -> tuple[list[str], list[str]]:
+    d, m = meta.max_detections, meta.mask_resolution
+    inputs = [_tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size))]
+    types = ("TYPE_FP32", "TYPE_FP32", "TYPE_INT64", "TYPE_FP32", "TYPE_INT32")
+    shapes: tuple[tuple[int, ...], ...] = ((d, 4), (d,), (d,), (d, m, m), (1,))
+    outputs = [
+        _tensor(name, dtype, dims)
+        for name, dtype, dims in zip(NET_OUTPUTS, types, shapes, strict=True)
+    ]
+    return inputs, outputs
+
+
+def _net_parameters(backend: str, device: str, precision: str) -> str:
+    """The network config's record of where and how it runs (:data:`NET_PARAMETERS`)."""
+    reported = {"net_backend": backend, "device": device, "precision": precision}
+    return "".join(
+        f'parameters {{ key: "{key}" value: {{ string_value: "{reported[ours]}" }} }}\n'
+        for key, ours in NET_PARAMETERS.items()
+    )
+
+
+def _batching(max_queue_delay_us: int) -> str:
+    return f"dynamic_batching {{ max_queue_delay_microseconds: {max_queue_delay_us} }}\n"
+
+
+def _instances(count: int, kind: str = "KIND_CPU") -> str:
+    return f"instance_group [ {{ kind: {kind} count: {count} }} ]\n"
+
+
+def network_batch_size(meta: GraphMetadata, net_backend: str, batch: int) -> int:
+    """The network model's max_batch_size: ``batch``; 1 for a graph of static batch 1 on
+    the tensorrt backend (Triton checks a plan's dimensions after the batch one). The python
+    backend fills a static batch itself.
+
+    Raises:
+        PublishError: a static batch the backend cannot serve: Triton's onnxruntime backend
+            batches only a graph whose first dimension is dynamic (it refuses to load one
+            of a fixed batch, even of 1, under a max_batch_size), the tensorrt backend
+            runs one of 1 only.
+    """
+    if net_backend in ("python", "torch") or meta.batch_size is None:
+        return batch
+    if meta.batch_size == 1 and net_backend == "tensorrt":
+        return 1
+    takes = "batches a dynamic batch only" if net_backend == "onnxruntime" else "runs batch 1 only"
+    others = "python" if meta.batch_size > 1 else "python, or tensorrt with an engine"
+    raise PublishError(
+        f"the export has a static batch of {meta.batch_size}: Triton's {net_backend} backend "
+        f"{takes}; export without --static_batch_size, or publish with --net_backend {others}"
+    )
+
+
+def render_configs(
+    names: EnsembleNames,
+    meta: GraphMetadata,
+    *,
+    net_backend: NetBackend = "python",
+    max_batch_size: int | None = None,
+    instances: int = 1,
+    max_queue_delay_us: int = 2000,
+    placement: Placement | None = None,
+    engine_cache: str | None = None,
+    precision: str | None = None,
+) -> dict[str, str]:
+    """``{triton model name: config.pbtxt text}`` for the four models.
+
+    ``placement`` says where the network runs (default: the CPU); ``engine_cache`` is
+    the folder, as Triton sees it, where onnxruntime's TensorRT accelerator caches its
+    engines (GPU placements of the onnxruntime backend; None: no cache); ``precision``
+    the torch backend's (default: the export's data type).
+    """
+    placement = placement or Placement()
+    batch = max_batch_size or meta.max_batch_size
+    net_batch = network_batch_size(meta, net_backend, batch)
+    configs = _processing_configs(names, meta, batch, instances, max_queue_delay_us)
+    configs[names.net] = _net_config(
+        names.net,
+        meta,
+        net_backend=net_backend,
+        net_batch=net_batch,
+        extra=placement.instance_group(instances)
+        + _net_parameters(net_backend, placement.device, precision or meta.data_type),
+        max_queue_delay_us=max_queue_delay_us,
+        accelerator=(
+            tensorrt_accelerator(meta.data_type, engine_cache=engine_cache)
+            if net_backend == "onnxruntime" and placement.device == "gpu"
+            else ""
+        ),
+    )
+    configs[names.name] = _ensemble_config(names, min(batch, net_batch))
+    return configs
+
+
+def _image_tensors(meta: GraphMetadata) -> list[str]:
+    """The preprocess model's outputs: the network's input, the scale, the original size."""
+    return [
+        _tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size)),
+        _tensor(SCALE, "TYPE_FP32", (1,)),
+        _tensor(ORIG_HW, "TYPE_INT32", (2,)),
+    ]
+
+
+def _processing_configs(
+    names: EnsembleNames, meta: GraphMetadata, batch: int, instances: int, delay_us: int
+) -> dict[str, str]:
+    """The configs of the python preprocess and postprocess models."""
+    _, net_outputs = _net_tensors(meta)
+    image_outputs = _image_tensors(meta)
+    extra = _batching(delay_us) + _instances(instances)
+    return {
+        names.preprocess: _config(
+            names.preprocess,
+            backend='backend: "python"',
+            max_batch_size=batch,
+            inputs=[_encoded(IMAGE_BYTES, ragged=True)],
+            outputs=image_outputs,
+            extra=extra,
+        ),
+        names.postprocess: _config(
+            names.postprocess,
+            backend='backend: "python"',
+            max_batch_size=batch,
+            inputs=[
+                *net_outputs,
+                *image_outputs[1:],
+                _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
+            ],
+            outputs=[_encoded(DETECTIONS_JSON)],
+            extra=extra,
+        ),
+    }
+
+
+def _ensemble_step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+    ins = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
+    outs = " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
+    return f'    {{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
+
+
+def _ensemble_config(names: EnsembleNames, batch: int) -> str:
+    """The ensemble clients call: preprocess -> network -> postprocess."""
+    # Intermediate tensors get a leading "_" (ensemble-internal names).
+    image_keys = {k: f"_{k}" for k in (NET_INPUT, SCALE, ORIG_HW)}
+    detection_keys = {k: f"_{k}" for k in NET_OUTPUTS}
+    steps = [
+        _ensemble_step(names.preprocess, {IMAGE_BYTES: IMAGE_BYTES}, image_keys),
+        _ensemble_step(names.net, {NET_INPUT: image_keys[NET_INPUT]}, detection_keys),
+        _ensemble_step(
+            names.postprocess,
+            {
+                **detection_keys,
+                SCALE: image_keys[SCALE],
+                ORIG_HW: image_keys[ORIG_HW],
+                SCORE_THRESHOLD: SCORE_THRESHOLD,
+            },
+            {DETECTIONS_JSON: DETECTIONS_JSON},
+        ),
+    ]
+    return _config(
+        names.name,
+        backend='platform: "ensemble"',
+        max_batch_size=batch,
+        inputs=[
+            _encoded(IMAGE_BYTES),
+            _tensor(SCORE_THRESHOLD, "TYPE_FP32", (1,)),
+        ],
+        outputs=[_encoded(DETECTIONS_JSON)],
+        extra="ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n",
+    )
+
+
+def _net_config(
+    name: str,
+    meta: GraphMetadata,
+    *,
+    net_backend: str,
+    net_batch: int,
+    extra: str,
+    max_queue_delay_us: int,
+    accelerator: str,
+) -> str:
+    """The network model's config.pbtxt (``extra``: its instance_group)."""
+    net_inputs, net_outputs = _net_tensors(meta)
+    if net_backend in ("python", "torch"):
+        return _config(
+            name,
+            backend='backend: "python"',
+            max_batch_size=net_batch,
+            inputs=net_inputs,
+            outputs=net_outputs,
+            extra=_batching(max_queue_delay_us) + extra,
+        )
+    platform = "onnxruntime_onnx" if net_backend == "onnxruntime" else "tensorrt_plan"
+    # The graph's batch dimension is the one Triton batches along; num_detections
+    # is [N, 1] in the graph, i.e. [1] per item.
+    batching = _batching(max_queue_delay_us) if net_batch > 1 else ""
+    return _config(
+        name,
+        backend=f'platform: "{platform}"',
+        max_batch_size=net_batch,
+        inputs=net_inputs,
+        outputs=net_outputs,
+        extra=batching + extra + accelerator,
+    )

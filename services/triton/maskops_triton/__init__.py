@@ -1,1 +1,0 @@
-"""Triton Inference Server launch: bundled PyPI binary locally, official image in compose."""
