@@ -52,6 +52,8 @@ LIGHT_ENGINE_MODULES = {
     "maskops.evaluation.inference_options",
     "maskops.evaluation.options",
     "maskops.export.options",
+    "maskops.options_schema",
+    "maskops.tasks",
     "maskops.prune.options",
     "maskops.path_rules",
     "maskops.shape_rules",
