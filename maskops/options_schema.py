@@ -24,6 +24,10 @@ _SAME: Any = object()
 """A door's default that is the engine's."""
 _METADATA_KEY = "maskops_option"
 
+MAX_GPU_INDEX = 63
+"""The highest CUDA device a job may name (every task's ``gpu_index``)."""
+GPU_INDEX_HELP = "the CUDA device to use when CUDA is available (the CPU otherwise)"
+
 
 @dataclass(frozen=True)
 class OptionSpec:
@@ -37,6 +41,9 @@ class OptionSpec:
     ge: float | None = None
     le: float | None = None
     max_items: int | None = None
+    """The most items of a list option at the REST door."""
+    max_length: int | None = None
+    """The longest text option at the REST door (at least one character)."""
     rest_default: Any = _SAME
     cli_default: Any = _SAME
     cli: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -52,6 +59,7 @@ def option(
     ge: float | None = None,
     le: float | None = None,
     max_items: int | None = None,
+    max_length: int | None = None,
     rest_default: Any = _SAME,
     cli_default: Any = _SAME,
     cli: Mapping[str, Any] | None = None,
@@ -59,8 +67,8 @@ def option(
     """A declared option (a dataclass field): ``flag`` is its command-line spelling(s)
     (default ``--<name>``; None: none), ``rest`` makes it a job option (True: under its own
     name; a string: under that name), ``ge``/``le`` bound numbers at the REST door,
-    ``max_items`` bounds a list there; ``rest_default``/``cli_default`` are a door's default
-    where it is not the engine's."""
+    ``max_items`` bounds a list there and ``max_length`` a text; ``rest_default`` and
+    ``cli_default`` are a door's default where it is not the engine's."""
     flags = (flag,) if isinstance(flag, str) else flag
     spec = OptionSpec(
         help=help,
@@ -69,6 +77,7 @@ def option(
         ge=ge,
         le=le,
         max_items=max_items,
+        max_length=max_length,
         rest_default=rest_default,
         cli_default=cli_default,
         cli=dict(cli or {}),

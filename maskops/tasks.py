@@ -10,8 +10,40 @@ libraries (the entry functions are named, not imported).
 
 from __future__ import annotations
 
+from maskops.evaluation.inference_options import InferenceOptions
+from maskops.evaluation.options import EvaluateOptions
 from maskops.export.options import ExportOptions
 from maskops.options_schema import TaskDeclaration
+from maskops.prune.options import PruneOptions
+from maskops.training.train_options import TrainOptions
+
+TRAIN = TaskDeclaration(
+    name="train",
+    options=TrainOptions,
+    entry="maskops.training.train.run_training",
+    summary="train Mask R-CNN on the spec's shards (resumes in the same results dir)",
+)
+EVALUATE = TaskDeclaration(
+    name="evaluate",
+    options=EvaluateOptions,
+    entry="maskops.evaluation.runner.run_evaluation",
+    summary="COCO box and mask metrics of a model on the spec's validation data",
+    takes_model=True,
+)
+INFERENCE = TaskDeclaration(
+    name="inference",
+    options=InferenceOptions,
+    entry="maskops.evaluation.inference.run_inference",
+    summary="detect objects in a directory of images; write annotated images and COCO JSON",
+    takes_model=True,
+)
+PRUNE = TaskDeclaration(
+    name="prune",
+    options=PruneOptions,
+    entry="maskops.prune.run.run_prune",
+    summary="remove low-norm conv filters from the backbone and FPN",
+    takes_model=True,
+)
 
 EXPORT = TaskDeclaration(
     name="export",
@@ -21,5 +53,7 @@ EXPORT = TaskDeclaration(
     takes_model=True,
 )
 
-TASKS: dict[str, TaskDeclaration] = {task.name: task for task in (EXPORT,)}
+TASKS: dict[str, TaskDeclaration] = {
+    task.name: task for task in (TRAIN, EVALUATE, INFERENCE, PRUNE, EXPORT)
+}
 """Every declared task by name."""

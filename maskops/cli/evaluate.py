@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,9 @@ from maskops.cli.common import (
     notice,
     tee_log,
 )
-from maskops.evaluation.options import DEFAULTS, EvaluateOptions
+from maskops.cli.options import add_option_flags, options_from_args
+from maskops.evaluation.options import EvaluateOptions
+from maskops.tasks import EVALUATE
 
 if TYPE_CHECKING:
     from maskops.spec.models import ExperimentSpec
@@ -32,7 +35,7 @@ RESULTS_LOG = "evaluate.log"
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "evaluate",
-        help="COCO box and mask metrics of a model on the spec's validation data",
+        help=EVALUATE.summary,
         description=(
             "Run MODEL over data_config.validation_file_pattern (eval_samples images, "
             "eval_batch_size at a time) and compare with data_config.val_json_file: prints the "
@@ -42,9 +45,6 @@ def register(subparsers: Any) -> None:
     )
     add_spec_argument(parser)
     add_model_argument(parser)
-    parser.add_argument(
-        "--gpu_index", type=int, default=DEFAULTS.gpu_index, help="CUDA device (CPU if none)"
-    )
     parser.add_argument("--log_file", type=Path, default=None, help="also append the log here")
     parser.add_argument(
         "-o",
@@ -61,13 +61,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help=f"write {RESULTS_JSON} and {RESULTS_LOG} here (unless -o / --log_file say where)",
     )
-    parser.add_argument(
-        "-i",
-        "--image_dir",
-        type=Path,
-        default=DEFAULTS.image_dir,
-        help="val_json_file's images, for a spec without validation_file_pattern",
-    )
+    add_option_flags(parser, EvaluateOptions)
     add_key_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -97,7 +91,7 @@ def image_dir(args: argparse.Namespace, spec: ExperimentSpec) -> Path | None:
 def evaluate_options(args: argparse.Namespace, spec: ExperimentSpec) -> EvaluateOptions:
     """The :class:`EvaluateOptions` the flags ask for (a notice for an ``-i`` the spec's
     shards make useless)."""
-    return EvaluateOptions(gpu_index=args.gpu_index, image_dir=image_dir(args, spec))
+    return replace(options_from_args(args, EvaluateOptions), image_dir=image_dir(args, spec))
 
 
 def run(args: argparse.Namespace) -> int:

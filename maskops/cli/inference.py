@@ -21,13 +21,14 @@ from maskops.cli.common import (
     load_resolved_spec,
     model_argument,
 )
-from maskops.evaluation.inference_options import DEFAULTS, InferenceOptions
+from maskops.cli.options import add_option_flags, options_from_args
+from maskops.evaluation.inference_options import InferenceOptions
+from maskops.tasks import INFERENCE
 
 ANNOTATED_DIR = "images_annotated"
 LABEL_DIR = "labels"
 EXPORT_DIR = "exports"
-EXPORT_FORMATS = ("coco", "cvat", "labelstudio", "labelstudio-brush")
-"""``maskops.data.formats.predictions.EXPORT_FORMATS``, listed without importing numpy."""
+"""Where ``--export`` writes: RESULTS_DIR/exports (with -l only: beside the label directory)."""
 
 
 def _threshold(text: str) -> float:
@@ -40,7 +41,7 @@ def _threshold(text: str) -> float:
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "inference",
-        help="detect objects in a directory of images; write annotated images and COCO JSON",
+        help=INFERENCE.summary,
         description=(
             "Run MODEL on every JPEG/PNG in IMAGE_DIR (EXIF orientation respected; unreadable "
             "files are reported and skipped) and write annotated copies to OUT_IMAGE_DIR: "
@@ -82,49 +83,9 @@ def register(subparsers: Any) -> None:
         default=None,
         help="TAO label file: line k names model class k (the label map's order)",
     )
-    parser.add_argument(
-        "--annotations",
-        type=Path,
-        default=DEFAULTS.annotations,
-        help="COCO JSON giving the ids of the images it lists (default: val_json_file)",
-    )
-    parser.add_argument(
-        "-t",
-        "--threshold",
-        type=_threshold,
-        default=DEFAULTS.threshold,
-        help=f"minimum score (default {DEFAULTS.threshold})",
-    )
-    parser.add_argument("--include_mask", action="store_true", help="draw instance masks")
-    _add_export_arguments(parser)
-    parser.add_argument(
-        "--gpu_index", type=int, default=DEFAULTS.gpu_index, help="CUDA device (CPU if none)"
-    )
+    add_option_flags(parser, InferenceOptions, types={"threshold": _threshold})
     add_key_argument(parser)
     parser.set_defaults(handler=run)
-
-
-def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    """The predictions written for review in a labelling tool."""
-    parser.add_argument(
-        "--export",
-        action="append",
-        choices=EXPORT_FORMATS,
-        default=[],
-        help="also write the predictions for review in a labelling tool (repeatable): coco "
-        "(polygons and RLE), cvat (CVAT 1.1 XML), labelstudio (pre-annotations: polygons), "
-        "labelstudio-brush (pre-annotations: brush masks); into "
-        f"RESULTS_DIR/{EXPORT_DIR} (with -l only: beside the label directory)",
-    )
-    parser.add_argument(
-        "--polygon_tolerance",
-        type=float,
-        default=1.0,
-        help="pixels the exported polygons may depart from the mask outlines (default 1)",
-    )
-    parser.add_argument(
-        "--model_version", default="maskops", help="Label Studio's model_version (default maskops)"
-    )
 
 
 def output_dirs(args: argparse.Namespace) -> tuple[Path, Path | None]:
@@ -139,12 +100,7 @@ def output_dirs(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 def inference_options(args: argparse.Namespace) -> InferenceOptions:
     """The :class:`InferenceOptions` the flags ask for."""
-    return InferenceOptions(
-        threshold=args.threshold,
-        include_mask=args.include_mask,
-        gpu_index=args.gpu_index,
-        annotations=args.annotations,
-    )
+    return options_from_args(args, InferenceOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,18 +109,19 @@ def run(args: argparse.Namespace) -> int:
     args.model = model_argument(args.model)
     spec = load_resolved_spec(args.experiment_spec)
     out_images, labels = output_dirs(args)
+    options = inference_options(args)
     try:
         run_inference(
             spec,
             args.model,
             args.image_dir,
             out_images,
-            inference_options(args),
+            options,
             label_dir=labels,
             class_names=read_class_map(args.class_map) if args.class_map else None,
         )
-        if args.export:
-            _export(args, labels)
+        if options.exports:
+            _export(args, options, labels)
     except engine_errors() as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
@@ -172,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _export(args: argparse.Namespace, labels: Path | None) -> None:
+def _export(args: argparse.Namespace, options: InferenceOptions, labels: Path | None) -> None:
     from maskops.data.formats.predictions import export_predictions
 
     if labels is None:
@@ -181,9 +138,9 @@ def _export(args: argparse.Namespace, labels: Path | None) -> None:
     written = export_predictions(
         labels,
         out,
-        sorted(set(args.export)),
-        tolerance=args.polygon_tolerance,
-        model_version=args.model_version,
+        sorted(set(options.exports)),
+        tolerance=options.polygon_tolerance,
+        model_version=options.model_version or "maskops",
     )
     for path in written:
         print(f"wrote {path}")

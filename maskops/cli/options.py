@@ -6,6 +6,7 @@ and help; :func:`options_from_args` reads them back into the options dataclass."
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,12 +15,20 @@ from maskops.options_schema import DeclaredOption, declared_options
 OptionsT = TypeVar("OptionsT")
 
 
-def add_option_flags(parser: argparse.ArgumentParser, options_class: type, *names: str) -> None:
-    """The flags of ``options_class``'s declared options (``names`` alone, in that order,
-    when given; else every one with a flag)."""
-    declared = {o.name: o for o in declared_options(options_class) if o.flags}
-    for name in names or tuple(declared):
-        parser.add_argument(*declared[name].flags, **_argument(declared[name]))
+def add_option_flags(
+    parser: argparse.ArgumentParser,
+    options_class: type,
+    *,
+    types: Mapping[str, Callable[[str], Any]] | None = None,
+) -> None:
+    """The flags of ``options_class``'s declared options; ``types`` parses an option's
+    text where the command line checks it itself (with a message of its own)."""
+    for declared in declared_options(options_class):
+        if declared.flags:
+            keywords = _argument(declared)
+            if types and declared.name in types:
+                keywords["type"] = types[declared.name]
+            parser.add_argument(*declared.flags, **keywords)
 
 
 def _argument(declared: DeclaredOption) -> dict[str, Any]:

@@ -10,11 +10,14 @@ whatever the extension) is written at exactly that path and the report next to i
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import EXIT_OK, MODEL_HELP, CLIError, add_key_argument, model_argument
-from maskops.prune.options import DEFAULTS, PruneOptions
+from maskops.cli.options import add_option_flags, options_from_args
+from maskops.prune.options import PruneOptions
+from maskops.tasks import PRUNE
 
 if TYPE_CHECKING:
     from maskops.prune.report import PruneReport
@@ -32,7 +35,7 @@ def output_location(output: Path) -> tuple[Path, str | None]:
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "prune",
-        help="remove low-norm conv filters from the backbone and FPN",
+        help=PRUNE.summary,
         description=(
             "Structured pruning: filters whose normalised L2 norm is under the threshold are "
             "removed from the ResNet backbone, the FPN and the RPN head conv, in multiples "
@@ -52,51 +55,7 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="output directory, or a model file path ending in .pth/.pt/.tlt/.hdf5",
     )
-    parser.add_argument(
-        "-n",
-        "--normalizer",
-        default=DEFAULTS.norm,
-        help="per-layer normaliser: max (default) or L2",
-    )
-    parser.add_argument(
-        "-eq",
-        "--equalization_criterion",
-        default=DEFAULTS.equalization,
-        # Values are validated by the engine (one list of them, in maskops.prune.options).
-        help="how layers whose outputs are added combine their importances: union (default), "
-        "intersection, arithmetic_mean or geometric_mean",
-    )
-    parser.add_argument(
-        "-pg",
-        "--pruning_granularity",
-        type=int,
-        default=DEFAULTS.granularity,
-        help="kept filters are a multiple",
-    )
-    parser.add_argument(
-        "-pth",
-        "--pruning_threshold",
-        type=float,
-        default=DEFAULTS.threshold,
-        help="normalised-norm threshold",
-    )
-    parser.add_argument(
-        "-nf",
-        "--min_num_filters",
-        type=int,
-        default=DEFAULTS.min_filters,
-        help="minimum filters kept per layer",
-    )
-    parser.add_argument(
-        "-el",
-        "--excluded_layers",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="LAYER",
-        help="module names (or prefixes) never pruned, e.g. backbone.body.layer4 (repeatable, "
-        "space- or comma-separated)",
-    )
+    add_option_flags(parser, PruneOptions)
     parser.add_argument(
         "-v",
         "--verbose",
@@ -116,15 +75,10 @@ def report_text(args: argparse.Namespace, report: PruneReport) -> str:
 
 def prune_options(args: argparse.Namespace) -> PruneOptions:
     """The :class:`PruneOptions` the flags ask for."""
-    return PruneOptions(
-        norm=args.normalizer,
-        equalization=args.equalization_criterion,
-        granularity=args.pruning_granularity,
-        threshold=args.pruning_threshold,
-        min_filters=args.min_num_filters,
-        # TAO users also write -el a,b.
-        excluded_layers=tuple(n for arg in args.excluded_layers for n in arg.split(",") if n),
-    )
+    options = options_from_args(args, PruneOptions)
+    # TAO users also write -el a,b.
+    layers = tuple(n for arg in options.excluded_layers for n in arg.split(",") if n)
+    return replace(options, excluded_layers=layers)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ import signal
 import sys
 import threading
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import fields
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -29,19 +28,19 @@ from maskops.cli.common import (
     add_spec_argument,
     load_resolved_spec,
 )
-from maskops.training.train_options import DEFAULTS, TrainOptions, cli_flag
+from maskops.cli.options import add_option_flags, options_from_args
+from maskops.tasks import TRAIN
+from maskops.training.train_options import TrainOptions
 
 if TYPE_CHECKING:
     from maskops.spec.models import ExperimentSpec
     from maskops.training import TrainResult
 
-TRAIN_OPTION_NAMES = tuple(field.name for field in fields(TrainOptions))
-
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "train",
-        help="train Mask R-CNN on the spec's shards (resumes in the same results dir)",
+        help=TRAIN.summary,
         description=(
             "Train the spec's Mask R-CNN on data_config.training_file_pattern, checkpointing "
             "and validating every num_steps_per_eval steps into RESULTS_DIR. Rerunning the "
@@ -57,48 +56,7 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="checkpoints, logs, status.json",
     )
-    parser.add_argument(
-        cli_flag("gpus"),
-        "-np",
-        "--num_processes",
-        dest="gpus",
-        type=int,
-        default=DEFAULTS.gpus,
-        help="ranks under torchrun (one per GPU; gloo on CPU); learning rates scale linearly",
-    )
-    parser.add_argument(
-        cli_flag("max_restarts"),
-        type=int,
-        default=DEFAULTS.max_restarts,
-        help="with --gpus > 1: times torchrun restarts the ranks (from the last checkpoint)",
-    )
-    parser.add_argument(
-        cli_flag("gpu_index"),
-        type=int,
-        default=DEFAULTS.gpu_index,
-        help="first CUDA device to use",
-    )
-    parser.add_argument(
-        cli_flag("nodes"),
-        dest="nodes",
-        type=int,
-        default=DEFAULTS.nodes,
-        help="hosts of the run: run this command on each, with the same --rdzv_endpoint and "
-        "--rdzv_id (docs/operations.md)",
-    )
-    parser.add_argument(
-        cli_flag("rdzv_endpoint"),
-        default=DEFAULTS.rdzv_endpoint,
-        help="host:port of the c10d rendezvous, for --nnodes > 1 (served by that host)",
-    )
-    parser.add_argument(
-        cli_flag("rdzv_id"), default=DEFAULTS.rdzv_id, help="names the run on every host"
-    )
-    parser.add_argument(
-        cli_flag("use_amp"),
-        action="store_true",
-        help="mixed precision (overrides the spec's use_amp; declined on CPUs without bf16)",
-    )
+    add_option_flags(parser, TrainOptions)
     parser.add_argument("--log_file", type=Path, default=None, help="also write the log here")
     add_key_argument(parser)
     parser.set_defaults(handler=run)
@@ -136,7 +94,7 @@ def _log_above_the_bar() -> AbstractContextManager[object]:
 
 def train_options(args: argparse.Namespace) -> TrainOptions:
     """The engine's options from the parsed flags."""
-    return TrainOptions(**{name: getattr(args, name) for name in TRAIN_OPTION_NAMES})
+    return options_from_args(args, TrainOptions)
 
 
 def training_spec(args: argparse.Namespace) -> ExperimentSpec:

@@ -17,6 +17,10 @@ DatasetFormat = Literal["coco", "via", "labelme", "cvat", "labelstudio", "voc", 
 """The annotation formats a dataset may be registered in (readers:
 :mod:`maskops.data.formats`); the REST door takes its choices from here too."""
 FORMAT_NAMES: tuple[str, ...] = get_args(DatasetFormat)
+PredictionFormat = Literal["coco", "cvat", "labelstudio", "labelstudio-brush"]
+"""The labelling tools' files an inference's predictions are exported as
+(:mod:`maskops.data.formats.predictions`)."""
+PREDICTION_FORMATS: tuple[str, ...] = get_args(PredictionFormat)
 DEFAULT_FORMAT = "coco"
 DEFAULT_NUM_SHARDS = 256
 """The shards requested by default (capped so that each holds enough images)."""

@@ -1,39 +1,40 @@
-"""What an evaluation does: the one definition of the evaluate options.
+# ruff: noqa: RUF009 - option() is dataclasses.field with the declared metadata
+"""What an evaluation does: the declaration of the evaluate options.
 
 :class:`EvaluateOptions` is what :func:`maskops.evaluation.runner.run_evaluation` takes; the
-``maskops evaluate`` flags (:mod:`maskops.cli.evaluate`, ``--<field>``) and the REST evaluate
-job's options (``maskops_core.options.EvaluateOptions``, which takes its defaults from here)
-are the same fields with the same defaults (tests/unit/evaluation/test_evaluate_options.py
-checks all three). Standard library only, so that the control plane's core imports it
-without the engine's libraries.
+``maskops evaluate`` flags and the REST evaluate job's options are built from its fields
+(:mod:`maskops.options_schema`). Standard library only, so that the control plane's core
+imports it without the engine's libraries.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
+from maskops.options_schema import GPU_INDEX_HELP, MAX_GPU_INDEX, option
+
 GPU_INDEX = 0
-"""The CUDA device an evaluation uses by default (where CUDA is available)."""
+"""The CUDA device an evaluation or inference uses by default (where CUDA is available)."""
 
 
 @dataclass(frozen=True)
 class EvaluateOptions:
-    """The evaluation's options; every one has TAO's ``maskops evaluate`` flag of the same
-    name."""
+    """The evaluation's options (declared: :mod:`maskops.options_schema`)."""
 
-    gpu_index: int | None = GPU_INDEX
-    """The CUDA device to use when CUDA is available (the CPU otherwise, or with None)."""
-    image_dir: Path | None = None
-    """Where val_json_file's images are, for a spec without ``validation_file_pattern``
-    (TAO's ``-i``); the shards win when both are set."""
+    gpu_index: int | None = option(
+        GPU_INDEX,
+        help=GPU_INDEX_HELP,
+        rest=True,
+        ge=0,
+        le=MAX_GPU_INDEX,
+    )
+    image_dir: Path | None = option(
+        None,
+        help="val_json_file's images, for a spec without validation_file_pattern",
+        flag=("-i", "--image_dir"),
+    )
 
 
-def cli_flag(name: str) -> str:
-    """The ``maskops evaluate`` flag of option ``name``."""
-    return f"--{_FIELDS[name].name}"
-
-
-_FIELDS = {f.name: f for f in fields(EvaluateOptions)}
 DEFAULTS = EvaluateOptions()
 """Every option at its default."""

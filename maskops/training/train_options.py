@@ -1,44 +1,60 @@
-"""How a training runs: the one definition of the train options.
+"""How a training runs: the declaration of the train options.
 
 :class:`TrainOptions` says how many ranks and hosts train and on which device; the ``maskops
-train`` flags (:mod:`maskops.cli.train`, each field's ``flag``) are its fields, and the REST
-train job's options (``maskops_core.options.TrainOptions``) are those of its fields a job
-sets, with the same defaults (tests/unit/training/test_train_options.py checks all three).
+train`` flags and the REST train job's options (those a job sets: the rendezvous is the
+workers', restarts the operator's) are built from its fields (:mod:`maskops.options_schema`).
 What to train is the spec. Standard library only, so that the control plane's core imports
 it without the engine's libraries.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
 
+from maskops.options_schema import MAX_GPU_INDEX, option
 
-def _option(default: Any, flag: str | None = None) -> Any:
-    """A field whose ``maskops train`` flag is ``flag``, else ``--<field>``."""
-    return field(default=default, metadata={"flag": flag} if flag else {})
+MAX_RANKS = 64
+"""The most ranks (and hosts) a job may ask for."""
 
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """The training's options; each has the ``maskops train`` flag of its name unless
-    ``flag`` says otherwise."""
+    """The training's options (declared: :mod:`maskops.options_schema`)."""
 
-    gpus: int = 1
-    """Ranks on each host (one per GPU; gloo processes on a CPU), under torchrun beyond one;
-    learning rates scale linearly with the ranks of all hosts."""
-    gpu_index: int = 0
-    """The first CUDA device to use."""
-    nodes: int = _option(1, "--nnodes")
-    """Hosts of the run, each with ``gpus`` ranks, gathering at ``rdzv_endpoint``."""
-    rdzv_endpoint: str = ""
-    """``host:port`` of the c10d rendezvous, for several hosts (served by that host)."""
-    rdzv_id: str = "maskops"
-    """Names the run on every host."""
-    max_restarts: int = 0
-    """With several ranks: times torchrun restarts them (from the last checkpoint)."""
-    use_amp: bool = False
-    """Mixed precision whatever the spec says (declined on CPUs without bf16)."""
+    gpus: int = option(
+        1,
+        help="ranks on each host (one per GPU; gloo processes on a CPU), under torchrun "
+        "beyond one; learning rates scale linearly with the ranks of all hosts. A job asks "
+        "at most what a live worker reports (its GPUs, or MASKOPS_CPU_RANKS gloo processes "
+        "on a worker without a GPU)",
+        flag=("--gpus", "-np", "--num_processes"),
+        rest=True,
+        ge=1,
+        le=MAX_RANKS,
+    )
+    gpu_index: int = option(
+        0, help="the first CUDA device to use", rest=True, ge=0, le=MAX_GPU_INDEX
+    )
+    nodes: int = option(
+        1,
+        help="hosts of the run, each with `gpus` ranks, gathering in a c10d rendezvous (a "
+        "job's: hosted by the first worker to claim it)",
+        flag="--nnodes",
+        rest=True,
+        ge=1,
+        le=MAX_RANKS,
+    )
+    rdzv_endpoint: str = option(
+        "", help="host:port of the c10d rendezvous, for --nnodes > 1 (served by that host)"
+    )
+    rdzv_id: str = option("maskops", help="names the run on every host")
+    max_restarts: int = option(
+        0, help="with several ranks: times torchrun restarts them (from the last checkpoint)"
+    )
+    use_amp: bool = option(
+        False,
+        help="mixed precision (overrides the spec's use_amp; declined on CPUs without bf16)",
+    )
 
     def problem(self) -> str | None:
         """Why these options cannot run, naming the flag, or None."""
@@ -58,12 +74,5 @@ class TrainOptions:
         return self.gpus == 1 and self.nodes == 1 and not self.rdzv_endpoint
 
 
-def cli_flag(name: str) -> str:
-    """The ``maskops train`` flag of option ``name``."""
-    flag: str | None = _FIELDS[name].metadata.get("flag")
-    return flag or f"--{name}"
-
-
-_FIELDS = {f.name: f for f in fields(TrainOptions)}
 DEFAULTS = TrainOptions()
 """Every option at its default."""

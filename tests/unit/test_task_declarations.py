@@ -39,7 +39,9 @@ def test_a_declared_option_is_its_subcommand_s_flag(task: str, declared: Declare
     assert tuple(argument.option_strings[: len(declared.flags)]) == declared.flags
     default = declared.cli_default
     assert argument.default == (list(default) if isinstance(default, tuple) else default)
-    assert tuple(argument.choices or ()) == declared.choices
+    # A command line may leave a value's check to the engine (its message names the choices).
+    checked_here = "choices" not in declared.spec.cli
+    assert tuple(argument.choices or ()) == (declared.choices if checked_here else ())
     assert argument.help == declared.spec.help
 
 

@@ -10,17 +10,9 @@ import pytest
 
 from tests.support.options_agreement import TaskCli
 from tests.unit.data.test_convert_options import CLI as CONVERT
-from tests.unit.evaluation.test_evaluate_options import CLI as EVALUATE
-from tests.unit.evaluation.test_inference_options import CLI as INFERENCE
-from tests.unit.prune.test_prune_options import CLI as PRUNE
-from tests.unit.training.test_train_options import CLI as TRAIN
 
 TASKS = {
     "dataset_convert": CONVERT,
-    "train": TRAIN,
-    "evaluate": EVALUATE,
-    "inference": INFERENCE,
-    "prune": PRUNE,
 }
 OPTIONS = [(task, name) for task, cli in TASKS.items() for name in sorted(cli.other_values)]
 

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from maskops.atomic import atomic_path, atomic_write
+from maskops.data.convert_options import PREDICTION_FORMATS
 from maskops.data.formats import cvat, labelstudio
 from maskops.masks import DEFAULT_TOLERANCE, rle_to_polygons
 
-EXPORT_FORMATS = ("coco", "cvat", "labelstudio", "labelstudio-brush")
+EXPORT_FORMATS = PREDICTION_FORMATS
 INDEX_FILE = "coco_images.json"
 """The inference label folder's COCO skeleton (``maskops.evaluation.inference.IMAGES_INDEX``;
 the engine's data package does not import the model code)."""

@@ -26,16 +26,15 @@ from pydantic import (
     model_validator,
 )
 
-from maskops.evaluation.inference_options import GPU_INDEX as ENGINE_INFERENCE_GPU_INDEX
-from maskops.evaluation.inference_options import THRESHOLD as ENGINE_INFERENCE_THRESHOLD
-from maskops.evaluation.options import GPU_INDEX as ENGINE_EVALUATE_GPU_INDEX
 from maskops.export.options import opset_error
-from maskops.options_schema import DeclaredOption, TaskDeclaration, declared_options
-from maskops.prune.options import DEFAULTS as ENGINE_PRUNE
-from maskops.prune.options import Equalization, Norm
+from maskops.options_schema import (
+    DeclaredOption,
+    TaskDeclaration,
+    declared_options,
+    engine_values,
+)
 from maskops.shape_rules import batch_order_error
-from maskops.tasks import EXPORT
-from maskops.training.train_options import DEFAULTS as ENGINE_TRAIN
+from maskops.tasks import EVALUATE, EXPORT, INFERENCE, PRUNE, TRAIN
 from maskops.training.train_options import TrainOptions as EngineTrainOptions
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
@@ -49,8 +48,6 @@ DataPath = Annotated[
     AfterValidator(relative_data_path),
 ]
 """A file or folder under the server's data root."""
-GpuIndex = Annotated[int, Field(ge=0, le=63, description="Which GPU of the worker.")]
-Score = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class ActionOptions(BaseModel):
@@ -78,6 +75,8 @@ def _rest_field(declared: DeclaredOption) -> tuple[Any, Any]:
         kind = DataPath
     elif declared.is_list and kind is str:
         kind = Annotated[str, Field(min_length=1, max_length=200)]
+    elif declared.spec.max_length is not None:
+        kind = Annotated[kind, Field(min_length=1, max_length=declared.spec.max_length)]
     default = declared.rest_default
     described: dict[str, Any] = {"description": declared.spec.help}
     if declared.is_list:
@@ -115,46 +114,6 @@ def task_options_model(
     return model
 
 
-class TrainOptions(ActionOptions):
-    """The engine's :class:`maskops.training.train_options.TrainOptions` a job sets (the
-    rendezvous is the workers', restarts the operator's ``MASKOPS_TRAIN_MAX_RESTARTS``),
-    with its defaults; plus ``trial``, an AutoML search's."""
-
-    gpu_index: GpuIndex = ENGINE_TRAIN.gpu_index
-    gpus: int = Field(
-        default=ENGINE_TRAIN.gpus,
-        ge=1,
-        le=64,
-        description="Ranks (one per GPU) the job trains on, under torchrun; learning rates "
-        "scale linearly with them. At most what a live worker reports (its GPUs, or "
-        "MASKOPS_CPU_RANKS gloo processes on a worker without a GPU).",
-    )
-    nodes: int = Field(
-        default=ENGINE_TRAIN.nodes,
-        ge=1,
-        le=64,
-        description="Workers (hosts) the job spans, each running `gpus` ranks; they gather "
-        "in a c10d rendezvous hosted by the first worker to claim the job.",
-    )
-    trial: int | None = Field(
-        default=None,
-        ge=0,
-        description="Set by an AutoML search on the train jobs it creates: the number of the "
-        "study's trial the job runs (its parent_job_id is the search).",
-    )
-
-    def engine(self, *, rdzv_endpoint: str = "", max_restarts: int = 0) -> EngineTrainOptions:
-        """The engine's options of this job (the worker adds the rendezvous it hosts or
-        joins and the restarts the operator allows)."""
-        return EngineTrainOptions(
-            gpus=self.gpus,
-            gpu_index=self.gpu_index,
-            nodes=self.nodes,
-            rdzv_endpoint=rdzv_endpoint,
-            max_restarts=max_restarts,
-        )
-
-
 class ModelSource(ActionOptions):
     """Which model a follow-up job works on: its parent's, or another file."""
 
@@ -171,60 +130,40 @@ class ModelSource(ActionOptions):
     """Read by the worker, not passed on to the engine."""
 
 
-class _FromModel(ModelSource):
-    gpu_index: GpuIndex = 0
+class TrainJob(ActionOptions):
+    """A train job's options: the declared ones a job sets (the rendezvous is the workers',
+    restarts the operator's ``MASKOPS_TRAIN_MAX_RESTARTS``), plus ``trial``, an AutoML
+    search's."""
 
-
-# The engine's maskops.evaluation.options.EvaluateOptions that a job may set, with its
-# defaults (the images are the dataset's validation shards).
-class EvaluateOptions(_FromModel):
-    gpu_index: GpuIndex = ENGINE_EVALUATE_GPU_INDEX
-
-
-# The engine's maskops.prune.options.PruneOptions, with its names, choices and defaults.
-class PruneOptions(ModelSource):
-    norm: Norm = ENGINE_PRUNE.norm
-    equalization: Equalization = ENGINE_PRUNE.equalization
-    granularity: int = Field(default=ENGINE_PRUNE.granularity, ge=1, le=4096)
-    threshold: Score = ENGINE_PRUNE.threshold
-    min_filters: int = Field(default=ENGINE_PRUNE.min_filters, ge=1, le=4096)
-    excluded_layers: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
-        default_factory=list, max_length=1000
+    trial: int | None = Field(
+        default=None,
+        ge=0,
+        description="Set by an AutoML search on the train jobs it creates: the number of the "
+        "study's trial the job runs (its parent_job_id is the search).",
     )
 
+    def engine(self, *, rdzv_endpoint: str = "", max_restarts: int = 0) -> EngineTrainOptions:
+        """The engine's options of this job (the worker adds the rendezvous it hosts or
+        joins and the restarts the operator allows)."""
+        return EngineTrainOptions(
+            **engine_values(EngineTrainOptions, self.model_dump()),
+            rdzv_endpoint=rdzv_endpoint,
+            max_restarts=max_restarts,
+        )
 
-# The engine's maskops.evaluation.inference_options.InferenceOptions that a job may set, with
-# its defaults, except that a job draws masks unless told not to (the images are the job's
-# image_dir; the exports are the labelling tools' files written after the inference).
-class InferenceOptions(_FromModel):
+
+class InferenceJob(ModelSource):
+    """An inference job's options: the declared ones and the images it runs on."""
+
     image_dir: DataPath | None = Field(
         default=None, description="Images under the data root (default: the dataset's val)."
     )
-    gpu_index: GpuIndex = ENGINE_INFERENCE_GPU_INDEX
-    threshold: Score = ENGINE_INFERENCE_THRESHOLD
-    include_mask: bool = True
-    exports: list[Literal["coco", "cvat", "labelstudio", "labelstudio-brush"]] = Field(
-        default_factory=list,
-        max_length=4,
-        description="Also write the predictions for review in a labelling tool: coco "
-        "(COCO documents with polygon and with RLE masks), cvat (CVAT for images 1.1 XML), "
-        "labelstudio (Label Studio pre-annotations, polygons), labelstudio-brush (the same "
-        "as brush masks); artifacts under exports/.",
-    )
-    polygon_tolerance: float = Field(
-        default=1.0,
-        ge=0.0,
-        le=50.0,
-        description="Douglas-Peucker tolerance (pixels) simplifying mask outlines to "
-        "polygons; at most 2% of the square root of an object's area.",
-    )
-    model_version: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=200,
-        description="Label Studio's model_version on the pre-annotations (default: "
-        "the model's job, 'job-<id>').",
-    )
+
+
+TrainOptions = task_options_model(TRAIN, TrainJob)
+EvaluateOptions = task_options_model(EVALUATE, ModelSource)
+PruneOptions = task_options_model(PRUNE, ModelSource)
+InferenceOptions = task_options_model(INFERENCE, InferenceJob)
 
 
 def _export_rules(options: Any) -> Any:

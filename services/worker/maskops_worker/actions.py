@@ -29,6 +29,7 @@ from maskops_core.options import (
     ModelSource,
     PruneOptions,
     PublishOptions,
+    TrainJob,
     TrainOptions,
 )
 from maskops_core.settings import ReplicaLookupError, Settings
@@ -41,6 +42,7 @@ from maskops_worker.contract import (
 )
 
 if TYPE_CHECKING:
+    from maskops.evaluation.inference_options import InferenceOptions as EngineInferenceOptions
     from maskops.training.launcher import RankPlan
     from maskops.training.train import TrainResult
 
@@ -221,7 +223,8 @@ def train(ctx: JobContext) -> dict[str, Any]:
     except TrainingCancelled as exc:
         raise JobCancelled(_checkpoint_result(ctx, exc.step, exc.checkpoint)) from exc
     root = ctx.settings.data_root
-    ranks = options.gpus * options.nodes
+    run = options.engine()
+    ranks = run.gpus * run.nodes
     return {
         "step": outcome.step,
         "total_steps": outcome.total_steps,
@@ -235,7 +238,7 @@ def train(ctx: JobContext) -> dict[str, Any]:
 
 
 def _train_ranks(
-    ctx: JobContext, spec: ExperimentSpec, results_dir: Path, options: TrainOptions
+    ctx: JobContext, spec: ExperimentSpec, results_dir: Path, options: TrainJob
 ) -> TrainResult:
     """One rank in this process, reporting through a hook; several under torchrun as a
     child process (the launcher the CLI uses), reporting rank 0's status file."""
@@ -251,7 +254,7 @@ def _train_ranks(
             return run_training(
                 spec,
                 results_dir,
-                gpu_index=options.gpu_index,
+                gpu_index=options.engine().gpu_index,
                 extra_hooks=[
                     control_plane_hook(ctx, every_steps=spec.report_frequency),
                     *trial_pruning_hook(ctx, spec, options),
@@ -274,7 +277,7 @@ def _train_ranks(
             raise JobRequeued(str(exc)) from exc
 
 
-def _rank_plan(ctx: JobContext, options: TrainOptions, *, endpoint: str, leads: bool) -> RankPlan:
+def _rank_plan(ctx: JobContext, options: TrainJob, *, endpoint: str, leads: bool) -> RankPlan:
     """The torchrun plan of this attempt: the same on every node of the job, but the
     leader's agent serves the rendezvous store (the workers may share a host name)."""
     from maskops.training.launcher import RankPlan
@@ -292,10 +295,11 @@ def _rank_plan(ctx: JobContext, options: TrainOptions, *, endpoint: str, leads: 
     )
 
 
-def _lead_nodes(ctx: JobContext, options: TrainOptions) -> str:
+def _lead_nodes(ctx: JobContext, options: TrainJob) -> str:
     """For a multi-node job: host its rendezvous here (this worker claimed it) and send
     one node task per other node; returns the endpoint ("" for one node)."""
-    if options.nodes == 1:
+    nodes = options.engine().nodes
+    if nodes == 1:
         return ""
     from maskops_core.actions import TRAIN_NODE_TASK, stack_kwargs
     from maskops_core.identity import database_identity
@@ -304,14 +308,14 @@ def _lead_nodes(ctx: JobContext, options: TrainOptions) -> str:
     with socket.socket() as probe:
         probe.bind(("", 0))
         endpoint = f"{socket.gethostname()}:{probe.getsockname()[1]}"
-    for _ in range(options.nodes - 1):
+    for _ in range(nodes - 1):
         app.send_task(
             TRAIN_NODE_TASK,
             args=[ctx.job.id, ctx.job.attempts, endpoint],
             kwargs=stack_kwargs(ctx.settings.stack_id, database_identity(ctx.factory)),
         )
     wait = ctx.settings.rendezvous_timeout_s
-    _append(ctx, f"{options.nodes} nodes gather at {endpoint} (for up to {wait:g} s)")
+    _append(ctx, f"{nodes} nodes gather at {endpoint} (for up to {wait:g} s)")
     return endpoint
 
 
@@ -389,7 +393,7 @@ def evaluate(ctx: JobContext) -> dict[str, Any]:
     metrics = run_evaluation(
         spec,
         model,
-        EngineEvaluateOptions(gpu_index=options.gpu_index),
+        EngineEvaluateOptions(**engine_values(EngineEvaluateOptions, options.model_dump())),
         out_json=report,
         progress=False,
         log=_logger(ctx),
@@ -404,10 +408,7 @@ def prune(ctx: JobContext) -> dict[str, Any]:
 
     options = job_options(ctx, PruneOptions)
     out_dir = ctx.work_dir / "pruned"
-    engine_options = EnginePruneOptions(
-        excluded_layers=tuple(options.excluded_layers),
-        **options.given(exclude={*options.SOURCE_FIELDS, "excluded_layers"}),
-    )
+    engine_options = EnginePruneOptions(**engine_values(EnginePruneOptions, options.model_dump()))
     report = run_prune(parent_model(ctx, options), out_dir, engine_options)
     _append(ctx, f"params {report.params_before} -> {report.params_after}")
     ctx.report(1, 1, {"params_ratio": report.params_ratio})
@@ -427,6 +428,9 @@ def inference(ctx: JobContext) -> dict[str, Any]:
 
     spec = job_spec(ctx, need="")
     options = job_options(ctx, InferenceOptions)
+    engine_options = EngineInferenceOptions(
+        **engine_values(EngineInferenceOptions, options.model_dump())
+    )
     if options.image_dir is not None:
         image_dir = _inside_data_root(ctx, options.image_dir)
     elif ctx.job.dataset_splits and "val" in ctx.job.dataset_splits:
@@ -439,11 +443,7 @@ def inference(ctx: JobContext) -> dict[str, Any]:
         parent_model(ctx, options),
         image_dir,
         out_images,
-        EngineInferenceOptions(
-            threshold=options.threshold,
-            include_mask=options.include_mask,
-            gpu_index=options.gpu_index,
-        ),
+        engine_options,
         label_dir=labels,
         progress=False,
         log=_logger(ctx),
@@ -457,12 +457,14 @@ def inference(ctx: JobContext) -> dict[str, Any]:
         "annotated_images": _relative(ctx, out_images),
         "labels": _relative(ctx, labels),
     }
-    if options.exports and summary.images:
-        result["exports"] = _export_predictions(ctx, options, labels)
+    if engine_options.exports and summary.images:
+        result["exports"] = _export_predictions(ctx, engine_options, labels)
     return result
 
 
-def _export_predictions(ctx: JobContext, options: InferenceOptions, labels: Path) -> list[str]:
+def _export_predictions(
+    ctx: JobContext, options: EngineInferenceOptions, labels: Path
+) -> list[str]:
     """The predictions as the labelling tools' files (``options.exports``), under exports/."""
     from maskops.data.formats.predictions import export_predictions
 
@@ -471,7 +473,7 @@ def _export_predictions(ctx: JobContext, options: InferenceOptions, labels: Path
     written = export_predictions(
         labels,
         ctx.work_dir / "exports",
-        options.exports,
+        list(options.exports),
         tolerance=options.polygon_tolerance,
         model_version=version,
     )
@@ -484,7 +486,7 @@ def export(ctx: JobContext) -> dict[str, Any]:
     from maskops.export.options import export_file_name
 
     options = job_options(ctx, ExportOptions)
-    values = engine_values(EngineExportOptions, options.given(exclude=set(options.SOURCE_FIELDS)))
+    values = engine_values(EngineExportOptions, options.model_dump())
     if values.get("cal_image_dir") is not None:
         values["cal_image_dir"] = _inside_data_root(ctx, values["cal_image_dir"])
     engine_options = EngineExportOptions(**values)

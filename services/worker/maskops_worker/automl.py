@@ -29,7 +29,7 @@ from maskops.spec.models import ExperimentSpec
 from maskops_core import automl as searches
 from maskops_core.actions import JobAction
 from maskops_core.dispatch import CeleryDispatcher, Dispatcher, dispatch_job
-from maskops_core.options import AutomlOptions, TrainOptions
+from maskops_core.options import AutomlOptions, TrainJob
 from maskops_core.paths import check_client_path
 from maskops_core.settings import Settings
 from maskops_worker.contract import JobCancelled, JobContext, JobInputError, JobRequeued
@@ -219,7 +219,7 @@ def run_search(ctx: JobContext, options: AutomlOptions) -> dict[str, Any]:
     return Search(ctx, options, base, space, study, dispatcher).run()
 
 
-def trial_pruning_hook(ctx: JobContext, spec: ExperimentSpec, options: TrainOptions) -> list[Any]:
+def trial_pruning_hook(ctx: JobContext, spec: ExperimentSpec, options: TrainJob) -> list[Any]:
     """For a trial of a search: the hook reporting its evaluations to the study's pruner
     (none for another train job, or a trial whose study already knows its outcome)."""
     import optuna

@@ -159,14 +159,3 @@ def test_maskops_inference_exports_for_review(
         p.name for p in images.iterdir()
     )
     assert all(t["predictions"][0]["model_version"] == "maskops" for t in tasks)
-
-
-def test_the_export_formats_are_listed_alike_everywhere() -> None:
-    from typing import get_args
-
-    from maskops.cli.inference import EXPORT_FORMATS as CLI_FORMATS
-    from maskops.data.formats.predictions import EXPORT_FORMATS
-    from maskops_core.options import InferenceOptions
-
-    (item,) = get_args(InferenceOptions.model_fields["exports"].annotation)
-    assert CLI_FORMATS == EXPORT_FORMATS == get_args(item)

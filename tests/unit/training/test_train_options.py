@@ -1,44 +1,27 @@
-"""One definition of the train options: the engine's TrainOptions, the ``maskops train``
-flags and the REST train job's options agree on names and defaults, and a job's options
-become the engine's unchanged."""
+"""The train options: TAO's process flags are one option, a job's options become the
+engine's unchanged, and options that cannot run name their flag."""
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
-from typing import Any
+from dataclasses import replace
 
 import pytest
 
 from maskops.cli import train as cli_train
-from maskops.training.train_options import DEFAULTS, TrainOptions, cli_flag
+from maskops.cli.main import build_parser
+from maskops.training.train_options import DEFAULTS, TrainOptions
 from maskops_core.options import TrainOptions as JobTrainOptions
-from tests.support.options_agreement import TaskCli
 
 BASE = ["train", "-e", "spec.txt", "-d", "results"]
-OTHER_VALUES: dict[str, Any] = {
-    "gpus": 4,
-    "gpu_index": 2,
-    "nodes": 2,
-    "rdzv_endpoint": "head:29400",
-    "rdzv_id": "run-7",
-    "max_restarts": 3,
-    "use_amp": True,
-}
-"""A value other than the default for every option."""
-CLI = TaskCli(BASE, cli_train.train_options, DEFAULTS, cli_flag, OTHER_VALUES)
+
+
+def _cli_options(*flags: str) -> TrainOptions:
+    return cli_train.train_options(build_parser().parse_args([*BASE, *flags]))
 
 
 def test_tao_s_process_flags_are_the_same_option() -> None:
-    assert CLI.options("-np", "3") == CLI.options("--num_processes", "3")
-    assert CLI.options("-np", "3") == replace(DEFAULTS, gpus=3)
-
-
-def test_the_job_options_are_engine_options_with_the_engine_defaults() -> None:
-    engine_names = {f.name for f in fields(TrainOptions)}
-    job_fields = set(JobTrainOptions.model_fields) - {"trial"}
-    assert job_fields <= engine_names, job_fields - engine_names
-    for name in job_fields:
-        assert JobTrainOptions.model_fields[name].default == getattr(DEFAULTS, name), name
+    assert _cli_options("-np", "3") == _cli_options("--num_processes", "3")
+    assert _cli_options("-np", "3") == replace(DEFAULTS, gpus=3)
 
 
 def test_a_job_s_options_become_engine_options_unchanged() -> None:
@@ -61,4 +44,4 @@ def test_a_job_s_options_become_engine_options_unchanged() -> None:
     ],
 )
 def test_options_that_cannot_run_name_the_flag(flags: list[str], problem: str) -> None:
-    assert CLI.options(*flags).problem() == problem
+    assert _cli_options(*flags).problem() == problem

@@ -27,7 +27,7 @@ from maskops_core.db.models import (
     utcnow,
 )
 from maskops_core.db.session import rowcount
-from maskops_core.options import AutomlOptions, TrainOptions
+from maskops_core.options import AutomlOptions, TrainJob, TrainOptions
 from maskops_core.settings import Settings
 
 ENDPOINT = "POST /jobs"
@@ -192,12 +192,13 @@ def _check_options(action: JobAction, options: dict[str, object]) -> None:
 
 
 def _check_ranks(
-    session: Session, settings: Settings, action: JobAction, options: TrainOptions
+    session: Session, settings: Settings, action: JobAction, job_options: TrainJob
 ) -> None:
     """A job on several ranks needs live workers offering them (``nodes`` workers of
     ``gpus`` ranks each): refused now rather than queued for workers that never come (one
     rank always queues). A 409: the options are valid, the live workers are the state
     that does not allow them."""
+    options = job_options.engine()
     if options.gpus == 1 and options.nodes == 1:
         return
     queue = action.queue(settings)
