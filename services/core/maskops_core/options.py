@@ -2,12 +2,11 @@
 
 One model per action, referenced from the catalogue (``JobAction.<action>.spec.options``):
 the API validates a job's options with it at the door (422 naming the option) and the
-worker reads them through the same model, so each option is defined once. The values
-mirror what the engine accepts (``maskops.export.export_onnx``,
-``maskops.prune.run.run_prune``, ``maskops.evaluation.runner.run_evaluation``,
-``maskops.evaluation.inference.run_inference``, ``maskops.training.train.run_training``);
-defaults are left to the engine (read options with ``model_dump(exclude_unset=True)``).
-Extra keys and wrong types are refused (``"gpu_index": "0"`` and ``true`` are not 0).
+worker reads them through the same model. A declared task's model is built from its
+declaration (:mod:`maskops.tasks`, :func:`task_options_model`): its fields, help, bounds and
+defaults are the declared options'; the worker turns them back into the task's options
+dataclass (``maskops.options_schema.engine_values``). Extra keys and wrong types are
+refused (``"gpu_index": "0"`` and ``true`` are not 0).
 """
 
 from __future__ import annotations
