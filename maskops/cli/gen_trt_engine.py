@@ -203,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
             strict_types=args.strict_type_constraints,
             verbose=args.verbose,
             gpu_index=args.gpu_index,
+            progress=True,
         )
     except EngineBuildError as exc:
         raise CLIError(str(exc), exit_code=EXIT_FAILURE) from None

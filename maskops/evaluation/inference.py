@@ -8,6 +8,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from maskops.evaluation.inference_options import InferenceOptions
 from maskops.evaluation.postprocess import detections_to_coco
 from maskops.evaluation.predictor import LoadedPredictor, check_input_size, load_predictor
 from maskops.evaluation.visualize import draw_detections
+from maskops.progress import progress_bar, shown
 from maskops.spec.models import ExperimentSpec
 
 IMAGES_INDEX = "coco_images.json"
@@ -195,7 +197,7 @@ def run_inference(
             ``image_id``, ``file_name``, ``category_id``, ``bbox`` ``[x, y, w, h]``,
             ``score`` and, for models with masks, ``segmentation`` RLE), plus
             :data:`IMAGES_INDEX`.
-        progress: show a progress bar.
+        progress: show progress: a bar on a terminal, plain lines elsewhere.
         log, warn: receive progress lines and per-file problems.
         loaded: an already opened model (then ``model_path`` is only used in messages).
         class_names: model class index (1..K, the order of the label map) -> the name to
@@ -225,7 +227,8 @@ def run_inference(
         include_mask=options.include_mask,
         summary=summary,
     )
-    with tqdm(total=len(paths), unit="img", disable=not progress, desc="inference") as bar:
+    bar = progress_bar(len(paths), desc="inference", unit="img", enabled=shown(progress))
+    with closing(bar):
         for start in range(0, len(paths), spec.eval_batch_size):
             indices = range(start, min(start + spec.eval_batch_size, len(paths)))
             _infer_batch(loaded, spec, options.threshold, indices, writer, warn)

@@ -25,7 +25,7 @@ from maskops.evaluation.predictor import (
     check_input_size,
     load_predictor,
 )
-from maskops.progress import progress_bar
+from maskops.progress import progress_bar, shown
 from maskops.spec.models import ExperimentSpec
 
 Batch = tuple[Sequence[torch.Tensor], Sequence[Mapping[str, Any]]]
@@ -39,6 +39,7 @@ def evaluate_model(
     *,
     max_images: int | None = None,
     progress: bool = False,
+    desc: str = "evaluate",
 ) -> dict[str, float]:
     """Run a model over evaluation batches and return the evaluator's COCO metrics.
 
@@ -50,6 +51,7 @@ def evaluate_model(
         evaluator: reset here, then fed every batch.
         max_images: stop after this many images (None = all the loader yields).
         progress: show progress: a bar on a terminal, plain lines elsewhere.
+        desc: the progress's name (``evaluate: 4/8 img ...``).
 
     Returns:
         ``{metric name: value}`` (see :class:`COCOEvaluator`).
@@ -57,7 +59,7 @@ def evaluate_model(
     predictor: Predictor = TorchPredictor(model) if isinstance(model, torch.nn.Module) else model
     evaluator.reset()
     seen = 0
-    bar = progress_bar(max_images, desc="evaluate", unit="img", enabled=None if progress else False)
+    bar = progress_bar(max_images, desc=desc, unit="img", enabled=shown(progress))
     with closing(bar):
         for images, targets in loader:
             if max_images is not None:

@@ -61,6 +61,7 @@ from maskops.export.tensorrt import (
 )
 from maskops.export.tensorrt_rules import check_tensorrt_graph, describe, required_plugins
 from maskops.modeling import SpecMaskRCNN
+from maskops.progress import shown, stage
 from maskops.shape_rules import image_size_fits, image_stride
 from maskops.spec.models import ExperimentSpec
 
@@ -192,19 +193,30 @@ def _int8_metrics(
     reference: torch.nn.Module,
     candidate: OnnxPredictor,
     include_mask: bool,
+    progress: bool = False,
 ) -> dict[str, dict[str, float]]:
-    """Validation COCO metrics of the fp32 PyTorch model and of the int8 graph."""
+    """Validation COCO metrics of the fp32 PyTorch model and of the int8 graph (with
+    ``progress``, an ``evaluate fp32`` and an ``evaluate int8`` bar)."""
     from maskops.data.pipeline import build_eval_loader
     from maskops.evaluation import COCOEvaluator, evaluate_model
 
     if not spec.data_config.val_json_file:
         return {}
     iou_types: tuple[IouType, ...] = ("bbox", "segm") if include_mask else ("bbox",)
+    # The loader already stops at eval_samples: as max_images it gives the bar its total.
+    total = spec.data_config.eval_samples or None
     metrics: dict[str, dict[str, float]] = {}
     for name, predictor in (("fp32", reference), ("int8", candidate)):
         evaluator = COCOEvaluator(spec.data_config.val_json_file, label_map, iou_types=iou_types)
         loader = build_eval_loader(spec, label_map=label_map, with_masks=False)
-        metrics[name] = evaluate_model(predictor, loader, evaluator)
+        metrics[name] = evaluate_model(
+            predictor,
+            loader,
+            evaluator,
+            max_images=total,
+            progress=progress,
+            desc=f"evaluate {name}",
+        )
     return metrics
 
 
@@ -287,6 +299,8 @@ class _Export:
     """The checkpoint's own spec (its architecture)."""
     metadata: GraphMetadata
     profile: BatchProfile
+    progress: bool = False
+    """Show each counted stage's progress: a bar on a terminal, plain lines elsewhere."""
 
     @property
     def label_map(self) -> LabelMap:
@@ -362,31 +376,31 @@ class _Calibration:
 
 
 def _quantize(
-    graph: onnx.ModelProto,
-    spec: ExperimentSpec,
-    label_map: LabelMap,
-    metadata: GraphMetadata,
-    *,
-    cal_image_dir: Path | None,
-    count: tuple[int, int],
-    work_dir: Path,
-    symmetric: bool,
-    log: Callable[[str], None],
+    job: _Export, graph: onnx.ModelProto, log: Callable[[str], None]
 ) -> tuple[onnx.ModelProto, _Calibration]:
-    """The int8 QDQ graph, calibrated on ``batches x batch_size`` images (``count``) of
-    ``cal_image_dir`` or of the training shards; symmetric for TensorRT."""
-    batches, batch_size = count
-    if cal_image_dir is not None:
-        images = read_image_dir(cal_image_dir, metadata.image_size, batches * batch_size)
-        source = str(cal_image_dir)
+    """The int8 QDQ graph, calibrated on ``--batches x --batch_size`` images of
+    ``--cal_image_dir`` or of the training shards (a ``calibrate`` bar over them);
+    symmetric for TensorRT."""
+    options, spec, symmetric = job.options, job.spec, job.tensorrt_bound
+    batches, batch_size = options.batches, options.batch_size
+    if options.cal_image_dir is not None:
+        images = read_image_dir(
+            options.cal_image_dir, job.metadata.image_size, batches * batch_size
+        )
+        source = str(options.cal_image_dir)
     else:
         images = training_calibration_images(
-            spec, label_map, batches=batches, batch_size=batch_size
+            spec, job.label_map, batches=batches, batch_size=batch_size
         )
         source = spec.data_config.training_file_pattern
     form = "symmetric int8 activations (TensorRT)" if symmetric else "uint8 activations"
-    log(f"Calibrating int8 on {len(images)} images from {source}, {form}")
-    graph, table = quantize_int8(graph, images, work_dir=work_dir, symmetric=symmetric)
+    line = f"Calibrating int8 on {len(images)} images from {source}, {form}"
+    with stage(
+        log, line, total=len(images), desc="calibrate", unit="img", enabled=shown(job.progress)
+    ) as bar:
+        graph, table = quantize_int8(
+            graph, images, work_dir=job.out.parent, symmetric=symmetric, progress=bar
+        )
     return graph, _Calibration(table, len(images), source, symmetric)
 
 
@@ -411,17 +425,18 @@ def _check_for_tensorrt(graph: onnx.ModelProto, out: Path, log: Callable[[str], 
 def _trace(job: _Export, example: torch.Tensor, log: Callable[[str], None]) -> onnx.ModelProto:
     """The fp32 graph of one image, its input-determined shape arithmetic folded."""
     meta = job.metadata
-    log(
+    line = (
         f"Tracing {job.model_path.name} at {meta.image_size[0]}x{meta.image_size[1]} "
         f"({meta.data_type})"
     )
-    graph = trace_to_onnx(
-        job.model,
-        image_size=meta.image_size,
-        max_detections=meta.max_detections,
-        example=example[None],
-        opset=job.options.opset,
-    )
+    with stage(log, line):
+        graph = trace_to_onnx(
+            job.model,
+            image_size=meta.image_size,
+            max_detections=meta.max_detections,
+            example=example[None],
+            opset=job.options.opset,
+        )
     # Input-determined shape arithmetic becomes constants (TopK's K among them).
     return fold_shape_arithmetic(graph)
 
@@ -435,17 +450,7 @@ def _to_precision(
         return convert_to_fp16(graph), None
     if options.data_type != "int8":
         return graph, None
-    return _quantize(
-        graph,
-        job.spec,
-        job.label_map,
-        job.metadata,
-        cal_image_dir=options.cal_image_dir,
-        count=(options.batches, options.batch_size),
-        work_dir=job.out.parent,
-        symmetric=job.tensorrt_bound,
-        log=log,
-    )
+    return _quantize(job, graph, log)
 
 
 def _batched(job: _Export, graph: onnx.ModelProto, log: Callable[[str], None]) -> onnx.ModelProto:
@@ -499,7 +504,9 @@ def _matching_pytorch(
     tolerances: Tolerances | None,
     log: Callable[[str], None],
 ) -> tuple[ParityReport, OnnxPredictor]:
-    """The graph's detections compared with PyTorch's on ``images`` (onnxruntime, CPU).
+    """The graph's detections compared with PyTorch's on ``images`` (onnxruntime, CPU), a
+    ``parity`` bar counting the images; both run the graph's batch size at a time, so a
+    dynamic graph's Loop over images is checked on several.
 
     Raises:
         ExportError: they differ beyond the data type's tolerances.
@@ -507,9 +514,19 @@ def _matching_pytorch(
     predictor = OnnxPredictor(
         graph.SerializeToString(), metadata=job.metadata, providers=["CPUExecutionProvider"]
     )
-    reference = TorchPredictor(job.model)(images)
+    torch_predictor = TorchPredictor(job.model)
+    reference: list[dict[str, torch.Tensor]] = []
+    candidate: list[dict[str, torch.Tensor]] = []
+    line = f"Checking the ONNX against PyTorch on {len(images)} validation images"
+    enabled = shown(job.progress)
+    with stage(log, line, total=len(images), desc="parity", unit="img", enabled=enabled) as bar:
+        for start in range(0, len(images), predictor.batch_size):
+            chunk = images[start : start + predictor.batch_size]
+            reference.extend(torch_predictor(chunk))
+            candidate.extend(predictor(chunk))
+            bar.update(len(chunk))
     parity = compare_detections(
-        reference, predictor(images), data_type=job.options.data_type, tolerances=tolerances
+        reference, candidate, data_type=job.options.data_type, tolerances=tolerances
     )
     log(parity.summary())
     if not parity.passed:
@@ -522,16 +539,18 @@ def _logged_int8_metrics(
 ) -> dict[str, dict[str, float]]:
     """Validation COCO metrics of the fp32 model and the int8 graph, the AP logged."""
     include_mask = job.stored_spec.maskrcnn_config.include_mask
-    metrics = _int8_metrics(job.spec, job.label_map, job.model, predictor, include_mask)
+    metrics = _int8_metrics(
+        job.spec, job.label_map, job.model, predictor, include_mask, progress=job.progress
+    )
     if metrics:
         key = "mask_AP" if "mask_AP" in metrics["fp32"] else "AP"
         log(f"Validation {key}: fp32 {metrics['fp32'][key]:.4f}, int8 {metrics['int8'][key]:.4f}")
     return metrics
 
 
-def _engine(job: _Export, result: ExportResult) -> None:
-    """Build the TensorRT engine where one was requested and TensorRT is here; the note says
-    what happened."""
+def _engine(job: _Export, result: ExportResult, log: Callable[[str], None]) -> None:
+    """Build the TensorRT engine where one was requested and TensorRT is here (a bar per
+    phase of the build that TensorRT reports); the note says what happened."""
     options, reason = job.options, tensorrt_unavailable_reason()
     if options.engine_file is None:
         result.engine_note = "no --engine_file given: no TensorRT engine requested"
@@ -539,15 +558,17 @@ def _engine(job: _Export, result: ExportResult) -> None:
         builder: dict[str, Any] = {"strict_types": options.strict_types}
         if options.workspace_bytes is not None:
             builder["workspace_bytes"] = options.workspace_bytes
-        result.engine_file = build_engine(
-            job.out,
-            options.engine_file,
-            data_type=options.data_type,
-            image_size=job.metadata.image_size,
-            profile=job.profile,
-            gpu_index=options.gpu_index,
-            **builder,
-        )
+        with stage(log, f"Building the TensorRT engine {options.engine_file}"):
+            result.engine_file = build_engine(
+                job.out,
+                options.engine_file,
+                data_type=options.data_type,
+                image_size=job.metadata.image_size,
+                profile=job.profile,
+                gpu_index=options.gpu_index,
+                progress=job.progress,
+                **builder,
+            )
         result.engine_note = f"TensorRT engine built: {result.engine_file}"
     else:
         result.engine_note = ENGINE_ELSEWHERE.format(reason=reason)
@@ -575,9 +596,11 @@ def _write(
     graph: onnx.ModelProto,
     calibration: _Calibration | None,
     parity: ParityReport,
+    log: Callable[[str], None],
 ) -> ExportResult:
     """Write the ONNX (and the int8 calibration scales); the result describing them."""
-    _atomic_save(graph, job.out)
+    with stage(log, f"Writing {job.out}"):
+        _atomic_save(graph, job.out)
     cal_cache_file = None
     if calibration is not None:
         cal_cache_file = job.options.cal_cache_file or job.out.with_suffix(".cal.json")
@@ -607,6 +630,7 @@ def export_onnx(
     tolerances: Tolerances | None = None,
     evaluate_int8: bool = True,
     log: Callable[[str], None] = print,
+    progress: bool = False,
     **option_values: Any,
 ) -> ExportResult:
     """Export a maskops checkpoint to a validated ONNX file.
@@ -623,7 +647,10 @@ def export_onnx(
             ``num_validation_images`` of the spec's validation data).
         tolerances: override the parity tolerances of the data type.
         evaluate_int8: for int8, compute fp32 vs int8 validation metrics (needs val_json_file).
-        log: progress lines.
+        log: a line as each stage starts, and the results.
+        progress: show the progress of the stages that have a count (calibration images,
+            parity images, int8 evaluation, TensorRT's build phases): a bar on a terminal,
+            plain lines elsewhere (:mod:`maskops.progress`).
 
     Raises:
         ExportError: bad options, no images, a graph that does not match PyTorch, or
@@ -631,7 +658,7 @@ def export_onnx(
     """
     started = time.perf_counter()
     options = replace(options or ExportOptions(), **option_values)
-    job = _prepare(model_path, spec, out, options)
+    job = replace(_prepare(model_path, spec, out, options), progress=progress)
     images = list(
         validation_images or validation_batch(job.spec, job.label_map, num_validation_images)
     )
@@ -640,9 +667,9 @@ def export_onnx(
     metrics = {}
     if options.data_type == "int8" and evaluate_int8:
         metrics = _logged_int8_metrics(job, predictor, log)
-    result = _write(job, graph, calibration, parity)
+    result = _write(job, graph, calibration, parity, log)
     result.metrics, result.tensorrt_plugins = metrics, plugins
-    _engine(job, result)
+    _engine(job, result, log)
     log(result.engine_note)
     if options.gen_ds_config:
         result.deepstream_files = _deepstream(job)

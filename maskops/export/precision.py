@@ -35,6 +35,7 @@ from onnx import helper, numpy_helper
 
 from maskops.atomic import atomic_write
 from maskops.export.graph import INPUT_NAME, used_names
+from maskops.progress import Progress
 
 CALIBRATION_CACHE_FORMAT = "maskops-int8-calibration/1"
 QUANTIZED_OP_TYPES: tuple[str, ...] = ("Conv", "Gemm")
@@ -113,13 +114,22 @@ _SYMMETRIC_OPTIONS: dict[str, object] = {
 
 
 class _ImageReader:
-    """onnxruntime CalibrationDataReader over ``[3, H, W]`` float images, one per call."""
+    """onnxruntime CalibrationDataReader over ``[3, H, W]`` float images, one per call.
 
-    def __init__(self, images: Iterable[torch.Tensor]) -> None:
+    onnxruntime asks for the next image once it has run the one before, so that is when
+    ``progress`` counts an image done.
+    """
+
+    def __init__(self, images: Iterable[torch.Tensor], progress: Progress | None = None) -> None:
         self._images: Iterator[torch.Tensor] = iter(images)
+        self._progress = progress
+        self._running = False
 
     def get_next(self) -> dict[str, np.ndarray] | None:
+        if self._running and self._progress is not None:
+            self._progress.update(1)
         image = next(self._images, None)
+        self._running = image is not None
         if image is None:
             return None
         return {INPUT_NAME: image[None].numpy().astype(np.float32)}
@@ -134,6 +144,7 @@ def quantize_int8(
     *,
     work_dir: Path | None = None,
     symmetric: bool = False,
+    progress: Progress | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, dict[str, float]]]:
     """Statically quantise an fp32 graph to int8 QDQ, calibrated on ``calibration_images``.
 
@@ -144,6 +155,7 @@ def quantize_int8(
         work_dir: where onnxruntime's temporary files go (default: the system's).
         symmetric: the TensorRT form (int8 activations, zero points 0, float biases)
             instead of the portable one (uint8 activations, asymmetric); see the module.
+        progress: advanced by one as each calibration image has run.
 
     Returns:
         (the QDQ model, the calibration table: tensor name -> {"scale", "zero_point"} of
@@ -164,7 +176,7 @@ def quantize_int8(
         quantize_static(
             str(src),
             str(dst),
-            _ImageReader(calibration_images),
+            _ImageReader(calibration_images, progress),
             quant_format=QuantFormat.QDQ,
             op_types_to_quantize=list(QUANTIZED_OP_TYPES),
             per_channel=True,

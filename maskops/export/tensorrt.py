@@ -9,8 +9,10 @@ ONNX on its onnxruntime backend with the TensorRT accelerator.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 import torch
@@ -18,6 +20,7 @@ import torch
 from maskops.atomic import atomic_write
 from maskops.export.batching import image_graph
 from maskops.export.graph import IMAGE_INPUT_NAMES, INPUT_NAME, TAO_INPUT_NAME
+from maskops.progress import PhaseProgress, shown
 from maskops.shape_rules import batch_order_error
 
 ENGINE_ELSEWHERE = (
@@ -174,6 +177,33 @@ def _loop_hint(onnx_path: Path) -> str:
         return ""
 
 
+def progress_monitor(trt: Any, phases: PhaseProgress) -> Any:
+    """A ``trt.IProgressMonitor`` (TensorRT 10 and later) that reports to ``phases``.
+
+    TensorRT calls it from C++ where an exception cannot pass (the process would abort),
+    so a progress display that fails is dropped instead of ending the build.
+    """
+
+    class Monitor(trt.IProgressMonitor):
+        def __init__(self) -> None:
+            trt.IProgressMonitor.__init__(self)
+
+        def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
+            with suppress(Exception):
+                phases.phase_start(phase_name, parent_phase, num_steps)
+
+        def step_complete(self, phase_name: str, step: int) -> bool:
+            with suppress(Exception):
+                phases.step_complete(phase_name, step)
+            return True  # False would cancel the build
+
+        def phase_finish(self, phase_name: str) -> None:
+            with suppress(Exception):
+                phases.phase_finish(phase_name)
+
+    return Monitor()
+
+
 def build_engine(
     onnx_path: Path,
     engine_path: Path,
@@ -185,6 +215,7 @@ def build_engine(
     strict_types: bool = False,
     verbose: bool = False,
     gpu_index: int = 0,
+    progress: bool = False,
 ) -> Path:
     """Parse ``onnx_path`` and serialise a TensorRT engine to ``engine_path``.
 
@@ -193,7 +224,9 @@ def build_engine(
     optimisation profile (:func:`batch_profile`).
     ``strict_types`` (TAO's ``--strict_type_constraints``) makes TensorRT obey the layer
     precisions instead of picking faster ones; ``verbose`` logs at TensorRT's VERBOSE level.
-    ``gpu_index`` is the CUDA device that builds (and so will run) the engine. TensorRT's
+    ``gpu_index`` is the CUDA device that builds (and so will run) the engine. ``progress``
+    shows a bar per phase of the build that TensorRT reports (``engine: ...``; TensorRT 10
+    and later), plain lines off a terminal. TensorRT's
     plugins are registered before parsing: the parser imports ONNX RoiAlign as the
     ROIAlign_TRT plugin from the registry.
 
@@ -226,7 +259,15 @@ def build_engine(
     # The one input: images, or Input in the TAO layout.
     shapes.set_shape(network.get_input(0).name, *profile.shapes(image_size))
     config.add_optimization_profile(shapes)
-    serialized = builder.build_serialized_network(network, config)
+    phases = PhaseProgress(desc="engine", enabled=shown(progress))
+    if progress and hasattr(trt, "IProgressMonitor"):
+        # The config holds no reference: the monitor lives in this frame through the build.
+        monitor = progress_monitor(trt, phases)
+        config.progress_monitor = monitor
+    try:
+        serialized = builder.build_serialized_network(network, config)
+    finally:
+        phases.close()
     if serialized is None:
         raise EngineBuildError(
             f"{onnx_path}: TensorRT engine build failed (see the log above){_loop_hint(onnx_path)}"

@@ -16,14 +16,14 @@ import pytest
 
 from maskops.cli.completion import completion_script
 from maskops.cli.main import build_parser, main, maskops_version
-from maskops.progress import PlainProgress, format_duration
+from maskops.progress import PhaseProgress, PlainProgress, format_duration, stage
 
 if TYPE_CHECKING:
     from maskops.data.demo import DemoDataset
     from maskops.spec.models import ExperimentSpec
 
 MASKOPS = [sys.executable, "-m", "maskops.cli.main"]
-TQDM_BAR = re.compile(r"\d+/\d+ \[\d+:\d+<\d+:\d+, +[\d.?]+ ?(step/s|s/step)")
+TQDM_BAR = re.compile(r"\d+/\d+ \[\d+:\d+<\d+:\d+, +[\d.?]+ ?(\w+/s|s/\w+)")
 """tqdm's bar: ``3/4 [00:02<00:00,  1.50step/s]``: count, elapsed<ETA, rate."""
 
 
@@ -132,6 +132,34 @@ def test_plain_progress_lines() -> None:
     assert format_duration(3725) == "1:02:05" and format_duration(65) == "1:05"
 
 
+def test_stages_and_builder_phases_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """A stage's line goes to the log; its progress, and a builder's top-level phases (as
+    TensorRT reports them), are whole lines on stderr, each count written once."""
+    log: list[str] = []
+    with stage(log.append, "Checking 4 images", total=4, desc="parity", unit="img") as bar:
+        bar.update(4)
+    with stage(log.append, "Writing model.onnx") as nothing:
+        nothing.update(1)
+    phases = PhaseProgress(desc="engine")
+    phases.phase_start("Building engine", None, 2)
+    phases.phase_start("Tactics", "Building engine", 50)
+    assert all(phases.step_complete("Tactics", step) for step in range(50))
+    phases.phase_finish("Tactics")
+    assert phases.step_complete("Building engine", 0) and phases.step_complete("Building engine", 1)
+    phases.phase_finish("Building engine")
+    phases.close()
+    assert log == ["Checking 4 images", "Writing model.onnx"]
+    lines = [
+        re.sub(r", [\d.]+ (img|step)/s.*", "", line)
+        for line in capsys.readouterr().err.splitlines()
+    ]
+    assert lines == [
+        "parity: 4/4 img (100%)",
+        "engine: Building engine: 1/2 step (50%)",
+        "engine: Building engine: 2/2 step (100%)",
+    ]
+
+
 def test_dataset_convert_off_a_terminal_writes_progress_lines(
     tmp_path: Path, demo_dataset: DemoDataset, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -155,6 +183,12 @@ def test_evaluate_off_a_terminal_writes_progress_lines(
     assert done.returncode == 0, done.stderr
     assert "\r" not in done.stderr
     assert re.search(r"^evaluate: 4/4 img \(100%\), [\d.]+ img/s", done.stderr, re.M), done.stderr
+
+
+def _first_line(lines: list[str], prefix: str, pane: str) -> int:
+    numbers = [i for i, line in enumerate(lines) if line.startswith(prefix)]
+    assert numbers, f"no line starts with {prefix!r}:\n{pane}"
+    return numbers[0]
 
 
 def _pane_after(session: str, command: str, until: str, timeout_s: float) -> str:
@@ -201,3 +235,36 @@ def test_train_shows_a_progress_bar_in_a_terminal(
     assert all(re.fullmatch(r" *\d+%\|.*\] *", line) for line in bars), pane
     assert re.search(r"\b2/2 \[", bars[-1]), pane
     assert "training finished at step 2/2" in pane
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (./dev installs it)")
+def test_export_shows_a_bar_per_counted_stage_in_a_terminal(
+    tmp_path: Path, tiny_spec: ExperimentSpec, tiny_checkpoint: Path
+) -> None:
+    """int8, for the most stages: a line as each starts, a bar for calibration, parity and
+    the two evaluations, and onnxruntime's warnings written above a bar, not into it."""
+    spec = _spec_file(tmp_path, tiny_spec)
+    out = tmp_path / "m8.onnx"
+    argv = ["export", "-m", str(tiny_checkpoint), "-e", str(spec), "-o", str(out)]
+    int8 = ["--data_type", "int8", "--batches", "1", "--batch_size", "2"]
+    pane = _pane_after(
+        f"maskops-test-{time.monotonic_ns()}",
+        " ".join([*MASKOPS, *argv, *int8]) + "; echo exit=$?; sleep 60",
+        "exit=",
+        timeout_s=240,
+    )
+    assert "exit=0" in pane, pane
+    lines = pane.splitlines()
+    found = [(m.group(1), line) for line in lines if (m := re.match(r"([\w ]+): +\d+%\|", line))]
+    bars = dict(found)
+    # One line each: a warning written during calibration went above the bar.
+    assert len(found) == len(bars), pane
+    assert set(bars) == {"calibrate", "parity", "evaluate fp32", "evaluate int8"}, pane
+    for name, line in bars.items():
+        assert TQDM_BAR.search(line) and re.fullmatch(r"[\w ]+: +100%\|.*\] *", line), pane
+        assert re.search(r"\b(2/2|4/4) \[", line), (name, pane)
+    stages = ["Tracing ", "Calibrating int8 on 2 images", "Checking the ONNX against PyTorch"]
+    stages += ["Writing ", "Exported "]
+    starts = [_first_line(lines, stage, pane) for stage in stages]
+    assert starts == sorted(starts), pane
+    assert starts[1] < lines.index(bars["calibrate"]) < starts[2] < lines.index(bars["parity"])

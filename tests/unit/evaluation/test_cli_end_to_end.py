@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,9 @@ def test_inference_writes_images_and_coco_json(
     assert code == 0
     err = capsys.readouterr().err
     assert "corrupt.jpg: unreadable image" in err and "readme.txt" in err
+    # Off a terminal the progress is whole lines; the unreadable file is counted too.
+    assert re.search(r"^inference: 4/4 img \(100%\), [\d.]+ img/s", err, re.M), err
+    assert "\r" not in err
     written = sorted(p.name for p in out_images.iterdir())
     expected = sorted(p.name for p in images.iterdir() if p.suffix.lower() in (".jpg", ".png"))
     assert written == [n for n in expected if n != "corrupt.jpg"]

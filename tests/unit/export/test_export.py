@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
+from contextlib import redirect_stderr
 from pathlib import Path
 
 import onnx
@@ -12,6 +15,7 @@ import torch
 from maskops.checkpoints.model_file import load_model
 from maskops.export import (
     ExportError,
+    ExportResult,
     OnnxPredictor,
     Tolerances,
     compare_detections,
@@ -157,19 +161,49 @@ def test_int8_export_reports_a_bounded_mask_ap_drop(tmp_path, trained_model):
 
 
 @pytest.fixture(scope="module")
-def tensorrt_int8_export(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint, tiny_spec):
+def tensorrt_int8_run(
+    tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint, tiny_spec
+) -> tuple[ExportResult, list[str], str]:
+    """The export, its log lines and its progress off a terminal (stderr a file)."""
     out = tmp_path_factory.mktemp("trt_int8") / "m8.onnx"
-    return export_onnx(
-        tiny_checkpoint,
-        tiny_spec,
-        out,
-        data_type="int8",
-        target="tensorrt",
-        batches=1,
-        batch_size=2,
-        evaluate_int8=False,
-        log=lambda _: None,
-    )
+    lines: list[str] = []
+    stderr = io.StringIO()
+    with redirect_stderr(stderr):
+        result = export_onnx(
+            tiny_checkpoint,
+            tiny_spec,
+            out,
+            data_type="int8",
+            target="tensorrt",
+            batches=1,
+            batch_size=2,
+            evaluate_int8=False,
+            log=lines.append,
+            progress=True,
+        )
+    return result, lines, stderr.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tensorrt_int8_export(tensorrt_int8_run: tuple[ExportResult, list[str], str]) -> ExportResult:
+    return tensorrt_int8_run[0]
+
+
+def test_export_off_a_terminal_reports_its_stages_in_whole_lines(
+    tensorrt_int8_run: tuple[ExportResult, list[str], str],
+) -> None:
+    """A line as each stage starts; the counted stages' progress as whole lines."""
+    _, lines, progress = tensorrt_int8_run
+    assert "\r" not in progress
+    assert re.search(r"^calibrate: 2/2 img \(100%\), [\d.]+ img/s", progress, re.M), progress
+    assert re.search(r"^parity: 4/4 img \(100%\), [\d.]+ img/s", progress, re.M), progress
+    assert "evaluate" not in progress  # evaluate_int8=False
+    stages = ["Tracing ", "Calibrating int8 on 2 images", "TensorRT import rules: passed"]
+    stages += ["Checking the ONNX against PyTorch on 4 validation images", "Writing ", "Exported "]
+    starts = [
+        next((i for i, line in enumerate(lines) if line.startswith(stage)), -1) for stage in stages
+    ]
+    assert -1 not in starts and starts == sorted(starts), lines
 
 
 def test_tensorrt_int8_is_symmetric_int8_and_passes_parity_and_the_rules(tensorrt_int8_export):
