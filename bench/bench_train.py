@@ -20,7 +20,10 @@ per step, with the same precision. Arms:
 - ``maskops-<precision>-<variant>``: maskops' arm with one of its device switches
   (``DeviceTuning``) flipped from its default: ``nopin`` (batches not pinned), ``bench``
   (cuDNN benchmark on), ``nchw`` (channels_last off), ``fused`` (fused SGD), ``tf32``
-  (TF32 matmuls), ``u8`` (uint8 images, divided on the device). Not run by default; on a GPU,
+  (TF32 matmuls), ``u8`` (uint8 images, divided on the device), ``prefetch`` (the next
+  batch copied on a side CUDA stream), ``compact`` (masks cropped to their boxes),
+  ``compile`` (backbone and FPN under ``torch.compile``, default mode; its first step
+  compiles, inside the warm-up). Not run by default; on a GPU,
   ``tuning_vs_default`` gives each one's images/s over the default's, per round: above 1,
   the default loses (bench/gpu_check.py runs them).
 
@@ -85,6 +88,9 @@ VARIANTS = {
     "fused": DeviceTuning(fused_optimizer=True),
     "tf32": DeviceTuning(tf32_matmul=True),
     "u8": DeviceTuning(uint8_images=True),
+    "prefetch": DeviceTuning(prefetch_stream=True),
+    "compact": DeviceTuning(compact_masks=True),
+    "compile": DeviceTuning(compiled_backbone="default"),
 }
 """maskops arms with one device switch flipped from its default."""
 VARIANT_ARMS = tuple(f"maskops-{p}-{v}" for p in ("fp32", "amp") for v in VARIANTS)

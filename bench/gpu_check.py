@@ -30,7 +30,8 @@ that do not need it still run):
    at batch 1 and 8), ``train_profile`` (bench/profile_train.py: where a training step's
    time goes, how much of it the GPU computes, the host's waits for the device),
    ``throughput_tuning`` (pinned batches, cuDNN benchmark, channels_last, fused SGD, TF32
-   matmuls, uint8 images: each flipped from its default, against the default),
+   matmuls, uint8 images, the prefetch stream, compact masks, the compiled backbone: each
+   flipped from its default, against the default),
    ``throughput_batch`` (maskops' arm at 4, 8 and 16 images per step: images/s and peak
    GPU memory).
 

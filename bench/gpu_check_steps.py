@@ -785,10 +785,12 @@ def bench_train(
 
 def tuning_arms(ctx: Context) -> tuple[str, list[str]]:
     """The precision of the throughput arms, and the variants to measure (on a CPU those
-    that act there, to keep their paths alive: pinning, cuDNN and TF32 are CUDA's)."""
+    that act there, to keep their paths alive: pinning, cuDNN and TF32 are CUDA's, the
+    prefetcher passes batches through, and compiling on a CPU takes minutes)."""
     from bench_train import VARIANTS
 
-    return ("amp", list(VARIANTS)) if ctx.cuda else ("fp32", ["nopin", "fused", "u8"])
+    cpu = ["nopin", "fused", "u8", "prefetch", "compact"]
+    return ("amp", list(VARIANTS)) if ctx.cuda else ("fp32", cpu)
 
 
 def step_throughput_train(ctx: Context) -> dict[str, Any]:

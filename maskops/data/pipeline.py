@@ -5,8 +5,10 @@ in 0..1 (resized keeping aspect ratio, then padded bottom/right: :func:`resize_a
 ``targets`` a list of dicts in torchvision's format, all in that resized frame:
 ``boxes`` float32 ``[N, 4]`` xyxy, ``labels`` int64 ``[N]`` (contiguous 1..K), ``masks``
 uint8 ``[N, *image_size]`` (absent when the shards were converted without masks or
-``with_masks=False``), ``image_id`` (int, the original COCO id), ``scale`` (float,
-original pixels -> resized frame) and ``orig_size`` (``(h, w)`` of the original image).
+``with_masks=False``; with ``compact_masks``, cropped to each box and with their
+``mask_origins``: :mod:`maskops.mask_crops`), ``image_id`` (int, the original COCO id),
+``scale`` (float, original pixels -> resized frame) and ``orig_size`` (``(h, w)`` of the
+original image).
 
 Training order (:class:`TrainStream`) is a pure function of the seed and the *global
 sample position*: epoch ``e`` is a permutation of all N samples, drawn like TAO's
@@ -48,7 +50,8 @@ from maskops.data.labels import LabelMap
 from maskops.data.manifest import manifests_for, resolve_shards
 from maskops.data.shards import SampleLocation, ShardReader, index_shard
 from maskops.data.transforms import resize_and_pad, resized_hw
-from maskops.spec.models import ExperimentSpec
+from maskops.mask_crops import MASK_ORIGINS, MaskRegion, crop_regions
+from maskops.spec.models import DataConfig, ExperimentSpec
 
 Target = dict[str, Any]
 Batch = tuple[list[torch.Tensor], list[Target]]
@@ -65,6 +68,9 @@ class DecodeOptions:
     """Keep at most this many instances (the first ones, in annotation order); 0 = all."""
     uint8_images: bool = False
     """Images as uint8 in 0..255 (the model divides them by 255 on its device), not float32."""
+    compact_masks: bool = False
+    """Masks cropped to their boxes, with their origins (:mod:`maskops.mask_crops`), not
+    full frames."""
 
 
 class ShardDataset(Dataset[tuple[torch.Tensor, Target]]):
@@ -159,7 +165,12 @@ def decode_sample(
         "scale": float(scale),
         "orig_size": (height, width),
     }
-    if options.with_masks:
+    if options.with_masks and options.compact_masks:
+        regions = _mask_regions(anns, height, width, options.image_size, flip=flip)
+        target["masks"], target[MASK_ORIGINS] = crop_regions(
+            regions, target["boxes"], options.image_size
+        )
+    elif options.with_masks:
         target["masks"] = _masks(anns, height, width, options.image_size, flip=flip)
     return resized, target
 
@@ -190,18 +201,34 @@ def _masks(
     *,
     flip: bool,
 ) -> torch.Tensor:
-    """Instance masks resized and padded like the image: uint8 ``[N, *image_size]``.
+    """Instance masks resized and padded like the image: uint8 ``[N, *image_size]``."""
+    out = torch.zeros((len(anns), *image_size), dtype=torch.uint8)
+    for n, (top, left, values) in enumerate(
+        _mask_regions(anns, height, width, image_size, flip=flip)
+    ):
+        out[n, top : top + values.shape[0], left : left + values.shape[1]] = values
+    return out
+
+
+def _mask_regions(
+    anns: Sequence[dict[str, Any]],
+    height: int,
+    width: int,
+    image_size: tuple[int, int],
+    *,
+    flip: bool,
+) -> Iterator[MaskRegion]:
+    """Each instance's mask, resized like the image, as the region of the frame it covers.
 
     Resizing is nearest-neighbour with pixel centres aligned (``nearest-exact``) and only
     touches each mask's own box: the shards store masks cropped to their box.
     """
-    out = torch.zeros((len(anns), *image_size), dtype=torch.uint8)
     if not anns:
-        return out
+        return
     new_h, new_w = resized_hw(height, width, image_size)
     rows = _nearest_sources(height, new_h)
     cols = _nearest_sources(width, new_w)
-    for n, ann in enumerate(anns):
+    for ann in anns:
         x, y, w, h = ann["mask_box"]
         rle = {"size": [h, w], "counts": ann["mask"].encode("ascii")}
         crop = torch.from_numpy(mask_utils.decode(rle))
@@ -213,8 +240,8 @@ def _masks(
             c0, c1 = np.searchsorted(cols, [x, x + w])
             src_cols = cols[c0:c1] - x
         src_rows = torch.from_numpy(rows[r0:r1] - y)
-        out[n, r0:r1, c0:c1] = crop.index_select(0, src_rows)[:, torch.from_numpy(src_cols)]
-    return out
+        values = crop.index_select(0, src_rows)[:, torch.from_numpy(src_cols)]
+        yield int(r0), int(c0), values
 
 
 def _nearest_sources(size: int, new_size: int) -> np.ndarray:
@@ -379,21 +406,44 @@ class EvalStream(IterableDataset[Batch]):
             yield collate([self.dataset.load(i, flip=False) for i in chunk])
 
 
-def usable_workers(requested: int) -> int:
-    """Loader worker processes: the spec's ``n_workers`` capped by the usable cores."""
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's share)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(0, min(requested, cores or 1))
+    return max(1, cores or 1)
+
+
+def loader_workers(requested: int | None, *, local_ranks: int | None = None) -> int:
+    """Loader worker processes of one training process.
+
+    ``requested``: the spec's ``n_workers`` where the spec sets it (TAO's meaning: the
+    workers of each training process, 16 by default), capped by the usable cores. Where
+    the spec leaves it unset (None; TAO's sample specs do), this process's share of the
+    usable cores among the ``local_ranks`` training processes on this host (None:
+    torchrun's ``LOCAL_WORLD_SIZE``, 1 without torchrun), less one core for the process
+    itself, which launches the device's work and pins the batches: 15 workers for one GPU
+    on 16 cores, 1 each for eight GPUs on 16 cores (not 16 each).
+    """
+    cores = usable_cores()
+    if requested is not None:
+        return max(0, min(requested, cores))
+    if local_ranks is None:
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, cores // max(1, local_ranks) - 1)
+
+
+def spec_workers(data: DataConfig) -> int | None:
+    """The spec's ``n_workers`` if the spec sets it, else None (:func:`loader_workers`)."""
+    return data.n_workers if "n_workers" in data.model_fields_set else None
 
 
 def _loader(
     stream: IterableDataset[Batch],
-    n_workers: int,
+    workers: int,
     prefetch: int,
     seed: int,
     *,
     pin_memory: bool = False,
 ) -> DataLoader[Batch]:
-    workers = usable_workers(n_workers)
     return DataLoader(
         stream,
         batch_size=None,
@@ -420,11 +470,12 @@ def build_train_loader(
     label_map: LabelMap | None = None,
     pin_memory: bool = False,
     uint8_images: bool = False,
+    compact_masks: bool = False,
 ) -> DataLoader[Batch]:
     """The endless training loader for ``spec.data_config.training_file_pattern``.
 
     Honours image_size, augment_input_data (h-flip), skip_crowd_during_training,
-    max_num_instances, shuffle_buffer_size, n_workers (capped by cores),
+    max_num_instances, shuffle_buffer_size, n_workers (:func:`loader_workers`),
     prefetch_buffer_size (batches per worker; 0 = torch's default), seed,
     train_batch_size (unless ``batch_size`` is given) and maskrcnn_config.include_mask.
     Take as many batches as needed: the loader never ends (epochs follow each other).
@@ -436,6 +487,7 @@ def build_train_loader(
         pin_memory: return batches in page-locked memory (for a CUDA device; tuples in
             the targets, such as ``orig_size``, come back as lists).
         uint8_images: images as uint8 in 0..255 (:class:`DecodeOptions`).
+        compact_masks: masks cropped to their boxes (:class:`DecodeOptions`).
     """
     data = spec.data_config
     dataset = ShardDataset(
@@ -446,6 +498,7 @@ def build_train_loader(
             skip_crowd=data.skip_crowd_during_training,
             max_instances=data.max_num_instances,
             uint8_images=uint8_images,
+            compact_masks=compact_masks,
         ),
         label_map=label_map,
     )
@@ -459,9 +512,8 @@ def build_train_loader(
         shuffle_buffer_size=data.shuffle_buffer_size,
         augment=data.augment_input_data,
     )
-    return _loader(
-        stream, data.n_workers, data.prefetch_buffer_size, spec.seed, pin_memory=pin_memory
-    )
+    workers = loader_workers(spec_workers(data))
+    return _loader(stream, workers, data.prefetch_buffer_size, spec.seed, pin_memory=pin_memory)
 
 
 def build_eval_loader(
@@ -497,4 +549,5 @@ def build_eval_loader(
         world_size=world_size,
         max_samples=data.eval_samples,
     )
-    return _loader(stream, data.n_workers, data.prefetch_buffer_size, spec.seed)
+    workers = loader_workers(spec_workers(data))
+    return _loader(stream, workers, data.prefetch_buffer_size, spec.seed)

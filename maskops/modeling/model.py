@@ -162,6 +162,17 @@ class SpecMaskRCNN(MaskRCNN):
         self.transform.memory_format = torch.channels_last
         return self
 
+    def compile_backbone(self, mode: str) -> SpecMaskRCNN:
+        """Compile the backbone and FPN in place with ``torch.compile`` in ``mode`` for one
+        input shape (``dynamic=False``: every training batch is ``[B, 3, *image_size]``; an
+        evaluation's batch size or the eval-mode batch norm compiles once more).
+
+        In place (``nn.Module.compile``), so parameter names, checkpoints and the optimizer
+        see the same module; the first step pays the compilation.
+        """
+        self.backbone.compile(mode=mode, dynamic=False)
+        return self
+
 
 def build_model(
     config: MaskRCNNConfig, *, num_classes: int, image_size: tuple[int, int]

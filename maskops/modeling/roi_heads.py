@@ -27,6 +27,8 @@ from torchvision.models.detection import _utils as det_utils
 from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss, maskrcnn_inference
 from torchvision.ops import roi_align
 
+from maskops.mask_crops import MASK_ORIGINS
+
 
 class RangeMatcher(det_utils.Matcher):
     """Proposal-to-ground-truth matcher with TF's three thresholds.
@@ -67,6 +69,7 @@ def project_masks_via_gt_crops(
     *,
     gt_mask_size: int,
     resolution: int,
+    mask_origins: Tensor | None = None,
 ) -> Tensor:
     """Mask targets for positive proposals, through a ``gt_mask_size`` crop of each GT.
 
@@ -74,12 +77,16 @@ def project_masks_via_gt_crops(
     so a proposal equal to its GT box gets the GT box's content, edges included.
 
     Args:
-        gt_masks: ``[G, H, W]`` uint8/bool/float instance masks in the input frame.
+        gt_masks: ``[G, H, W]`` uint8/bool/float instance masks in the input frame, or
+            with ``mask_origins`` compact masks (:mod:`maskops.mask_crops`): each cropped
+            to its box, ``[G, h, w]``; the targets are the same either way.
         gt_boxes: ``[G, 4]`` xyxy ground-truth boxes, input pixels.
         boxes: ``[P, 4]`` xyxy proposals, input pixels.
         matched_idxs: ``[P]`` int64, the ground truth each proposal is matched to.
         gt_mask_size: side of the intermediate per-instance crop.
         resolution: ``M``, side of the returned targets.
+        mask_origins: ``[G, 2]`` float ``(x, y)`` of each compact mask's top left pixel in
+            the input frame; None for full-frame masks.
 
     Returns:
         ``[P, M, M]`` float targets in 0..1, in ``boxes``' dtype.
@@ -91,8 +98,11 @@ def project_masks_via_gt_crops(
     masks = gt_masks[used][:, None].to(dtype)
     used_boxes = gt_boxes[used].to(dtype)
     index = torch.arange(used.shape[0], device=boxes.device, dtype=dtype)[:, None]
+    in_masks = used_boxes
+    if mask_origins is not None:  # the gt box in its crop's pixels
+        in_masks = used_boxes - mask_origins[used].to(dtype).repeat(1, 2)
     crops = roi_align(
-        masks, torch.cat([index, used_boxes], dim=1), (gt_mask_size, gt_mask_size), 1.0, -1, True
+        masks, torch.cat([index, in_masks], dim=1), (gt_mask_size, gt_mask_size), 1.0, -1, True
     )
     # A zero border: roi_align clamps samples within one pixel outside its input to the edge
     # value, which would smear the GT box's border into proposals that are larger than it.
@@ -189,7 +199,8 @@ class SpecRoIHeads(RoIHeads):
             proposals: per image ``[P_i, 4]`` xyxy proposals, input pixels.
             image_shapes: per image unpadded ``(H, W)``.
             targets: training only: per image ``boxes`` ``[N, 4]`` xyxy float, ``labels``
-                ``[N]`` int64, and ``masks`` ``[N, H, W]`` uint8 when the mask branch exists.
+                ``[N]`` int64, and ``masks`` ``[N, H, W]`` uint8 when the mask branch exists
+                (or compact masks with their ``mask_origins``: :mod:`maskops.mask_crops`).
 
         Returns:
             Training: ``([], losses)``. Eval: per image ``boxes`` ``[D, 4]`` xyxy (input
@@ -229,6 +240,7 @@ class SpecRoIHeads(RoIHeads):
                     m,
                     gt_mask_size=self.gt_mask_size,
                     resolution=mask_logits.shape[-1],
+                    mask_origins=t.get(MASK_ORIGINS),
                 )
                 for t, p, m in zip(targets, mask_proposals, pos_matched, strict=True)
             ]

@@ -168,7 +168,8 @@ def prepare_run(spec: ExperimentSpec, results_dir: Path) -> None:
     (launch_dir / CANCEL_FILE).unlink(missing_ok=True)
     for old in launch_dir.glob(f"*{ERROR_SUFFIX}"):
         old.unlink()
-    (launch_dir / SPEC_FILE).write_text(spec.model_dump_json())
+    # Only the fields the spec sets: a field left unset (n_workers) stays unset for the ranks.
+    (launch_dir / SPEC_FILE).write_text(spec.model_dump_json(exclude_unset=True))
 
 
 def train_under_torchrun(

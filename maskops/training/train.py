@@ -73,6 +73,7 @@ from maskops.training.optim import (
     regularized_parameters,
 )
 from maskops.training.periodic_evaluation import default_eval_fn
+from maskops.training.prefetch import DevicePrefetcher
 from maskops.training.results import STATUS_FILE, TrainResult
 from maskops.training.schedule import LRSchedule
 from maskops.training.seeding import seed_everything
@@ -326,7 +327,7 @@ def _train(
     trainer = Trainer(
         model=_parallel(run, model),
         optimizer=optimizer,
-        data=_infinite(_loader_factory(run, start_step)),
+        data=_training_batches(run, start_step),
         schedule=schedule,
         max_steps=total_steps,
         device=info.device,
@@ -373,6 +374,8 @@ def _build_model(run: _Run, *, load_checkpoint: bool) -> nn.Module:
     model.to(run.info.device)
     if run.tuning.channels_last:
         model.to_channels_last()  # type: ignore[operator]
+    if run.tuning.compiled_backbone:
+        model.compile_backbone(run.tuning.compiled_backbone)  # type: ignore[operator]
     return model
 
 
@@ -429,6 +432,15 @@ def _parallel(run: _Run, model: nn.Module) -> nn.Module:
     )
 
 
+def _training_batches(run: _Run, start_step: int) -> Iterator[Batch]:
+    """The endless training batches from ``start_step`` on; with ``prefetch_stream`` each
+    is copied to the device one step ahead (:class:`DevicePrefetcher`)."""
+    batches = _infinite(_loader_factory(run, start_step))
+    if run.tuning.prefetch_stream:
+        return DevicePrefetcher(batches, run.info.device)
+    return batches
+
+
 def _loader_factory(run: _Run, start_step: int) -> Callable[[], Any]:
     """A new train loader that starts at ``start_step``'s data position (each call: the
     loader goes round again when exhausted)."""
@@ -443,6 +455,7 @@ def _loader_factory(run: _Run, start_step: int) -> Callable[[], Any]:
             label_map=run.label_map,
             pin_memory=bool(run.tuning.pin_memory),
             uint8_images=bool(run.tuning.uint8_images),
+            compact_masks=bool(run.tuning.compact_masks),
         )
 
     return make_loader

@@ -26,10 +26,8 @@ from torch import nn
 from maskops.modeling import LOSS_NAMES
 from maskops.training.errors import NonFiniteLossError, SkippedStepsError
 from maskops.training.optim import l1_penalty
+from maskops.training.prefetch import Batch, move_batch
 from maskops.training.schedule import apply_learning_rate
-
-Batch = tuple[list[torch.Tensor], list[dict[str, Any]]]
-"""Images (float ``[3, H, W]`` in 0..1, already resized and padded) and torchvision targets."""
 
 L1_LOSS = "L1 loss"
 AMPERE_CAPABILITY = (8, 0)
@@ -93,6 +91,10 @@ def trains_channels_last(device: torch.device, capability: tuple[int, int] | Non
     return tuple(capability) >= AMPERE_CAPABILITY
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""The ``torch.compile`` modes ``DeviceTuning.compiled_backbone`` may name."""
+
+
 @dataclass(frozen=True)
 class DeviceTuning:
     """How training feeds its device and lays out its tensors; None = the device's default.
@@ -115,6 +117,17 @@ class DeviceTuning:
     PyTorch's default) and ``uint8_images`` (the loader hands over uint8 images, a quarter
     of the bytes, which the model divides by 255 on its device, bit for bit as the
     loader would).
+
+    Three more, also off until a GPU measurement says they win (arms of
+    ``throughput_tuning``; none measured on a GPU yet): ``prefetch_stream`` (the next
+    batch is copied to the GPU on a side CUDA stream while the current step computes:
+    :class:`maskops.training.prefetch.DevicePrefetcher`; it needs pinned batches to
+    overlap, and on a CPU it passes the batches through), ``compact_masks`` (each
+    instance's mask crosses to the device cropped to its box, not as a full
+    ``image_size`` frame, about 1 MB an instance at 832x1344; the mask head's targets are
+    the same: :mod:`maskops.mask_crops`) and
+    ``compiled_backbone`` (the backbone and FPN compiled by ``torch.compile`` for the one
+    padded ``image_size``, in that mode: one of :data:`COMPILE_MODES`; None = eager).
     """
 
     channels_last: bool | None = None
@@ -123,6 +136,16 @@ class DeviceTuning:
     fused_optimizer: bool | None = None
     tf32_matmul: bool | None = None
     uint8_images: bool | None = None
+    prefetch_stream: bool | None = None
+    compact_masks: bool | None = None
+    compiled_backbone: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.compiled_backbone is not None and self.compiled_backbone not in COMPILE_MODES:
+            raise ValueError(
+                f"compiled_backbone: {self.compiled_backbone!r} is not a torch.compile mode "
+                f"({', '.join(COMPILE_MODES)}) or None"
+            )
 
     def resolve(
         self, device: torch.device, capability: tuple[int, int] | None = None
@@ -139,6 +162,9 @@ class DeviceTuning:
             fused_optimizer=bool(self.fused_optimizer),
             tf32_matmul=bool(self.tf32_matmul) and cuda,
             uint8_images=bool(self.uint8_images),
+            prefetch_stream=bool(self.prefetch_stream),
+            compact_masks=bool(self.compact_masks),
+            compiled_backbone=self.compiled_backbone,
         )
 
 
@@ -206,19 +232,6 @@ class HookBase:
 
     def after_train(self) -> None:
         """Once at the end, also after a failure (``trainer.exception`` is then set)."""
-
-
-def move_batch(batch: Batch, device: torch.device) -> Batch:
-    images, targets = batch
-    images = [img.to(device, non_blocking=True) for img in images]
-    targets = [
-        {
-            k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in t.items()
-        }
-        for t in targets
-    ]
-    return images, targets
 
 
 @dataclass

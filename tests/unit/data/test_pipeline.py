@@ -26,10 +26,14 @@ from maskops.data.pipeline import (
     build_eval_loader,
     build_train_loader,
     epoch_order,
+    loader_workers,
+    spec_workers,
+    usable_cores,
 )
 from maskops.data.transforms import resized_hw
 from maskops.data.validate import _cropped_mask
 from maskops.modeling.transform import unit_range
+from maskops.spec import parse_spec_text
 from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 
 SIZE = (128, 192)
@@ -247,6 +251,30 @@ def test_workers_are_capped_by_cores(demo_shards: Path) -> None:
     assert isinstance(loader.dataset, TrainStream)
     eval_loader = build_eval_loader(_spec(demo_shards))
     assert isinstance(eval_loader.dataset, EvalStream)
+
+
+def test_unset_workers_take_this_ranks_share_of_the_cores(
+    demo_shards: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cores = usable_cores()
+    # Set in the spec (TAO: each training process's workers): kept, capped by the cores.
+    assert loader_workers(0) == 0 and loader_workers(1) == 1
+    assert loader_workers(cores + 5, local_ranks=8) == cores
+    # Unset: the process's share of the cores, one left for the process itself.
+    assert loader_workers(None, local_ranks=1) == max(1, cores - 1)
+    assert loader_workers(None, local_ranks=cores) == 1
+    assert loader_workers(None, local_ranks=2 * cores) == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun's count of this host's ranks
+    assert loader_workers(None) == max(1, cores // 2 - 1)
+    # TAO's sample specs leave n_workers out; the text form of a spec keeps it unset.
+    unset = parse_spec_text(f"data_config {{ training_file_pattern: '{demo_shards}/train*' }}")
+    assert spec_workers(unset.data_config) is None
+    assert spec_workers(parse_spec_text("data_config { n_workers: 16 }").data_config) == 16
+    assert build_train_loader(unset).num_workers == max(1, cores // 2 - 1)
+    resolved = unset.resolve_paths(demo_shards)
+    assert spec_workers(resolved.data_config) is None
+    relaunched = ExperimentSpec.model_validate_json(resolved.model_dump_json(exclude_unset=True))
+    assert relaunched == resolved and spec_workers(relaunched.data_config) is None
 
 
 def test_iterating_a_loader_leaves_the_global_torch_rng_alone(demo_shards: Path) -> None:

@@ -150,6 +150,22 @@ def test_channels_last_gives_the_same_detections(
     torch.testing.assert_close(out["boxes"], ref["boxes"], atol=1e-3, rtol=1e-4)
 
 
+def test_compiling_the_backbone_keeps_its_module_and_parameter_names(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    """``compiled_backbone`` compiles in place: checkpoints and the optimizer see the same
+    names and tensors. (Compiling itself takes minutes on a CPU: a GPU run's
+    ``throughput_tuning`` trains the ``compile`` arm.)"""
+    model = build_model(tiny_config(), num_classes=NUM_CLASSES, image_size=(128, 128))
+    names, parameters = list(model.state_dict()), list(model.parameters())
+    backbone = model.backbone
+    assert model.compile_backbone("max-autotune") is model
+    assert model.backbone is backbone and backbone._compiled_call_impl is not None
+    assert model.rpn._compiled_call_impl is None  # the backbone and FPN only
+    assert list(model.state_dict()) == names
+    assert all(a is b for a, b in zip(model.parameters(), parameters, strict=True))
+
+
 def test_heads_return_float32_under_autocast() -> None:
     rpn_head = Float32RPNHead(16, 3)
     predictor = Float32FastRCNNPredictor(32, NUM_CLASSES)

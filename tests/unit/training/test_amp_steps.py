@@ -53,19 +53,25 @@ def test_device_tuning_defaults_and_switches(
     capability: tuple[int, int], channels_last: bool
 ) -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
-    off = (False, False, False)  # fused SGD, TF32 matmuls, uint8 images: off unless asked
+    # Fused SGD, TF32 matmuls, uint8 images, the prefetch stream, compact masks and the
+    # compiled backbone: off unless asked.
+    off = (False, False, False, False, False, None)
     assert DeviceTuning().resolve(cpu) == DeviceTuning(True, False, False, *off)
     # channels_last from Ampere on, where fp32 (TF32) and bf16 convolutions use tensor cores.
     expected = DeviceTuning(channels_last, True, False, *off)
     assert DeviceTuning().resolve(cuda, capability) == expected
     assert trains_channels_last(cuda, capability) is channels_last
-    flipped = DeviceTuning(not channels_last, False, False, True, True, True)
+    flipped = DeviceTuning(not channels_last, False, False, True, True, True, True, True, "default")
     assert flipped.resolve(cuda, capability) == flipped
     assert DeviceTuning(cudnn_benchmark=True).resolve(cuda, capability).cudnn_benchmark is True
-    # Pinning, cuDNN and TF32 are CUDA's: asked for on a CPU they stay off.
-    asked = DeviceTuning(False, True, True, True, True, True)
-    assert asked.resolve(cpu) == DeviceTuning(False, False, False, True, False, True)
+    # Pinning, cuDNN and TF32 are CUDA's: asked for on a CPU they stay off. The prefetcher
+    # passes batches through there, so its path runs on a CPU too.
+    asked = DeviceTuning(False, True, True, True, True, True, True, True, "max-autotune")
+    on_cpu = DeviceTuning(False, False, False, True, False, True, True, True, "max-autotune")
+    assert asked.resolve(cpu) == on_cpu
     assert not trains_channels_last(torch.device("meta"))
+    with pytest.raises(ValueError, match=r"compiled_backbone: 'fast' is not a torch\.compile mode"):
+        DeviceTuning(compiled_backbone="fast")
 
 
 class InfiniteLoss(HookBase):
