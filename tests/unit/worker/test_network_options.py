@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from maskops.serving.placement import ENGINE_CACHE_ROOT, Placement
 from maskops_core.settings import Settings
-from maskops_worker.actions import _network_options
+from maskops_worker.actions.publish import _network_options
 from maskops_worker.contract import JobContext
 
 
