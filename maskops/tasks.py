@@ -10,6 +10,7 @@ libraries (the entry functions are named, not imported).
 
 from __future__ import annotations
 
+from maskops.data.convert_options import ConvertOptions
 from maskops.evaluation.inference_options import InferenceOptions
 from maskops.evaluation.options import EvaluateOptions
 from maskops.export.options import ExportOptions
@@ -17,6 +18,12 @@ from maskops.options_schema import TaskDeclaration
 from maskops.prune.options import PruneOptions
 from maskops.training.train_options import TrainOptions
 
+DATASET_CONVERT = TaskDeclaration(
+    name="dataset_convert",
+    options=ConvertOptions,
+    entry="maskops.data.formats.convert_labelled_dataset",
+    summary="convert a COCO instances dataset into training shards",
+)
 TRAIN = TaskDeclaration(
     name="train",
     options=TrainOptions,
@@ -54,6 +61,6 @@ EXPORT = TaskDeclaration(
 )
 
 TASKS: dict[str, TaskDeclaration] = {
-    task.name: task for task in (TRAIN, EVALUATE, INFERENCE, PRUNE, EXPORT)
+    task.name: task for task in (DATASET_CONVERT, TRAIN, EVALUATE, INFERENCE, PRUNE, EXPORT)
 }
 """Every declared task by name."""

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from maskops.cli.common import EXIT_OK, CLIError, add_key_argument, tee_log
-from maskops.data.convert_options import DEFAULT_FORMAT, DEFAULTS, FORMAT_NAMES, ConvertOptions
+from maskops.cli.options import add_option_flags, options_from_args
+from maskops.data.convert_options import DEFAULT_FORMAT, ConvertOptions
 from maskops.progress import Progress, progress_bar
+from maskops.tasks import DATASET_CONVERT
 
 RESULTS_LOG = "dataset_convert.log"
 """What ``-r RESULTS_DIR`` holds: the conversion summary (TAO writes its status log there)."""
@@ -19,7 +21,7 @@ RESULTS_LOG = "dataset_convert.log"
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "dataset_convert",
-        help="convert a COCO instances dataset into training shards",
+        help=DATASET_CONVERT.summary,
         description=(
             "Validate a COCO dataset and write OUT_DIR/<tag>-NNNNN-of-MMMMM.tar shards, "
             "<tag>_manifest.json (label map, counts, checksums) and <tag>_warnings.json "
@@ -35,55 +37,8 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="COCO instances JSON, or the annotations in --format (a file or a folder)",
     )
-    parser.add_argument(
-        "--format",
-        dest="format_name",
-        choices=FORMAT_NAMES,
-        default=DEFAULTS.format_name,
-        help="how -a is written (default coco); other formats are converted to "
-        "OUT_DIR/<tag>_coco.json first",
-    )
-    parser.add_argument(
-        "--labels",
-        default=DEFAULTS.labels,
-        help="category names in id order, comma-separated (id 1 first); objects with "
-        "other labels are reported as unknown_label (default: names in order of "
-        "appearance; voc: VOC's 20 classes; yolo-seg: data.yaml's names)",
-    )
     parser.add_argument("-o", "--output_dir", required=True, type=Path, help="output directory")
-    parser.add_argument(
-        "-t",
-        "--tag",
-        default=DEFAULTS.tag,
-        help="shard name prefix (default: the JSON file's stem)",
-    )
-    parser.add_argument(
-        "-s",
-        "--num_shards",
-        type=int,
-        default=DEFAULTS.num_shards,
-        help="number of shards (capped so each holds at least 16 images)",
-    )
-    parser.add_argument(
-        "--include_mask",
-        "--include_masks",  # TAO's documentation spells it both ways
-        dest="include_mask",
-        action=argparse.BooleanOptionalAction,
-        default=DEFAULTS.include_masks,
-        help="convert segmentation masks (default); --no-include_mask for boxes only",
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=DEFAULTS.workers,
-        help="image-checking processes (default: cores)",
-    )
-    parser.add_argument(
-        "--drop_empty_images",
-        action="store_true",
-        help="leave out images without objects, as TAO does (default: keep them as "
-        "negatives, counted in the manifest)",
-    )
+    add_option_flags(parser, ConvertOptions, types={"labels": comma_separated})
     parser.add_argument(
         "-r",
         "--results_dir",
@@ -101,18 +56,14 @@ def log_file(args: argparse.Namespace) -> Path | None:
     return args.results_dir / RESULTS_LOG if args.results_dir is not None else None
 
 
+def comma_separated(text: str) -> tuple[str, ...] | None:
+    """``--labels a,b``'s names (none: the converter's default)."""
+    return tuple(n.strip() for n in text.split(",")) if text else None
+
+
 def convert_options(args: argparse.Namespace) -> ConvertOptions:
     """The :class:`ConvertOptions` the flags ask for."""
-    labels = tuple(n.strip() for n in args.labels.split(",")) if args.labels else None
-    return ConvertOptions(
-        format_name=args.format_name,
-        labels=labels,
-        tag=args.tag,
-        num_shards=args.num_shards,
-        include_masks=args.include_mask,
-        workers=args.workers,
-        drop_empty_images=args.drop_empty_images,
-    )
+    return options_from_args(args, ConvertOptions)
 
 
 class ConversionProgress:

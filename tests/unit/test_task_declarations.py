@@ -1,7 +1,8 @@
 """Every task is declared once (:mod:`maskops.tasks`): each declared option is a flag of
 its ``maskops`` subcommand with the declared spellings, default and choices, and a field of
-its job action's REST options model with the declared default, bounds and help; the
-catalogue's action and the worker's function are the task's."""
+its REST model (its job action's options; dataset_convert's: the REST dataset's) with the
+declared default, bounds and help; the catalogue's action and the worker's function are
+the task's."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import argparse
 import importlib
 
 import pytest
+from pydantic import BaseModel
 
 from maskops.cli.main import build_parser
 from maskops.options_schema import DeclaredOption, declared_options
 from maskops.tasks import TASKS
+from maskops_api.schemas import DatasetCreate
 from maskops_core.actions import JobAction
+from maskops_core.options import ActionOptions
 from maskops_worker.actions import ACTIONS
 
 
@@ -23,6 +27,15 @@ def _subcommand(name: str) -> argparse.ArgumentParser:
     )
     parser: argparse.ArgumentParser = subparsers.choices[name]
     return parser
+
+
+REST_BODIES: dict[str, type[BaseModel]] = {"dataset_convert": DatasetCreate}
+"""Tasks whose REST options are not a job's: a dataset's conversion is asked for by
+registering the dataset."""
+
+
+def _rest_model(task: str) -> type[BaseModel]:
+    return REST_BODIES.get(task) or JobAction.named(task).spec.options
 
 
 OPTIONS = [(task, o) for task in sorted(TASKS) for o in declared_options(TASKS[task].options)]
@@ -36,7 +49,9 @@ def test_a_declared_option_is_its_subcommand_s_flag(task: str, declared: Declare
         assert declared.name not in arguments or not arguments[declared.name].option_strings
         return
     argument = arguments[declared.name]
-    assert tuple(argument.option_strings[: len(declared.flags)]) == declared.flags
+    # A flag on by default has a --no- spelling after each of its own.
+    spellings = [s for s in argument.option_strings if not s.startswith("--no-")]
+    assert tuple(spellings[: len(declared.flags)]) == declared.flags
     default = declared.cli_default
     assert argument.default == (list(default) if isinstance(default, tuple) else default)
     # A command line may leave a value's check to the engine (its message names the choices).
@@ -47,7 +62,7 @@ def test_a_declared_option_is_its_subcommand_s_flag(task: str, declared: Declare
 
 @pytest.mark.parametrize(("task", "declared"), OPTIONS, ids=IDS)
 def test_a_declared_rest_option_is_its_job_s_field(task: str, declared: DeclaredOption) -> None:
-    model = JobAction.named(task).spec.options
+    model = _rest_model(task)
     if declared.rest_name is None:
         assert declared.name not in model.model_fields
         return
@@ -70,7 +85,11 @@ def test_a_declared_rest_option_is_its_job_s_field(task: str, declared: Declared
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_the_catalogue_and_the_worker_run_the_declared_task(task: str) -> None:
     action = JobAction.named(task)
-    assert action.spec.options.__name__ == TASKS[task].options.__name__
+    if task in REST_BODIES:
+        assert action.spec.options.model_fields == {}
+    else:
+        assert action.spec.options.__name__ == TASKS[task].options.__name__
+        assert issubclass(action.spec.options, ActionOptions)
     assert ACTIONS[task].__module__.startswith("maskops_worker.actions")
     module, _, function = TASKS[task].entry.rpartition(".")
     assert callable(getattr(importlib.import_module(module), function))

@@ -21,9 +21,10 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from maskops.data.convert_options import ConvertOptions
 from maskops_core import names, options
 from maskops_core.actions import JobAction
-from maskops_core.dataset_formats import MAX_LABEL_CHARS, MAX_LABELS, DatasetFormat
+from maskops_core.dataset_formats import MAX_LABEL_CHARS, DatasetFormat
 from maskops_core.db.models import JobStatus
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
@@ -160,23 +161,14 @@ class DatasetCreate(_Body):
     name: Name
     train: DatasetSplit
     val: DatasetSplit | None = None
-    num_shards: Int = Field(default=8, ge=1, le=1024)
-    include_masks: Annotated[bool, Strict()] = True
-    format: DatasetFormat = Field(
-        default="coco",
-        description="How the annotations are written: coco, via (via_region_data.json), "
-        "labelme (a folder of per-image JSON), cvat (CVAT for images 1.1 XML), labelstudio "
-        "(JSON export), voc (a folder with SegmentationObject/ and SegmentationClass/), "
-        "yolo-seg (a folder of .txt). Others are converted to COCO at registration, kept "
-        "as GET /datasets/{id}/coco/{split}.",
+    # The conversion's options, as declared (maskops.data.convert_options).
+    num_shards: Int = options.declared_field(ConvertOptions, "num_shards")
+    include_masks: Annotated[bool, Strict()] = options.declared_field(
+        ConvertOptions, "include_masks"
     )
-    labels: list[Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS)]] | None = Field(
-        default=None,
-        max_length=MAX_LABELS,
-        description="Category names in id order (id 1 first); objects with other labels "
-        "are reported (unknown_label) and left out. Default: names in order of appearance "
-        "(voc: VOC's 20 classes; yolo-seg: data.yaml's names). Not used for coco, whose "
-        "file carries its own category ids.",
+    format: DatasetFormat = options.declared_field(ConvertOptions, "format")
+    labels: list[Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS)]] | None = (
+        options.declared_field(ConvertOptions, "labels")
     )
 
     @field_validator("labels")

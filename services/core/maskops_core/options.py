@@ -88,6 +88,21 @@ def _rest_field(declared: DeclaredOption) -> tuple[Any, Any]:
     return bounded, Field(default=default, **described)
 
 
+def declared_field(options_class: type, rest_name: str) -> Any:
+    """The pydantic field of the declared option of ``options_class`` whose REST name is
+    ``rest_name`` (its REST default, bounds and help as the description), for a request
+    body that gives the annotation itself (the REST dataset's conversion options)."""
+    declared = next(o for o in declared_options(options_class) if o.rest_name == rest_name)
+    default = declared.rest_default
+    return Field(
+        default=list(default) if isinstance(default, tuple) else default,
+        description=declared.spec.help,
+        ge=declared.spec.ge,
+        le=declared.spec.le,
+        max_length=declared.spec.max_items,
+    )
+
+
 ModelT = TypeVar("ModelT", bound=ActionOptions)
 
 
