@@ -1,8 +1,9 @@
 """What a client, the publisher and the served models agree on, with no engine import.
 
-The API image installs only the ``api`` extra (no torch, no onnx): this module and
-:mod:`maskops.serving.client` must import nothing but the standard library (numpy at
-most), so they hold the ensemble's contract:
+The API image installs only the ``api`` extra (no torch, no onnx): this module imports
+the standard library alone (the control plane's core imports it for the model-name rule)
+and :mod:`maskops.serving.client` nothing but it and numpy, so they hold the ensemble's
+contract:
 
 - the tensor names of the ensemble and of its parts;
 - the Triton model names of a published model (:class:`EnsembleNames`) and the rule a
@@ -64,7 +65,8 @@ reported under: net backend (python, onnxruntime, tensorrt, torch), device (cpu,
 precision (the export's data type; the torch backend's fp32, bf16, fp16 or auto)."""
 
 MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-"""A user's model name (the ensemble clients call)."""
+"""A user's model name (the ensemble clients call), whole: the one rule, which the publish
+job's options and the REST paths naming a model take too (``maskops_core.options``)."""
 
 INTERNAL_PREFIX = "_"
 """First character of the ensemble's internal parts: no user name can start with it."""

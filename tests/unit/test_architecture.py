@@ -56,6 +56,7 @@ LIGHT_ENGINE_MODULES = {
     "maskops.tasks",
     "maskops.prune.options",
     "maskops.path_rules",
+    "maskops.serving.protocol",
     "maskops.shape_rules",
 }
 """Engine modules that import the standard library alone: the one home of a rule or helper

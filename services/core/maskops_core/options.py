@@ -32,13 +32,15 @@ from maskops.options_schema import (
     declared_options,
     engine_values,
 )
+from maskops.serving.protocol import MODEL_NAME_PATTERN as model_name_rule
 from maskops.shape_rules import batch_order_error
 from maskops.tasks import EVALUATE, EXPORT, INFERENCE, PRUNE, TRAIN
 from maskops.training.train_options import TrainOptions as EngineTrainOptions
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
-MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-"""A published model's name (the Triton ensemble users call)."""
+MODEL_NAME_PATTERN = f"^{model_name_rule.pattern}$"
+"""A published model's name (the Triton ensemble users call): the engine's rule
+(``maskops.serving.protocol.MODEL_NAME_PATTERN``), anchored for JSON Schema."""
 
 
 DataPath = Annotated[
