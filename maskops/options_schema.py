@@ -7,8 +7,9 @@ the option is the command line's only), bounds, and the few places where a door'
 differs from the engine's. From it :mod:`maskops.cli.options` builds each subcommand's
 flags, ``maskops_core.options`` builds each job action's pydantic options model, and the
 worker turns a job's options back into the dataclass (:func:`engine_values`). Adding an
-option is one :func:`option` field. Standard library only: the control-plane core imports
-it without the engine's libraries.
+option is one :func:`option` field; an option whose default is ``dataclasses.MISSING`` is
+required at both doors (a required flag, a required REST field). Standard library only:
+the control-plane core imports it without the engine's libraries.
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ class OptionSpec:
     """The most items of a list option at the REST door."""
     max_length: int | None = None
     """The longest text option at the REST door (at least one character)."""
+    pattern: str | None = None
+    """The regular expression a text option matches at the REST door (anchored)."""
+    rest_aliases: tuple[str, ...] = ()
+    """Other REST names the door accepts for the option (TAO API's)."""
+    group: str | None = None
+    """The title of the argparse argument group the flag is listed in (None: the
+    subcommand's own options)."""
     rest_default: Any = _SAME
     cli_default: Any = _SAME
     cli: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -60,15 +68,22 @@ def option(
     le: float | None = None,
     max_items: int | None = None,
     max_length: int | None = None,
+    pattern: str | None = None,
+    rest_aliases: tuple[str, ...] = (),
+    group: str | None = None,
     rest_default: Any = _SAME,
     cli_default: Any = _SAME,
     cli: Mapping[str, Any] | None = None,
 ) -> Any:
-    """A declared option (a dataclass field): ``flag`` is its command-line spelling(s)
-    (default ``--<name>``; None: none), ``rest`` makes it a job option (True: under its own
-    name; a string: under that name), ``ge``/``le`` bound numbers at the REST door,
-    ``max_items`` bounds a list there and ``max_length`` a text; ``rest_default`` and
-    ``cli_default`` are a door's default where it is not the engine's."""
+    """A declared option (a dataclass field): ``default`` is the engine's
+    (``dataclasses.MISSING``: the option is required, at both doors; such a field comes
+    before those with defaults); ``flag`` is its command-line spelling(s) (default
+    ``--<name>``; None: none), ``group`` the argparse group listing it, ``rest`` makes it a
+    job option (True: under its own name; a string: under that name) and ``rest_aliases``
+    other names the REST door accepts for it; ``ge``/``le`` bound numbers at the REST door,
+    ``max_items`` bounds a list there, ``max_length`` a text and ``pattern`` (a regular
+    expression, anchored) its characters; ``rest_default`` and ``cli_default`` are a door's
+    default where it is not the engine's."""
     flags = (flag,) if isinstance(flag, str) else flag
     spec = OptionSpec(
         help=help,
@@ -78,6 +93,9 @@ def option(
         le=le,
         max_items=max_items,
         max_length=max_length,
+        pattern=pattern,
+        rest_aliases=rest_aliases,
+        group=group,
         rest_default=rest_default,
         cli_default=cli_default,
         cli=dict(cli or {}),
@@ -94,7 +112,13 @@ class DeclaredOption:
     annotation: Any
     """The field's type, resolved (``Literal[...]``, ``int | None``, ``tuple[str, ...]``)."""
     default: Any
+    """The engine's default; ``dataclasses.MISSING`` for a required option."""
     spec: OptionSpec
+
+    @property
+    def required(self) -> bool:
+        """No default: the command line and the REST door both require the option."""
+        return self.default is dataclasses.MISSING
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -200,3 +224,5 @@ class TaskDeclaration:
     """What the task does, in one line (the subcommand's help)."""
     takes_model: bool = False
     """It works on a model file: a job names it through its parent or ``model_path``."""
+    job_action: bool = True
+    """It is a job action too (the REST door); False: the command line's only."""

@@ -10,12 +10,15 @@ libraries (the entry functions are named, not imported).
 
 from __future__ import annotations
 
+from maskops.automl.options import AutomlOptions
 from maskops.data.convert_options import ConvertOptions
 from maskops.evaluation.inference_options import InferenceOptions
 from maskops.evaluation.options import EvaluateOptions
+from maskops.export.engine_options import GenTrtEngineOptions
 from maskops.export.options import ExportOptions
 from maskops.options_schema import TaskDeclaration
 from maskops.prune.options import PruneOptions
+from maskops.serving.publish_options import PublishOptions
 from maskops.training.train_options import TrainOptions
 
 DATASET_CONVERT = TaskDeclaration(
@@ -60,7 +63,39 @@ EXPORT = TaskDeclaration(
     takes_model=True,
 )
 
+GEN_TRT_ENGINE = TaskDeclaration(
+    name="gen_trt_engine",
+    options=GenTrtEngineOptions,
+    entry="maskops.export.tensorrt.build_engine",
+    summary="build a TensorRT engine from an exported ONNX (tao-deploy's gen_trt_engine)",
+    # Built on the serving host, by the TensorRT of the Triton that loads it.
+    job_action=False,
+)
+PUBLISH = TaskDeclaration(
+    name="publish",
+    options=PublishOptions,
+    entry="maskops.serving.rollout.publish_and_roll_out",
+    summary="add an exported ONNX to a Triton model repository as a new version",
+)
+AUTOML = TaskDeclaration(
+    name="automl",
+    options=AutomlOptions,
+    entry="maskops.automl.search.run_search",
+    summary="search hyperparameters (Optuna): train trials of the spec, keep the best",
+)
+
 TASKS: dict[str, TaskDeclaration] = {
-    task.name: task for task in (DATASET_CONVERT, TRAIN, EVALUATE, INFERENCE, PRUNE, EXPORT)
+    task.name: task
+    for task in (
+        DATASET_CONVERT,
+        TRAIN,
+        AUTOML,
+        EVALUATE,
+        INFERENCE,
+        PRUNE,
+        EXPORT,
+        GEN_TRT_ENGINE,
+        PUBLISH,
+    )
 }
 """Every declared task by name."""

@@ -14,8 +14,14 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+# The names are the search options' (their one home); named here too, where the search
+# and tests look for them.
+from maskops.automl.options import ALGORITHMS as ALGORITHMS
+from maskops.automl.options import DEFAULT_METRIC as DEFAULT_METRIC
+from maskops.automl.options import PRUNERS as PRUNERS
+from maskops.automl.options import SAMPLERS as SAMPLERS
 from maskops.training.trainer import HookBase
 
 if TYPE_CHECKING:
@@ -23,11 +29,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Algorithm = Literal["bayesian", "hyperband", "asha", "random"]
-PrunerName = Literal["none", "median", "hyperband", "asha"]
-ALGORITHMS: tuple[str, ...] = ("bayesian", "hyperband", "asha", "random")
-SAMPLERS: tuple[str, ...] = ("gp", "tpe", "random")
-PRUNERS: tuple[str, ...] = ("none", "median", "hyperband", "asha")
 
 DEFAULT_SAMPLER: dict[str, str] = {
     "bayesian": "gp",
@@ -52,7 +53,6 @@ DEFAULT_PRUNER: dict[str, str] = {
 """The pruner of each algorithm unless a search names one: bayesian and random stop a
 trial worse than the median of the finished ones at the same step."""
 
-DEFAULT_METRIC = "mask_AP"
 PRUNED_REASON = "pruned by the AutoML search"
 """The stop reason of a trial its pruner stopped (the train job's ``stop_reason``)."""
 

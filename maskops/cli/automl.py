@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from maskops.automl.options import AutomlOptions
 from maskops.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -23,32 +24,21 @@ from maskops.cli.common import (
     add_spec_argument,
     load_resolved_spec,
 )
+from maskops.cli.options import add_option_flags, options_from_args
+from maskops.tasks import AUTOML
 
 BEST_SPEC_FILE = "best_spec.txt"
 
 
 def register(subparsers: Any) -> None:
-    from maskops.automl.study import ALGORITHMS, DEFAULT_METRIC, PRUNERS, SAMPLERS
-
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "automl",
-        help="search hyperparameters (Optuna): train trials of the spec, keep the best",
+        help=AUTOML.summary,
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
     add_spec_argument(parser)
     parser.add_argument("-d", "--results_dir", required=True, type=Path)
-    parser.add_argument("--algorithm", choices=ALGORITHMS, default="bayesian")
-    parser.add_argument(
-        "--sampler",
-        choices=SAMPLERS,
-        default="",
-        help="default: the algorithm's (bayesian: gp, the Gaussian process; hyperband and "
-        "asha: tpe; random: random)",
-    )
-    parser.add_argument("--pruner", choices=PRUNERS, default="", help="default: the algorithm's")
-    parser.add_argument("--trials", type=int, default=8, help="trials in all")
-    parser.add_argument("--parallel", type=int, default=1, help="trials at once (threads)")
-    parser.add_argument("--metric", default=DEFAULT_METRIC, help="validation metric to optimise")
+    add_option_flags(parser, AutomlOptions)
     parser.add_argument(
         "--param",
         action="append",
@@ -58,8 +48,6 @@ def register(subparsers: Any) -> None:
         "(default range); repeat it. None: learning rate, warm-up, weight decay, anchor "
         "scale, RPN/RoI batch sizes",
     )
-    parser.add_argument("--seed", type=int, default=None, help="the sampler's seed")
-    parser.add_argument("--reduction_factor", type=int, default=3, help="hyperband/asha eta")
     parser.set_defaults(handler=run)
 
 
@@ -103,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     from maskops.automl.study import SearchSettings
     from maskops.spec.text import spec_to_text
 
-    if args.trials < 1 or args.parallel < 1:
+    options = options_from_args(args, AutomlOptions)
+    if options.max_recommendations < 1 or options.max_concurrent < 1:
         raise CLIError("--trials and --parallel must be >= 1")
     base = load_resolved_spec(args.experiment_spec)
     try:
@@ -111,29 +100,34 @@ def run(args: argparse.Namespace) -> int:
     except SpaceError as exc:
         raise CLIError(f"--param {exc}") from None
     settings = SearchSettings(
-        algorithm=args.algorithm,
-        sampler=args.sampler,
-        pruner=args.pruner,
-        metric=args.metric,
+        algorithm=options.algorithm,
+        sampler=options.sampler or "",
+        pruner=options.pruner or "",
+        metric=options.metric,
         min_resource=max(1, base.num_steps_per_eval),
         max_resource=max(1, base.resolved_total_steps),
-        reduction_factor=args.reduction_factor,
-        seed=args.seed,
+        reduction_factor=options.reduction_factor,
+        seed=options.seed,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     result = run_search(
-        base, args.results_dir, space, settings, trials=args.trials, parallel=args.parallel
+        base,
+        args.results_dir,
+        space,
+        settings,
+        trials=options.max_recommendations,
+        parallel=options.max_concurrent,
     )
     for trial in result.trials:
-        print(f"trial {trial.number}: {trial.state} {args.metric}={trial.value} {trial.params}")
+        print(f"trial {trial.number}: {trial.state} {options.metric}={trial.value} {trial.params}")
     if result.best is None:
         print("no trial completed", file=sys.stderr)
         return EXIT_FAILURE
     from maskops.automl.search import trial_spec
 
-    best_spec = trial_spec(base, result.best.params, args.metric)
+    best_spec = trial_spec(base, result.best.params, options.metric)
     (args.results_dir / BEST_SPEC_FILE).write_text(spec_to_text(best_spec))
-    print(f"best: trial {result.best.number} {args.metric}={result.best.value}")
+    print(f"best: trial {result.best.number} {options.metric}={result.best.value}")
     print(f"best spec: {args.results_dir / BEST_SPEC_FILE}")
     print(f"checkpoint: {result.best.checkpoint}")
     return EXIT_OK

@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from maskops.cli.common import EXIT_FAILURE, EXIT_OK, CLIError, add_key_argument, notice
+from maskops.cli.options import add_option_flags
+from maskops.export.engine_options import (
+    DEFAULT_CALIBRATION_BATCH_SIZE,
+    DEFAULT_CALIBRATION_BATCHES,
+    GenTrtEngineOptions,
+)
+from maskops.tasks import GEN_TRT_ENGINE
 
 if TYPE_CHECKING:
     from maskops.export.tensorrt import BatchProfile
@@ -35,7 +42,7 @@ _CALIBRATION_WHY = (
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "gen_trt_engine",
-        help="build a TensorRT engine from an exported ONNX (tao-deploy's gen_trt_engine)",
+        help=GEN_TRT_ENGINE.summary,
         description=(
             "Build a TensorRT engine from the ONNX `maskops export` wrote (fp32, fp16, or "
             "int8 from the int8 QDQ export of --target tensorrt), and its record ENGINE.json "
@@ -58,42 +65,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="spec file (optional): its data_config.image_size must match the ONNX input",
     )
-    parser.add_argument(
-        "--engine_file",
-        type=Path,
-        default=None,
-        help="engine to write (default: RESULTS_DIR/<model name>.<data_type>.engine)",
-    )
-    parser.add_argument("--data_type", choices=("fp32", "fp16", "int8"), default="fp32")
-    parser.add_argument(
-        "--max_workspace_size",
-        type=float,
-        default=2,
-        help="TensorRT builder workspace in GB (default 2, as tao-deploy)",
-    )
-    parser.add_argument(
-        "-s",
-        "--strict_type_constraints",
-        action="store_true",
-        help="TensorRT obeys the layer precisions instead of picking faster ones",
-    )
-    batch_help = {
-        "min_batch_size": "smallest batch of the engine's profile (default 1)",
-        "opt_batch_size": "batch TensorRT tunes for (default --max_batch_size)",
-        "max_batch_size": "largest batch of the engine's profile (default: the export's "
-        "--max_batch_size); a static-batch ONNX takes only its own batch",
-    }
-    for flag, why in batch_help.items():
-        parser.add_argument(f"--{flag}", type=int, default=None, help=why)
-    # tao-deploy flags that change nothing here; each prints why when given.
-    parser.add_argument("--batch_size", type=int, default=1, help="accepted; calibrate at export")
-    parser.add_argument("--batches", type=int, default=10, help="accepted; calibrate at export")
-    for flag in ("cal_image_dir", "cal_data_file", "cal_cache_file"):
-        parser.add_argument(f"--{flag}", default=None, help="accepted; calibrate at export")
-    parser.add_argument("-v", "--verbose", action="store_true", help="TensorRT's verbose log")
-    parser.add_argument(
-        "--gpu_index", type=int, default=0, help="CUDA device that builds the engine (default 0)"
-    )
+    add_option_flags(parser, GenTrtEngineOptions)
     add_key_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -105,7 +77,10 @@ def ignored_flag_notices(args: argparse.Namespace) -> list[str]:
         if getattr(args, flag):
             notice(f"--{flag}", _CALIBRATION_WHY)
             given.append(flag)
-    if args.batches != 10 or args.batch_size != 1:
+    if (
+        args.batches != DEFAULT_CALIBRATION_BATCHES
+        or args.batch_size != DEFAULT_CALIBRATION_BATCH_SIZE
+    ):
         notice("--batches/--batch_size", _CALIBRATION_WHY)
         given.append("batches")
     return given

@@ -1,7 +1,8 @@
 """A subcommand's option flags, built from its task's declaration
 (:mod:`maskops.options_schema`): each declared option with a flag becomes an argparse
 argument whose ``dest`` is the option's name, with the declared spellings, default, choices
-and help; :func:`options_from_args` reads them back into the options dataclass."""
+and help (a required option: a required flag), in its declared argument group if it has
+one; :func:`options_from_args` reads them back into the options dataclass."""
 
 from __future__ import annotations
 
@@ -20,15 +21,23 @@ def add_option_flags(
     options_class: type,
     *,
     types: Mapping[str, Callable[[str], Any]] | None = None,
+    group_descriptions: Mapping[str, str] | None = None,
 ) -> None:
     """The flags of ``options_class``'s declared options; ``types`` parses an option's
-    text where the command line checks it itself (with a message of its own)."""
+    text where the command line checks it itself (with a message of its own);
+    ``group_descriptions`` describes the declared argument groups (by title) in the help."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for declared in declared_options(options_class):
         if declared.flags:
             keywords = _argument(declared)
             if types and declared.name in types:
                 keywords["type"] = types[declared.name]
-            parser.add_argument(*declared.flags, **keywords)
+            title = declared.spec.group
+            if title is not None and title not in groups:
+                description = (group_descriptions or {}).get(title)
+                groups[title] = parser.add_argument_group(title, description)
+            target = parser if title is None else groups[title]
+            target.add_argument(*declared.flags, **keywords)
 
 
 def _argument(declared: DeclaredOption) -> dict[str, Any]:
@@ -36,7 +45,9 @@ def _argument(declared: DeclaredOption) -> dict[str, Any]:
     keywords: dict[str, Any] = {"dest": declared.name, "help": declared.spec.help}
     default = declared.cli_default
     kind = declared.base_type
-    if kind is bool:
+    if declared.required:
+        keywords |= {"required": True, "type": kind if kind in (int, float, Path) else str}
+    elif kind is bool:
         action = argparse.BooleanOptionalAction if default else "store_true"
         keywords |= {"action": action, "default": default}
     else:

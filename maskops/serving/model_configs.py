@@ -10,7 +10,7 @@ parameters are :mod:`maskops.serving.protocol`'s.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from maskops.serving.placement import Placement, tensorrt_accelerator
 from maskops.serving.protocol import (
@@ -24,12 +24,11 @@ from maskops.serving.protocol import (
     SCORE_THRESHOLD,
     EnsembleNames,
 )
+from maskops.serving.publish_options import NET_BACKENDS as NET_BACKENDS
+from maskops.serving.publish_options import NetBackend as NetBackend
 
 if TYPE_CHECKING:
     from maskops.export.graph import GraphMetadata
-
-NetBackend = Literal["python", "onnxruntime", "tensorrt", "torch"]
-NET_BACKENDS: tuple[str, ...] = ("python", "onnxruntime", "tensorrt", "torch")
 
 
 class PublishError(ValueError):

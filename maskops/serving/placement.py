@@ -11,13 +11,14 @@ that serves.
   TensorRT, when the model loads, and hands what TensorRT cannot take to the CUDA provider.
   The precision follows the export (fp32 -> FP32, fp16 -> FP16, the int8 QDQ graph -> INT8,
   whose scales TensorRT takes from the graph); each Triton process caches the engines
-  in a folder of its own (:data:`ENGINE_CACHE_ROOT`), so a restart or a reload does not
-  build them again. No explicit shape profile is given: onnxruntime would then need one
-  for every dynamic input of every TensorRT subgraph, and Mask R-CNN's graph is split
-  around what TensorRT cannot take (its Loop, NMS), whose inputs are internal tensors;
-  onnxruntime instead sizes each engine's profile from the shapes it meets and widens it
-  (a rebuild, cached) whenever an input falls outside the range seen so far: a new batch
-  size, or after the split a new count of proposals or detections.
+  in a folder of its own (:data:`~maskops.serving.publish_options.ENGINE_CACHE_ROOT`), so
+  a restart or a reload does not build them again. No explicit shape profile is given:
+  onnxruntime would then need one for every dynamic input of every TensorRT subgraph,
+  and Mask R-CNN's graph is split around what TensorRT cannot take (its Loop, NMS), whose
+  inputs are internal tensors; onnxruntime instead sizes each engine's profile from the
+  shapes it meets and widens it (a rebuild, cached) whenever an input falls outside the
+  range seen so far: a new batch size, or after the split a new count of proposals or
+  detections.
 - The python and tensorrt network backends also run ``KIND_GPU`` on GPU hosts (the
   python one on onnxruntime's CUDA provider, see ``triton_models/network/model.py``).
 
@@ -29,26 +30,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Literal
 
-Device = Literal["cpu", "gpu"]
-DEVICES: tuple[str, ...] = ("cpu", "gpu")
-ENGINE_CACHE_ROOT = "/var/cache/maskops-trt"
-"""Where a Triton process keeps the engines onnxruntime-TensorRT builds (as Triton sees
-it), one folder per network version (:func:`engine_cache_folder`).
+# The choices and the cache root are the publish options' (their one home); serving's
+# modules and tests name them here too.
+from maskops.serving.publish_options import DEVICES as DEVICES
+from maskops.serving.publish_options import ENGINE_CACHE_ROOT as ENGINE_CACHE_ROOT
+from maskops.serving.publish_options import PRECISIONS as PRECISIONS
+from maskops.serving.publish_options import Device as Device
 
-Local to each Triton process, never in the shared repository: onnxruntime writes a cache
-file in place (no temporary file and rename), so replicas sharing a repository, each
-building the same engine as it first meets a shape, would write one file at once and
-leave a mix of both engines for every later load. Per version, because onnxruntime names
-an engine after the graph's structure, not its weights: two versions of one network
-share a name. onnxruntime creates only the last level of the path, so the root must
-exist (the Triton image's entrypoint makes it; docker-compose.yml gives each replica a
-volume of its own there)."""
-PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16")
-"""The torch network backend's precisions: fp32, or bf16/fp16 autocast on GPUs; ``auto``
-picks bf16 where the GPU computes it natively (Ampere and later), fp16 on other GPUs and
-fp32 on the CPU (maskops.serving.torch_network.resolve_precision)."""
 PRECISION_MODES = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8"}
 """The TensorRT accelerator's ``precision_mode`` for each export data type."""
 TENSORRT_WORKSPACE_BYTES = 2 << 30

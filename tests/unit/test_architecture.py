@@ -46,17 +46,20 @@ FORBIDDEN = {
 }
 LIGHT_ENGINE_MODULES = {
     "maskops.atomic",
+    "maskops.automl.options",
     "maskops.data.convert_options",
     "maskops.data.limits",
     "maskops.training.train_options",
     "maskops.evaluation.inference_options",
     "maskops.evaluation.options",
+    "maskops.export.engine_options",
     "maskops.export.options",
     "maskops.options_schema",
     "maskops.tasks",
     "maskops.prune.options",
     "maskops.path_rules",
     "maskops.serving.protocol",
+    "maskops.serving.publish_options",
     "maskops.shape_rules",
 }
 """Engine modules that import the standard library alone: the one home of a rule or helper

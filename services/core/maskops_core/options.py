@@ -12,7 +12,7 @@ refused (``"gpu_index": "0"`` and ``true`` are not 0).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from maskops.automl.options import ALGORITHMS, PRUNERS, SAMPLERS
 from maskops.export.options import opset_error
 from maskops.options_schema import (
     DeclaredOption,
@@ -32,15 +33,15 @@ from maskops.options_schema import (
     declared_options,
     engine_values,
 )
-from maskops.serving.protocol import MODEL_NAME_PATTERN as model_name_rule
+from maskops.serving.publish_options import MODEL_NAME_REST_PATTERN
 from maskops.shape_rules import batch_order_error
-from maskops.tasks import EVALUATE, EXPORT, INFERENCE, PRUNE, TRAIN
+from maskops.tasks import AUTOML, EVALUATE, EXPORT, INFERENCE, PRUNE, PUBLISH, TRAIN
 from maskops.training.train_options import TrainOptions as EngineTrainOptions
 from maskops_core.paths import RELATIVE_PATH_PATTERN, relative_data_path
 
-MODEL_NAME_PATTERN = f"^{model_name_rule.pattern}$"
-"""A published model's name (the Triton ensemble users call): the engine's rule
-(``maskops.serving.protocol.MODEL_NAME_PATTERN``), anchored for JSON Schema."""
+MODEL_NAME_PATTERN = MODEL_NAME_REST_PATTERN
+"""A published model's name (the Triton ensemble users call), as the REST paths naming a
+model and a publish job's ``name`` take it (``maskops.serving.publish_options``)."""
 
 
 DataPath = Annotated[
@@ -67,24 +68,35 @@ class NoOptions(ActionOptions):
 
 def _rest_field(declared: DeclaredOption) -> tuple[Any, Any]:
     """(annotation, field) of a declared option at the REST door: its choices or type (a
-    path is a :data:`DataPath`), its bounds, its help as the description; optional only
+    path is a :data:`DataPath`), its bounds and pattern, its help as the description, the
+    other names it is accepted under; required where it has no default, optional (None)
     where its default is None."""
     kind: Any = declared.base_type
+    spec = declared.spec
     if declared.choices:
         kind = Literal[declared.choices]
     elif kind is Path:
         kind = DataPath
     elif declared.is_list and kind is str:
         kind = Annotated[str, Field(min_length=1, max_length=200)]
-    elif declared.spec.max_length is not None:
-        kind = Annotated[kind, Field(min_length=1, max_length=declared.spec.max_length)]
+    elif spec.max_length is not None:
+        kind = Annotated[kind, Field(min_length=1, max_length=spec.max_length)]
+    if spec.pattern is not None:
+        kind = Annotated[kind, Field(pattern=spec.pattern)]
     default = declared.rest_default
-    described: dict[str, Any] = {"description": declared.spec.help}
+    described: dict[str, Any] = {"description": spec.help}
+    if spec.rest_aliases:
+        assert declared.rest_name is not None  # only a REST option has REST names
+        described["validation_alias"] = AliasChoices(declared.rest_name, *spec.rest_aliases)
+    if declared.required:
+        return kind, Field(**described)
     if declared.is_list:
         return list[kind], Field(
             default_factory=lambda: list(default), max_length=declared.spec.max_items, **described
         )
-    bounded = Annotated[kind, Field(ge=declared.spec.ge, le=declared.spec.le)]
+    bounded = kind
+    if spec.ge is not None or spec.le is not None:
+        bounded = Annotated[kind, Field(ge=spec.ge, le=spec.le)]
     if default is None:
         return bounded | None, Field(default=None, **described)
     return bounded, Field(default=default, **described)
@@ -210,16 +222,15 @@ ExportOptions = task_options_model(
 )
 
 
-class PublishOptions(ActionOptions):
-    name: str = Field(pattern=MODEL_NAME_PATTERN, description="The published model's name.")
+PublishOptions = task_options_model(PUBLISH, ActionOptions)
+"""A publish job's options: the declared ones with a REST name (``name``); where and how
+Triton serves is the operator's (``maskops_core.settings``)."""
 
-
-AUTOML_ALGORITHMS = ("bayesian", "hyperband", "asha", "random")
-"""As ``maskops.automl.study.ALGORITHMS`` (a test checks that the two agree, and so for the
-samplers and pruners): the API checks the names without importing the engine's Optuna
-samplers (torch, scipy)."""
-AUTOML_SAMPLERS = ("gp", "tpe", "random")
-AUTOML_PRUNERS = ("none", "median", "hyperband", "asha")
+# As ``maskops.automl.study``'s (one list, ``maskops.automl.options``): the API checks the
+# names without importing the engine's Optuna samplers (torch, scipy).
+AUTOML_ALGORITHMS = ALGORITHMS
+AUTOML_SAMPLERS = SAMPLERS
+AUTOML_PRUNERS = PRUNERS
 
 
 def _aliases(name: str, *tao: str) -> AliasChoices:
@@ -239,8 +250,9 @@ class RangeOverride(ActionOptions):
 SpaceEntry = dict[str, bool | int | float | str | list[bool | int | float | str]]
 
 
-class AutomlOptions(ActionOptions):
-    """An AutoML search; TAO API's field names (``automl_algorithm``, ...) are accepted too.
+class AutomlJob(ActionOptions):
+    """An AutoML search: the declared search settings (:mod:`maskops.automl.options`) and
+    the search space; TAO API's field names (``automl_algorithm``, ...) are accepted too.
     The search space's fields are checked against the spec schema by the API (it knows the
     schema), each trial is a train job with these fields sampled."""
 
@@ -248,37 +260,11 @@ class AutomlOptions(ActionOptions):
         extra="forbid", strict=True, frozen=True, populate_by_name=True, validate_by_alias=True
     )
 
-    algorithm: Literal["bayesian", "hyperband", "asha", "random"] = Field(
-        default="bayesian",
-        validation_alias=_aliases("algorithm", "automl_algorithm"),
-        description="bayesian (Gaussian process, TAO's), hyperband, asha (successive "
-        "halving) or random.",
-    )
-    sampler: Literal["gp", "tpe", "random"] | None = Field(
-        default=None,
-        description="The sampler instead of the algorithm's: gp (Gaussian process with "
-        "expected improvement; bayesian's), tpe (hyperband's and asha's) or random.",
-    )
-    max_recommendations: int = Field(
-        default=10,
-        ge=1,
-        le=1000,
-        validation_alias=_aliases("max_recommendations", "automl_max_recommendations", "trials"),
-        description="Trials in all.",
-    )
-    max_concurrent: int = Field(
-        default=1,
-        ge=1,
-        le=64,
-        validation_alias=_aliases("max_concurrent", "automl_max_concurrent", "parallel"),
-        description="Trials (train jobs) queued or running at once.",
-    )
-    metric: str = Field(
-        default="mask_AP",
-        pattern=r"^[A-Za-z0-9_/ .-]{1,100}$",
-        description="The validation metric to maximise (a loss, e.g. 'val/Total loss', is "
-        "minimised).",
-    )
+    if TYPE_CHECKING:
+        # The declared options are fields of the model task_options_model makes from this
+        # base (:data:`AutomlOptions`); to the type checker they are its attributes.
+        def __getattr__(self, name: str) -> Any: ...
+
     hyperparameters: dict[str, SpaceEntry] | list[str] | None = Field(
         default=None,
         max_length=100,
@@ -302,19 +288,8 @@ class AutomlOptions(ActionOptions):
         max_length=100,
         validation_alias=_aliases("range_override", "automl_range_override"),
     )
-    pruner: Literal["none", "median", "hyperband", "asha"] | None = Field(
-        default=None, description="Default: the algorithm's (bayesian/random: median)."
-    )
-    reduction_factor: int = Field(
-        default=3,
-        ge=2,
-        le=10,
-        validation_alias=_aliases("reduction_factor", "automl_nu"),
-        description="Hyperband / ASHA's eta: the share of trials promoted at each rung.",
-    )
-    seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="The sampler's seed.")
 
-    @field_validator("algorithm", "sampler", mode="before")
+    @field_validator("algorithm", "sampler", mode="before", check_fields=False)
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
@@ -339,3 +314,7 @@ class AutomlOptions(ActionOptions):
             else:
                 overrides[entry.parameter] = {"min": entry.valid_min, "max": entry.valid_max}
         return overrides
+
+
+AutomlOptions = task_options_model(AUTOML, AutomlJob)
+"""An automl job's options: :class:`AutomlJob` with the declared search settings."""

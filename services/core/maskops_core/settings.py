@@ -11,6 +11,8 @@ from typing import Literal, TypedDict
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from maskops.serving.publish_options import Device, NetBackend, Precision
+
 Tracker = Literal["mlflow", "wandb", "clearml"]
 
 
@@ -74,20 +76,20 @@ class Settings(BaseSettings):
     (``maskops.serving.control``). ``maskops serve`` makes one at each start; the Triton
     image refuses to start without one (docs/operations.md#triton-model-control)."""
     model_repository: Path = Path("./model_repository")
-    triton_device: Literal["cpu", "gpu"] = "cpu"
+    triton_device: Device = "cpu"
     """Where Triton runs the networks of published models (the operator says, nothing is
     probed): ``gpu`` for the official GPU image (docs/operations.md#gpu-serving)."""
     triton_gpus: list[int] = Field(default_factory=list)
     """GPU ids the network instances run on (JSON list, ``[0, 1]``); empty: every GPU
     each Triton sees."""
-    triton_net_backend: Literal["auto", "python", "onnxruntime", "tensorrt", "torch"] = "auto"
+    triton_net_backend: Literal["auto", NetBackend] = "auto"
     """How published models run their network: ``python`` (onnxruntime inside Triton's
     python backend, the PyPI server), ``onnxruntime`` (Triton's backend; on GPUs with the
     TensorRT accelerator), ``tensorrt`` (an engine from ``maskops gen_trt_engine``) or
     ``torch`` (a train or prune job's checkpoint run by PyTorch in the python backend, for
     GPU hosts without TensorRT); ``auto``: onnxruntime on GPUs, python on CPUs
     (docs/operations.md#gpu-serving)."""
-    triton_precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    triton_precision: Precision = "auto"
     """The ``torch`` network backend's precision: ``auto`` is bf16 autocast on GPUs with
     native bf16, fp16 on other GPUs, fp32 on the CPU."""
     triton_tensorrt_version: str = ""

@@ -29,7 +29,7 @@ from maskops.spec.models import ExperimentSpec
 from maskops_core import automl as searches
 from maskops_core.actions import JobAction
 from maskops_core.dispatch import CeleryDispatcher, Dispatcher, dispatch_job
-from maskops_core.options import AutomlOptions, TrainJob
+from maskops_core.options import AutomlJob, TrainJob
 from maskops_core.paths import check_client_path
 from maskops_core.settings import Settings
 from maskops_worker.contract import JobCancelled, JobContext, JobInputError, JobRequeued
@@ -41,7 +41,7 @@ POLL_INTERVAL_S = 1.0
 """How often the controller looks at its trials' jobs."""
 
 
-def search_settings(options: AutomlOptions, base: ExperimentSpec) -> SearchSettings:
+def search_settings(options: AutomlJob, base: ExperimentSpec) -> SearchSettings:
     return SearchSettings(
         algorithm=options.algorithm,
         sampler=options.sampler or "",
@@ -54,7 +54,7 @@ def search_settings(options: AutomlOptions, base: ExperimentSpec) -> SearchSetti
     )
 
 
-def search_space(options: AutomlOptions, base: ExperimentSpec, settings: Settings) -> list[Param]:
+def search_space(options: AutomlJob, base: ExperimentSpec, settings: Settings) -> list[Param]:
     """The options' search space checked against the spec, its path choices confined as
     a client's paths are (a JobInputError names the field: the API checked it at the door
     with the server's limits too, this holds for jobs stored before)."""
@@ -83,7 +83,7 @@ class Search:
     """One pass of the controller over its trials, repeated until the search is done."""
 
     ctx: JobContext
-    options: AutomlOptions
+    options: AutomlJob
     base: ExperimentSpec
     space: list[Param]
     study: optuna.Study
@@ -204,7 +204,7 @@ class Search:
             f.write(line + "\n")
 
 
-def run_search(ctx: JobContext, options: AutomlOptions) -> dict[str, Any]:
+def run_search(ctx: JobContext, options: AutomlJob) -> dict[str, Any]:
     """Run (or resume) the search; returns its summary with the best trial."""
     assert ctx.job.spec is not None, "the action checked that the job has a spec"
     base = ExperimentSpec.model_validate(ctx.job.spec)

@@ -27,7 +27,7 @@ from maskops_core.db.models import (
     utcnow,
 )
 from maskops_core.db.session import rowcount
-from maskops_core.options import AutomlOptions, TrainJob, TrainOptions
+from maskops_core.options import AutomlJob, AutomlOptions, TrainJob, TrainOptions
 from maskops_core.settings import Settings
 
 ENDPOINT = "POST /jobs"
@@ -229,9 +229,7 @@ def _check_trains(version: ExperimentVersion) -> None:
         )
 
 
-def check_search_space(
-    settings: Settings, version: ExperimentVersion, options: AutomlOptions
-) -> None:
+def check_search_space(settings: Settings, version: ExperimentVersion, options: AutomlJob) -> None:
     """Every searched field must be a field of the spec schema with values it allows, and
     every choice and both ends of every range must make a spec this server accepts from
     ``POST /experiments`` (its limits, paths and trackers): 422 naming the field."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from maskops.tasks import PUBLISH
 from maskops_core import job_state
 from maskops_core.actions import JobAction
-from maskops_core.options import PublishOptions
 from maskops_core.settings import ReplicaLookupError, Settings
-from maskops_worker.actions.common import job_options
+from maskops_worker.actions.common import declared_job_options
 from maskops_worker.contract import JobContext, JobInputError
 
 
@@ -27,7 +27,8 @@ def publish(ctx: JobContext) -> dict[str, Any]:
     from maskops.serving.rollout import RolloutFailed, publish_and_roll_out
 
     job, settings = ctx.job, ctx.settings
-    name = job_options(ctx, PublishOptions).name
+    # The job names the model; where and how it is served is the operator's settings.
+    name = declared_job_options(ctx, PUBLISH)[1].name
     source = _publish_source(ctx)
     replicas = _replicas(ctx)
     try:
