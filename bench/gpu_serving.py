@@ -233,24 +233,6 @@ def eager_figures(
     return figures
 
 
-def find_tritonserver() -> None:
-    """Let the launcher find the wheel's tritonserver where ``import pytriton`` fails:
-    the package's ``__init__`` imports tritonclient's HTTP and gRPC stacks, which the GPU
-    host's carry leaves out; the server binary and backends are all the launcher uses."""
-    import importlib.util
-
-    from maskops.serving import launcher
-
-    try:
-        import pytriton  # noqa: F401
-    except ImportError:
-        spec = importlib.util.find_spec("pytriton")
-        if spec is None or not spec.submodule_search_locations:
-            raise
-        root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
-        launcher._pytriton_root = lambda: root
-
-
 def stub_python(work: Path) -> Path:
     """The ``bin`` folder of a virtualenv over this Python for the python backend's stub,
     whose site-packages lists (a ``.pth`` file) every folder this process imports from: the
@@ -305,7 +287,6 @@ def serving_check(
     # One image a call on both sides: the same batch shapes, so autocast's kernels match.
     reference = [in_process(network, [image])[0] for image in images]
     log = work / "tritonserver.log"
-    find_tritonserver()
     with TritonServer(
         repository,
         models=EnsembleNames(NAME).load_order,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -55,13 +56,12 @@ def free_port() -> int:
 
 
 def _pytriton_root() -> Path:
-    try:
-        import pytriton
-    except ImportError as exc:
-        raise TritonLaunchError(
-            "nvidia-pytriton is not installed: no bundled tritonserver"
-        ) from exc
-    root = Path(pytriton.__file__).parent / "tritonserver"
+    # Found, not imported: the package's __init__ imports pytriton's own Python API and its
+    # dependencies, which the wheel is installed without (services/install-extra).
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise TritonLaunchError("nvidia-pytriton is not installed: no bundled tritonserver")
+    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
     if not (root / "bin" / "tritonserver").is_file():
         raise TritonLaunchError(f"no tritonserver binary under {root}")
     return root

@@ -15,7 +15,7 @@ onnxruntime or TensorRT backend; ``NAME`` is the ensemble clients call).
 
 Each python model is one folder per deployable model as in Triton's python_backend
 examples: ``model.py`` builds its heavy objects in ``initialize`` and imports only the
-``triton`` extra (numpy<2, Pillow, pycocotools, onnxruntime; ``triton-gpu`` has
+``triton`` extra (numpy, Pillow, pycocotools, onnxruntime; ``triton-gpu`` has
 onnxruntime-gpu instead) and the self-contained
 ``maskops_serving_ops.py`` copied next to it; never torch nor the maskops engine.
 

@@ -1,7 +1,7 @@
 """Read maskops' prediction exports with the labelling tools' own libraries; print what
-they read as JSON. Runs in the interop virtualenv (requirements.txt beside this file), not
-in the project's: Datumaro and label-studio-sdk need numpy 2. It judges nothing itself:
-tests/unit/data/test_export_interop.py compares the report with maskops' masks.
+they read as JSON. Runs in the interop virtualenv (requirements.txt beside this file says
+why it is not the project's). It judges nothing itself: tests/unit/data/test_export_interop.py
+compares the report with maskops' masks.
 
     python read_exports.py EXPORT_DIR
 

@@ -10,6 +10,8 @@ input [{ name: "IN", data_type: TYPE_FP32, dims: [1] }]
 output [{ name: "OUTPUT", data_type: TYPE_FP32, dims: [1] }]
 instance_group [{ kind: KIND_CPU, count: 1 }]
 """
+# The input goes back out by DLPack: the stub's as_numpy() and Tensor(name, array) misread
+# numpy 2 arrays (docs/architecture.md, "numpy 2 in the python backend").
 TOY_MODEL = """import triton_python_backend_utils as pb_utils
 
 
@@ -17,7 +19,7 @@ class TritonPythonModel:
     def execute(self, requests):
         return [
             pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+                [pb_utils.Tensor.from_dlpack("OUTPUT", pb_utils.get_input_tensor_by_name(r, "IN"))]
             )
             for r in requests
         ]

@@ -89,9 +89,44 @@ def test_the_lock_pins_the_gpu_build_apart() -> None:
     """./dev installs the lock but the lines marked for the GPU images."""
     lock = (REPO / "requirements.lock").read_text().splitlines()
     (gpu_line,) = [line for line in lock if line.startswith("onnxruntime-gpu==")]
-    assert '-r <(grep -v "# gpu images only" "$LOCK")' in (REPO / "dev").read_text()
+    assert (
+        '-r <(grep -v -e "# gpu images only" -e "# no-deps" "$LOCK")' in (REPO / "dev").read_text()
+    )
     marked = [line for line in lock if "# gpu images only" in line]
     assert marked == [gpu_line]
+
+
+NO_DEPS = {"nvidia-pytriton": {"serve", "dev"}}
+"""The wheels the lock marks "# no-deps for EXTRA,...", and those extras."""
+
+
+@pytest.mark.parametrize("extra", ["serve", "dev", "api", "triton", "worker"])
+def test_install_extra_adds_the_no_deps_wheels_its_extra_needs(extra: str) -> None:
+    """services/install-extra, run with a pip that echoes: the extra at the lock's
+    versions, then the wheels marked for it, without their dependencies."""
+    lock = (REPO / "requirements.lock").read_text().splitlines()
+    pins = {line.split("==")[0]: line.split()[0] for line in lock if "==" in line}
+    result = subprocess.run(
+        [str(REPO / "services" / "install-extra"), extra, "echo"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    calls = result.stdout.splitlines()
+    assert calls[0] == f"install --constraint {REPO}/requirements.lock {REPO}[{extra}]"
+    wanted = sorted(pins[name] for name, extras in NO_DEPS.items() if extra in extras)
+    assert calls[1:] == ([f"install --no-deps {' '.join(wanted)}"] if wanted else [])
+    for name in NO_DEPS:
+        assert name not in _names(extra)
+
+
+def test_only_the_no_deps_wheels_declare_what_the_lock_refuses() -> None:
+    """This environment is the lock installed (./dev): every requirement its packages
+    declare holds, but those of the wheels installed without their dependencies."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "check", "--disable-pip-version-check"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    broken = {line.split()[0].lower() for line in result.stdout.splitlines() if line.strip()}
+    assert broken <= set(NO_DEPS), result.stdout
 
 
 @pytest.mark.parametrize("python", ["3.11", "3.12"])

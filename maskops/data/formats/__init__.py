@@ -6,9 +6,9 @@ the resulting COCO file as ``<tag>_coco.json`` beside the shards and converts it
 COCO dataset, the reader's findings (malformed records, unknown labels...) joining the
 same per-image warnings file. :data:`FORMATS` is the registry: format name -> reader.
 
-Why hand-written readers: Datumaro (which reads most of these) pins numpy>=2.2 and
-pillow~=12, and label-studio-sdk numpy>=2.2, against this project's numpy 1.26 and
-pillow 13; each format's layout is small and documented, and pycocotools does the masks.
+Why hand-written readers: Datumaro (which reads most of these) and label-studio-sdk refuse
+this project's pins (pillow, numpy, pyjwt; docs/data-loop.md); each format's layout is
+small and documented, and pycocotools does the masks.
 Those libraries check the prediction exports from a virtualenv of their own
 (tests/unit/data/test_export_interop.py).
 """

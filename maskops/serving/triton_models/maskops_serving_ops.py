@@ -2,7 +2,7 @@
 
 :func:`maskops.serving.repository.publish` copies this file next to every ``model.py`` of
 the ensemble (``<part>/<version>/maskops_serving_ops.py``), and each model loads it from its
-own directory: the Triton image installs only the ``triton`` extra (numpy<2, Pillow,
+own directory: the Triton image installs only the ``triton`` extra (numpy, Pillow,
 pycocotools, onnxruntime), never torch nor the maskops engine. So this module imports
 nothing else from maskops and must stay self-contained.
 
@@ -561,25 +561,25 @@ def encode_detections(results: Sequence[dict[str, Any]]) -> bytes:
 # than numpy 2 support, which reads a dtype's item size where numpy 1 kept it. Under
 # numpy 2 it reads 0: the stub copies every input element from the first one (inputs arrive
 # as one repeated value, zeros where the first is zero), sizes outputs at 0 bytes and loses
-# BYTES tensors. So inputs are read by DLPack (np.from_dlpack, right under numpy 1 and 2),
-# outputs handed over by DLPack under numpy 2 and as arrays under numpy 1 (whose DLPack
-# capsules that stub refuses), and the ensemble's encoded image and answer travel as UINT8
+# BYTES tensors. DLPack does not go through that code: inputs are read and outputs handed
+# over by DLPack, and the ensemble's encoded image and answer travel as UINT8
 # (docs/architecture.md, "numpy 2 in the python backend").
-NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
 
 
 def input_array(pb_utils: Any, request: Any, name: str) -> np.ndarray:
-    """Input ``name`` of ``request`` as a numpy view of the stub's buffer (valid during
-    ``execute``; copy what must outlive it)."""
+    """Input ``name`` of ``request`` as a read-only numpy view of the stub's buffer (valid
+    during ``execute``; copy what must outlive it)."""
     return np.from_dlpack(pb_utils.get_input_tensor_by_name(request, name))
 
 
 def output_tensor(pb_utils: Any, name: str, array: np.ndarray) -> Any:
-    """A ``pb_utils.Tensor`` holding ``array`` (made C-contiguous)."""
-    array = np.ascontiguousarray(array)
-    if NUMPY_2:
-        return pb_utils.Tensor.from_dlpack(name, array)
-    return pb_utils.Tensor(name, array)
+    """A ``pb_utils.Tensor`` holding ``array``, handed over by DLPack.
+
+    A C-contiguous, writable copy is made where ``array`` is not one: the stub asks for
+    DLPack without a read-only flag, so numpy refuses to export a read-only array (a view
+    of an input, say).
+    """
+    return pb_utils.Tensor.from_dlpack(name, np.require(array, requirements=("C", "W")))
 
 
 def padded_rows(items: Sequence[bytes], fill: bytes) -> np.ndarray:

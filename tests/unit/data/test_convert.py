@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import tracemalloc
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -306,13 +305,9 @@ def test_conversion_streams_images(demo_dataset, tmp_path: Path) -> None:
 
     tracemalloc.start()
     try:
-        # pytest keeps every warning it sees, and pycocotools under numpy 2 warns once per
-        # mask decoded: that growth would be pytest's, not the conversion's.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            result = convert_dataset(
-                demo_dataset.train_images, path, tmp_path / "out", workers=1, progress=progress
-            )
+        result = convert_dataset(
+            demo_dataset.train_images, path, tmp_path / "out", workers=1, progress=progress
+        )
     finally:
         tracemalloc.stop()
     total = 24 * copies

@@ -1,7 +1,8 @@
 """The prediction exports, loaded by the labelling tools' own libraries.
 
-Datumaro and label-studio-sdk need numpy >= 2.2, against the lock's 1.26, so they run in a
-virtualenv of their own, ``.venv-interop`` (git-ignored), installed from
+Datumaro and label-studio-sdk refuse the lock's numpy, pillow and pyjwt (the reasons head
+``tests/interop/requirements.txt``), so they run in a virtualenv of their own,
+``.venv-interop`` (git-ignored), installed from
 ``tests/interop/requirements.txt`` (exact pins: the lock of this check only) and kept
 while that file is unchanged. ``tests/interop/read_exports.py`` reports there what the
 libraries read; here it is compared with the masks exported: Datumaro's CVAT importer

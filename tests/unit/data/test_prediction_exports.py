@@ -4,8 +4,8 @@ pre-annotations, from an inference run's label folder.
 pycocotools loads the COCO exports. The CVAT and Label Studio files are checked here
 against the formats' documented layouts and read back with maskops' own readers: every
 polygon, rasterised, must cover its RLE mask with IoU >= 0.95, every brush mask come back
-exact. The tools' own libraries (Datumaro, label-studio-sdk: numpy 2, outside the lock)
-load them in test_export_interop.py.
+exact. The tools' own libraries (Datumaro, label-studio-sdk: outside the lock, whose pins
+they refuse) load them in test_export_interop.py.
 """
 
 from __future__ import annotations

@@ -49,9 +49,9 @@ class _Input:
 def _stub() -> types.ModuleType:
     """What the preprocess model uses of ``triton_python_backend_utils``."""
     module = types.ModuleType("triton_python_backend_utils")
-    tensor: Any = lambda name, array: (name, array)  # noqa: E731
-    tensor.from_dlpack = tensor  # numpy 2's way out (maskops_serving_ops.output_tensor)
-    module.Tensor = tensor  # type: ignore[attr-defined]
+    # Outputs leave by DLPack alone (maskops_serving_ops.output_tensor): Triton's
+    # Tensor(name, array) misreads numpy 2 arrays, so the stub has none.
+    module.Tensor = types.SimpleNamespace(from_dlpack=lambda name, array: (name, array))  # type: ignore[attr-defined]
     module.InferenceResponse = _Response  # type: ignore[attr-defined]
     module.TritonError = _Error  # type: ignore[attr-defined]
     module.get_input_tensor_by_name = lambda request, name: _Input(request[name])  # type: ignore[attr-defined]
