@@ -35,7 +35,7 @@ def _rle(mask: np.ndarray) -> dict[str, Any]:
 def _uncompressed_rle(mask: np.ndarray) -> dict[str, Any]:
     flat = mask.astype(np.uint8).flatten(order="F")
     counts, current, run = [], 0, 0
-    for value in flat:
+    for value in flat.tolist():
         if value != current:
             counts.append(run)
             current, run = value, 0

@@ -32,8 +32,8 @@ def tf_reference_anchors(
                 anchor_size_y_2 = base_anchor_size * aspect[1] / 2.0
                 x = np.arange(stride / 2, image_size[1], stride)
                 y = np.arange(stride / 2, image_size[0], stride)
-                xv, yv = np.meshgrid(x, y)
-                xv, yv = xv.reshape(-1), yv.reshape(-1)
+                grid_x, grid_y = np.meshgrid(x, y)
+                xv, yv = grid_x.reshape(-1), grid_y.reshape(-1)
                 boxes = np.vstack(
                     (
                         yv - anchor_size_y_2,
