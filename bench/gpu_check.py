@@ -71,7 +71,7 @@ RESULTS = BENCH / "results" / "gpu_check.json"
 WHEELS = REPO / ".gpu-wheels"
 SITE = Path(os.environ.get("MASKOPS_GPU_CHECK_SITE", "/tmp/maskops-gpu-site"))
 """Where the carried wheels are installed (a fresh folder rehearses a fresh host)."""
-SERVICES = ("core", "worker", "api", "triton")
+SERVICES = ("core", "worker", "api")
 BUDGET_S = 480.0
 """The whole check on one GPU: 8 minutes, so that one command fits a 10-minute limit."""
 WHEELS_LIMIT_MB = 48.0
