@@ -25,7 +25,6 @@ from pydantic import (
     model_validator,
 )
 
-from maskops.automl.options import ALGORITHMS, PRUNERS, SAMPLERS
 from maskops.export.options import opset_error
 from maskops.options_schema import (
     DeclaredOption,
@@ -225,12 +224,6 @@ ExportOptions = task_options_model(
 PublishOptions = task_options_model(PUBLISH, ActionOptions)
 """A publish job's options: the declared ones with a REST name (``name``); where and how
 Triton serves is the operator's (``maskops_core.settings``)."""
-
-# As ``maskops.automl.study``'s (one list, ``maskops.automl.options``): the API checks the
-# names without importing the engine's Optuna samplers (torch, scipy).
-AUTOML_ALGORITHMS = ALGORITHMS
-AUTOML_SAMPLERS = SAMPLERS
-AUTOML_PRUNERS = PRUNERS
 
 
 def _aliases(name: str, *tao: str) -> AliasChoices:

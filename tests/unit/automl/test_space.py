@@ -11,7 +11,6 @@ import pytest
 from maskops.automl.space import DEFAULT_SPACE, SpaceError, apply_params, resolve_space
 from maskops.automl.study import (
     ALGORITHMS,
-    PRUNERS,
     SAMPLERS,
     SearchSettings,
     direction,
@@ -19,12 +18,7 @@ from maskops.automl.study import (
     make_sampler,
 )
 from maskops.spec.models import ExperimentSpec
-from maskops_core.options import (
-    AUTOML_ALGORITHMS,
-    AUTOML_PRUNERS,
-    AUTOML_SAMPLERS,
-    AutomlOptions,
-)
+from maskops_core.options import AutomlOptions
 from maskops_worker.automl import search_settings
 
 
@@ -103,9 +97,7 @@ def test_apply_params_validates_the_whole_spec() -> None:
         apply_params(ExperimentSpec(), {"maskrcnn_config.anchor_scale": 0.0})
 
 
-def test_the_catalogue_and_the_engine_name_the_same_algorithms() -> None:
-    assert AUTOML_ALGORITHMS == ALGORITHMS and AUTOML_PRUNERS == PRUNERS
-    assert AUTOML_SAMPLERS == SAMPLERS
+def test_the_rest_options_offer_the_engines_algorithms_and_samplers() -> None:
     fields = AutomlOptions.model_fields
     assert set(get_args(fields["algorithm"].annotation)) == set(ALGORITHMS)
     (samplers, _) = get_args(fields["sampler"].annotation)  # Literal[...] | None
