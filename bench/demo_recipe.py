@@ -4,6 +4,9 @@ Trains exactly what ``maskops serve --demo`` trains (the walk's dataset, layout 
 from ``maskops_serve.demo``) in this process, evaluating every ``--eval-every`` steps, and
 records each evaluation's box/mask AP with the training minutes spent to reach it (the
 evaluations' own time left out: it is estimated per step from the steps without one).
+Then it runs the trained model on every validation image as the walk's ``/infer`` does and
+counts the shapes it labels twice (two listed detections of different classes on one
+shape), naming what the walk's picture shows.
 
     python bench/demo_recipe.py                   # the walk's steps, about 6 min idle
     python bench/demo_recipe.py --steps 40 --eval-every 20 --out /tmp/r.json   # smoke run
@@ -23,9 +26,16 @@ from typing import Any
 
 from machine import start_run, write_results
 
+from maskops.evaluation.inference import run_inference
 from maskops.training import run_training
 from maskops.training.trainer import HookBase
-from maskops_serve.demo import DEMO_STEPS, prepare_walk_training
+from maskops_serve.demo import (
+    DEMO_STEPS,
+    WalkTraining,
+    describe_detections,
+    labelled_twice,
+    prepare_walk_training,
+)
 
 RESULTS = Path(__file__).parent / "results" / "demo_recipe.json"
 
@@ -74,6 +84,31 @@ def curve(results_dir: Path, durations: dict[int, float]) -> list[dict[str, Any]
     ]
 
 
+def shapes_labelled_twice(walk: WalkTraining, checkpoint: Path, work: Path) -> dict[str, Any]:
+    """The trained model's detections on every validation image, as the walk lists them:
+    how many shapes got two labels (``labelled_twice``) and what the picture shows."""
+    labels = work / "labels"
+    images = walk.dataset.val_images
+    run_inference(walk.spec, checkpoint, images, work / "drawn", label_dir=labels, progress=False)
+    categories = json.loads(walk.dataset.val_json.read_text())["categories"]
+    category_names = {c["id"]: c["name"] for c in categories}
+
+    def detections(stem: str) -> list[dict[str, Any]]:
+        """As /infer answers: each detection with its category's name."""
+        found = json.loads((labels / f"{stem}.json").read_text())
+        return [{**d, "category_name": category_names[d["category_id"]]} for d in found]
+
+    names = sorted(path.stem for path in images.glob("*.jpg"))
+    twice = {name: pairs for name in names if (pairs := labelled_twice(detections(name)))}
+    picture = detections(names[0])
+    return {
+        "images": len(names),
+        "labelled_twice": sum(len(pairs) for pairs in twice.values()),
+        "labelled_twice_on": twice,
+        "picture": f"{names[0]}.jpg: {describe_detections(picture)}",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=DEMO_STEPS)
@@ -85,14 +120,17 @@ def main() -> None:
     walk = prepare_walk_training(work, args.steps)
     spec = walk.spec.model_copy(update={"num_steps_per_eval": args.eval_every})
     times = StepTimes()
-    run_training(spec, work / "run", extra_hooks=[times])
+    result = run_training(spec, work / "run", extra_hooks=[times])
     points = curve(work / "run", times.durations)
     for point in points:
         print(
             f"step {point['step']:4d}  {point['train_minutes']:5.2f} min  "
             f"box AP {point['AP']:.3f}  mask AP {point['mask_AP']:.3f}"
         )
-    figures = {"steps": args.steps, "eval_every": args.eval_every, "curve": points}
+    assert result.checkpoint is not None
+    twice = shapes_labelled_twice(walk, result.checkpoint, work)
+    print(f"{twice['labelled_twice']} shapes labelled twice; {twice['picture']}")
+    figures = {"steps": args.steps, "eval_every": args.eval_every, "curve": points, **twice}
     write_results(args.out, figures, conditions)
 
 

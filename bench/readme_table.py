@@ -137,10 +137,13 @@ def _prune(doc: dict[str, Any]) -> str:
 
 def _demo_recipe(doc: dict[str, Any]) -> str:
     last = doc["curve"][-1]
-    return (
+    figure = (
         f"mask AP **{last['mask_AP']:.3f}** (box {last['AP']:.3f}) after "
         f"{last['train_minutes']:.1f} min of training, step {last['step']}"
     )
+    if "labelled_twice" in doc:
+        figure += f"; {doc['labelled_twice']} shapes labelled twice on {doc['images']} images"
+    return figure
 
 
 ROWS = (

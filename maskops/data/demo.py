@@ -1,6 +1,7 @@
 """A synthetic instance-segmentation dataset in COCO format with exact masks.
 
-Images show flat-coloured circles, squares and triangles on textured gradient backgrounds.
+Images show flat-coloured circles, squares and triangles on textured gradient backgrounds,
+each shape in any colour, or with ``ShapeLayout.hue_by_class`` in its class's band of hues.
 Shapes may overlap: a shape drawn later occludes earlier ones, and an occluded shape's
 ``segmentation`` is its *visible* part, written as several convex polygons (polygon minus
 each occluder, cut along the occluder's edges). Every image pixel a shape's colour covers
@@ -16,6 +17,7 @@ so a dataset is a pure function of its arguments and two sizes share their first
 
 from __future__ import annotations
 
+import colorsys
 import json
 import math
 from collections.abc import Sequence
@@ -75,6 +77,9 @@ class ShapeLayout:
     max_radius: float = 0.22
     """Circumradius range, as a fraction of the image's shorter side."""
     min_shapes: int = 1
+    hue_by_class: bool = False
+    """Each class drawn in its own band of hues (circles red, squares green, triangles
+    blue) instead of any colour: the classes then differ in colour as well as outline."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_shapes <= self.max_shapes:
@@ -88,7 +93,17 @@ class ShapeLayout:
             )
 
 
-DEMO_WALK_LAYOUT = ShapeLayout(max_shapes=3, min_radius=0.14, max_radius=0.26)
+DEMO_WALK_LAYOUT = ShapeLayout(max_shapes=3, min_radius=0.14, max_radius=0.26, hue_by_class=True)
+"""A resnet10 trained from scratch for four minutes tells 128 px outlines apart only
+roughly; with each class in its own hues it finds every shape once, with its class."""
+
+_CLASS_HUES = {"circle": 0.0, "square": 1 / 3, "triangle": 2 / 3}
+"""The centre of each class's hue band (HSV hue in [0, 1)) under ``hue_by_class``."""
+_HUE_HALF_WIDTH = 1 / 18
+"""Each band spans 20 degrees either side of its centre: the bands never meet."""
+_MIN_CONTRAST = 150
+"""Least sum of absolute RGB differences between a shape and the background under it."""
+_COLOUR_TRIES = 50
 
 
 @dataclass
@@ -266,12 +281,32 @@ def _random_shape(
         for k in range(vertices)
     ]
     local = background[int(cy), int(cx)]
-    color = rng.uniform(0, 255, size=3)
-    # A colour too close to the background under the shape would make it unlearnable.
-    while float(np.abs(color - local).sum()) < 150:
+    if layout.hue_by_class:
+        color = _class_colour(rng, category["name"], local)
+    else:
         color = rng.uniform(0, 255, size=3)
+        # A colour too close to the background under the shape would make it unlearnable.
+        while float(np.abs(color - local).sum()) < _MIN_CONTRAST:
+            color = rng.uniform(0, 255, size=3)
     rounded = [(round(x, 2), round(y, 2)) for x, y in polygon]
     return _Shape(int(category["id"]), rounded, (int(color[0]), int(color[1]), int(color[2])))
+
+
+def _class_colour(rng: np.random.Generator, name: str, local: np.ndarray) -> np.ndarray:
+    """An RGB colour (float [3], 0..255) in ``name``'s hue band that stands out from
+    ``local``, the background under the shape: the most contrasting of a few draws when
+    none reaches ``_MIN_CONTRAST`` (a background of the same hue and brightness)."""
+    best, best_contrast = np.zeros(3), -1.0
+    for _ in range(_COLOUR_TRIES):
+        hue = (_CLASS_HUES[name] + rng.uniform(-_HUE_HALF_WIDTH, _HUE_HALF_WIDTH)) % 1.0
+        rgb = colorsys.hsv_to_rgb(hue, rng.uniform(0.6, 1.0), rng.uniform(0.45, 1.0))
+        color = np.array(rgb) * 255.0
+        contrast = float(np.abs(color - local).sum())
+        if contrast >= _MIN_CONTRAST:
+            return color
+        if contrast > best_contrast:
+            best, best_contrast = color, contrast
+    return best
 
 
 def _visible_masks(shapes: Sequence[_Shape], height: int, width: int) -> list[np.ndarray] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import colorsys
 import hashlib
 from pathlib import Path
 
@@ -11,7 +12,13 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
 from maskops.cli.main import main
-from maskops.data.demo import CATEGORIES, draw_image, generate_demo_dataset
+from maskops.data.demo import (
+    CATEGORIES,
+    DEMO_WALK_LAYOUT,
+    ShapeLayout,
+    draw_image,
+    generate_demo_dataset,
+)
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -54,6 +61,26 @@ def test_drawn_pixels_are_exactly_the_decoded_masks(index: int) -> None:
         painted = (drawn.pixels == np.array(color, dtype=np.uint8)).all(axis=2)
         assert np.array_equal(painted[y : y + h, x : x + w], mask[y : y + h, x : x + w])
         assert mask.sum() == mask[y : y + h, x : x + w].sum()
+
+
+def test_hue_by_class_draws_each_class_in_its_own_band_of_hues() -> None:
+    """Circles red, squares green, triangles blue, each within 20 degrees of its hue; a
+    layout without it draws every class in hues all round the circle."""
+    centres = {1: 0.0, 3: 120.0, 7: 240.0}
+    offsets: dict[bool, dict[int, list[float]]] = {True: {}, False: {}}
+    for by_class in (True, False):
+        layout = ShapeLayout(max_shapes=3, hue_by_class=by_class)
+        for index in range(30):
+            drawn = draw_image(np.random.default_rng([5, index]), 96, 96, layout=layout)
+            for ann, color in zip(drawn.annotations, drawn.colors, strict=True):
+                hue = colorsys.rgb_to_hsv(*(c / 255 for c in color))[0] * 360
+                offset = (hue - centres[ann["category_id"]] + 180) % 360 - 180
+                offsets[by_class].setdefault(ann["category_id"], []).append(abs(offset))
+    assert sorted(offsets[True]) == [1, 3, 7]
+    # Rounding the colour to whole RGB values moves its hue by under a degree.
+    assert max(max(v) for v in offsets[True].values()) <= 21
+    assert max(max(v) for v in offsets[False].values()) > 60
+    assert DEMO_WALK_LAYOUT.hue_by_class
 
 
 def test_occluded_shapes_are_multi_polygon_visible_parts() -> None:

@@ -9,7 +9,12 @@ import numpy as np
 import pycocotools.mask as mask_util
 from PIL import Image
 
-from maskops_serve.demo import SHOWN_SCORE, describe_detections, draw_demo_detections
+from maskops_serve.demo import (
+    SHOWN_SCORE,
+    describe_detections,
+    draw_demo_detections,
+    labelled_twice,
+)
 
 
 def _detection(
@@ -47,6 +52,20 @@ def test_the_best_detection_is_named_even_below_the_threshold() -> None:
         "1 detection: circle 0.20"
     )
     assert describe_detections([]) == "0 detections"
+
+
+def test_a_shape_listed_under_two_classes_is_named_and_nothing_else_is() -> None:
+    square = _detection("square", 3, 0.97, (10, 10, 20, 20))
+    as_triangle = _detection("triangle", 7, 0.58, (12, 10, 20, 20))  # IoU 18/22
+    beside = _detection("circle", 1, 0.9, (40, 10, 20, 20))  # no overlap
+    half_over = _detection("circle", 1, 0.8, (20, 10, 20, 20))  # IoU 1/3 with the square
+    same_class = _detection("square", 3, 0.6, (10, 11, 20, 20))  # per-class NMS's business
+    unlisted = _detection("circle", 1, SHOWN_SCORE - 0.01, (10, 10, 20, 20))
+
+    found = labelled_twice([as_triangle, beside, half_over, same_class, unlisted, square])
+
+    assert found == [("square 0.97", "triangle 0.58"), ("square 0.60", "triangle 0.58")]
+    assert labelled_twice([square, beside, unlisted]) == []
 
 
 def test_the_picture_has_the_masks_of_the_listed_detections_drawn(tmp_path: Path) -> None:

@@ -6,8 +6,7 @@ oneDNN runs bf16 natively (AVX-512 BF16 / AMX): elsewhere use_amp is declined on
 and there is nothing to compare.
 
 In CI: 40 steps of the tiny spec, compared on the validation loss. The comparison on mask
-AP, against the trained fixture's 320 steps (about 15 minutes of the 2-core CI machine's
-time), is marked slow.
+AP, against the trained fixture's 160 steps (it trains the fixture too), is marked slow.
 """
 
 from __future__ import annotations
