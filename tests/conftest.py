@@ -27,6 +27,26 @@ pytest_plugins = ["tests.support.control_plane", "tests.support.tiny_model"]
 tests of the core, the API, the worker's runner and the single-machine stack);
 ``tiny_config`` and ``make_targets``: small models and their targets."""
 
+
+def _share_the_cores_between_test_processes() -> None:
+    """Under ``./dev test``'s two processes, each takes its share of the cores.
+
+    With a thread per core in each process, the cores are oversubscribed and OpenMP's
+    spinning threads make every training several times slower: two concurrent 160-step
+    trainings of the demo recipe took 347 s each with two threads apiece, 79 s with one,
+    on a 2-core machine (2026-11-27). Subprocesses (workers, torchrun's ranks, the
+    benchmarks) inherit the share through ``OMP_NUM_THREADS`` where it is not set already.
+    """
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if processes <= 1:
+        return
+    share = max(1, len(os.sched_getaffinity(0)) // processes)
+    os.environ.setdefault("OMP_NUM_THREADS", str(share))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+_share_the_cores_between_test_processes()
+
 POSTGRES_URL = os.environ.get(
     "MASKOPS_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -250,7 +270,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_spec: Experim
     return result.checkpoint
 
 
-TRAINED_MODEL_STEPS = 320
+TRAINED_MODEL_STEPS = 160
 
 
 @dataclass(frozen=True)
@@ -266,8 +286,9 @@ class TrainedModel:
 @pytest.fixture(scope="session")
 def trained_model(tmp_path_factory: pytest.TempPathFactory) -> TrainedModel:
     """The demo walk's recipe (``maskops_serve.demo``: resnet10 from scratch, 128 px, its
-    dataset of 160 train / 40 val images) cut to ``TRAINED_MODEL_STEPS`` steps in fp32 (about 2
-    minutes on 2 cores), far enough to detect: its mask AP is checked below. For
+    dataset of 160 train / 40 val images) cut to ``TRAINED_MODEL_STEPS`` steps in fp32 (under a
+    minute on 2 idle cores; mask AP about 0.4), far enough to detect: its mask AP is
+    checked below. For
     assertions that only mean something on a model that detects, such as the INT8
     export's mask AP drop; everything else uses tiny_checkpoint. Trained once per run:
     under ``./dev test``'s two processes the second waits for the first's.
