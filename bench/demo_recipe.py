@@ -8,7 +8,7 @@ Then it runs the trained model on every validation image as the walk's ``/infer`
 counts the shapes it labels twice (two listed detections of different classes on one
 shape), naming what the walk's picture shows.
 
-    python bench/demo_recipe.py                   # the walk's steps, about 6 min idle
+    python bench/demo_recipe.py                   # the walk's steps, about 5 min idle
     python bench/demo_recipe.py --steps 40 --eval-every 20 --out /tmp/r.json   # smoke run
 
 Results: bench/results/demo_recipe.json (machine and load recorded; see bench/machine.py).

@@ -104,6 +104,7 @@ _HUE_HALF_WIDTH = 1 / 18
 _MIN_CONTRAST = 150
 """Least sum of absolute RGB differences between a shape and the background under it."""
 _COLOUR_TRIES = 50
+"""Draws of a colour before the most contrasting one is taken."""
 
 
 @dataclass

@@ -43,8 +43,10 @@ def _required() -> bool:
 
 
 def interop_python() -> Path:
-    """The interop virtualenv's python, installed once per version of the requirements."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16]
+    """The interop virtualenv's python, installed once per version of the requirements and
+    of the Python that makes it."""
+    made_by = f"{sys.version_info.major}.{sys.version_info.minor}"
+    digest = hashlib.sha256(REQUIREMENTS.read_bytes() + made_by.encode()).hexdigest()[:16]
     stamp, python = VENV / f".installed-{digest}", VENV / "bin" / "python"
     if stamp.exists():
         return python
@@ -57,6 +59,8 @@ def interop_python() -> Path:
             capture_output=True,
             text=True,
             timeout=INSTALL_TIMEOUT_S,
+            # pip would count what a PYTHONPATH holds as installed and leave it out.
+            env=_without_pythonpath(),
         )
         failure = None if done.returncode == 0 else done.stderr[-3000:]
     except subprocess.TimeoutExpired:
@@ -69,6 +73,13 @@ def interop_python() -> Path:
         pytest.skip(message)
     stamp.touch()
     return python
+
+
+def _without_pythonpath() -> dict[str, str]:
+    """This process's environment without PYTHONPATH: the interop virtualenv holds all it
+    imports, and a PYTHONPATH of this process (another Python's wheels, in the GPU-host
+    rehearsal) must reach neither its install nor its runs."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def _mask(rle: dict[str, Any]) -> dict[str, Any]:
@@ -109,11 +120,12 @@ def test_the_tools_libraries_load_the_exports(
     # Datumaro reads a CVAT dataset: the XML with the images under images/ beside it.
     shutil.copytree(demo_dataset.val_images, out / "images")
     python = interop_python()
-    # The interop virtualenv holds all it imports: a PYTHONPATH of this process (another
-    # Python's wheels, in the GPU-host rehearsal) must not reach it.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [str(python), str(SCRIPT), str(out)], capture_output=True, text=True, timeout=300, env=env
+        [str(python), str(SCRIPT), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_without_pythonpath(),
     )
     assert done.returncode == 0, done.stderr[-5000:]
     report = json.loads(done.stdout)
