@@ -152,17 +152,28 @@ def multiscale_roi_align(
     )
     if len(features) == 1:
         return _roi_align(features[0], rois, output_size, scales[0], sampling_ratio)
-    levels = mapper(boxes)
     dtype = features[0].dtype
-    pooled, order = [], []
-    for level, (feature, scale) in enumerate(zip(features, scales, strict=True)):
-        index = torch.where(levels == level)[0]
-        pooled.append(
-            _roi_align(feature, rois[index], output_size, scale, sampling_ratio).to(dtype)
-        )
-        order.append(index)
+    indices = _by_level(mapper(boxes), len(features))
+    pooled = [
+        _roi_align(feature, rois[index], output_size, scale, sampling_ratio).to(dtype)
+        for feature, scale, index in zip(features, scales, indices, strict=True)
+    ]
     # Row k of the concatenation is box order[k]; argsort(order) is the inverse permutation.
-    return torch.cat(pooled)[torch.argsort(torch.cat(order))]
+    return torch.cat(pooled)[torch.argsort(torch.cat(indices))]
+
+
+def _by_level(levels: Tensor, num_levels: int) -> list[Tensor]:
+    """The indices of the boxes of each level, in box order: ``num_levels`` int64 tensors.
+
+    One wait for the device (the levels' counts) where a ``torch.where`` per level waited
+    once each. A traced graph (ONNX export) keeps a ``nonzero`` per level instead: the
+    counts of the example it is traced on must not become constants of the graph.
+    """
+    if torch.jit.is_tracing() or torch.jit.is_scripting():
+        return [torch.where(levels == level)[0] for level in range(num_levels)]
+    order = torch.argsort(levels, stable=True)
+    counts = torch.bincount(levels, minlength=num_levels).tolist()
+    return list(torch.split(order, counts))
 
 
 class GatherMultiScaleRoIAlign(MultiScaleRoIAlign):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torchvision.ops import MultiScaleRoIAlign, roi_align
 
-from maskops.modeling.poolers import GatherMultiScaleRoIAlign, roi_align_by_gather
+from maskops.modeling.poolers import GatherMultiScaleRoIAlign, _by_level, roi_align_by_gather
 
 LEVELS = ["p2", "p3", "p4", "p5"]
 IMAGE = (256, 320)
@@ -114,3 +114,28 @@ def test_no_rois_pool_to_an_empty_batch() -> None:
     assert pooled.shape == (0, 6, 7, 7)
     pooled.sum().backward()
     assert feature.grad is not None and not feature.grad.any()
+
+
+def test_boxes_are_split_by_level_in_box_order_with_one_count() -> None:
+    levels = torch.randint(0, 4, (200,), generator=torch.Generator().manual_seed(4))
+    levels[:3] = 3  # level 0 may be empty below: an empty level is an empty index
+    for present in (levels, levels.clamp(min=1)):
+        split = _by_level(present, 4)
+        expected = [torch.where(present == level)[0] for level in range(4)]
+        assert [s.tolist() for s in split] == [e.tolist() for e in expected]
+
+
+def test_a_traced_pooler_follows_the_levels_of_other_boxes() -> None:
+    """A traced graph (ONNX export traces the model) must not keep the per-level counts of
+    the boxes it was traced on."""
+    pooler = GatherMultiScaleRoIAlign(LEVELS, 7, 2).eval()
+    feats = features(0)
+
+    def pool(*maps_and_rois: torch.Tensor) -> torch.Tensor:
+        *maps, rois = maps_and_rois
+        return pooler(dict(zip(LEVELS, maps, strict=True)), [rois], [IMAGE])
+
+    traced_on, other = boxes((20,), 40.0, seed=5)[0], boxes((30,), 200.0, seed=6)[0]
+    with torch.no_grad():
+        traced = torch.jit.trace(pool, (*feats.values(), traced_on), check_trace=False)
+        torch.testing.assert_close(traced(*feats.values(), other), pool(*feats.values(), other))
