@@ -94,13 +94,15 @@ def project_masks_via_gt_crops(
     dtype = boxes.dtype if boxes.is_floating_point() else torch.float32
     if boxes.shape[0] == 0:
         return boxes.new_zeros((0, resolution, resolution), dtype=dtype)
-    used, inverse = torch.unique(matched_idxs, return_inverse=True)
-    masks = gt_masks[used][:, None].to(dtype)
-    used_boxes = gt_boxes[used].to(dtype)
-    index = torch.arange(used.shape[0], device=boxes.device, dtype=dtype)[:, None]
-    in_masks = used_boxes
+    # Every GT is cropped, matched or not: picking the matched ones first (torch.unique)
+    # made the host wait for the device once per image, and each crop depends on its own
+    # GT alone, so the targets are the same.
+    masks = gt_masks[:, None].to(dtype)
+    gt_boxes = gt_boxes.to(dtype)
+    index = torch.arange(gt_boxes.shape[0], device=boxes.device, dtype=dtype)[:, None]
+    in_masks = gt_boxes
     if mask_origins is not None:  # the gt box in its crop's pixels
-        in_masks = used_boxes - mask_origins[used].to(dtype).repeat(1, 2)
+        in_masks = gt_boxes - mask_origins.to(dtype).repeat(1, 2)
     crops = roi_align(
         masks, torch.cat([index, in_masks], dim=1), (gt_mask_size, gt_mask_size), 1.0, -1, True
     )
@@ -108,14 +110,14 @@ def project_masks_via_gt_crops(
     # value, which would smear the GT box's border into proposals that are larger than it.
     crops = F.pad(crops, (1, 1, 1, 1))
 
-    gt = used_boxes[inverse]
+    gt = gt_boxes[matched_idxs]
     widths = (gt[:, 2] - gt[:, 0]).clamp(min=1e-6)
     heights = (gt[:, 3] - gt[:, 1]).clamp(min=1e-6)
     x1 = (boxes[:, 0].to(dtype) - gt[:, 0]) * gt_mask_size / widths + 1
     y1 = (boxes[:, 1].to(dtype) - gt[:, 1]) * gt_mask_size / heights + 1
     x2 = (boxes[:, 2].to(dtype) - gt[:, 0]) * gt_mask_size / widths + 1
     y2 = (boxes[:, 3].to(dtype) - gt[:, 1]) * gt_mask_size / heights + 1
-    rois = torch.stack([inverse.to(dtype), x1, y1, x2, y2], dim=1)
+    rois = torch.stack([matched_idxs.to(dtype), x1, y1, x2, y2], dim=1)
     return roi_align(crops, rois, (resolution, resolution), 1.0, -1, True)[:, 0]
 
 

@@ -64,6 +64,21 @@ def test_targets_match_direct_projection_for_a_fine_crop() -> None:
     assert (ours - direct).abs().mean() < 0.005
 
 
+def test_an_unmatched_gt_changes_no_target() -> None:
+    """Every GT is cropped, matched or not: the targets of the matched ones are those
+    computed from the matched GTs alone, bit for bit."""
+    masks, gt_boxes = _square_masks()
+    proposals = torch.tensor([[40.0, 50.0, 90.0, 90.0], [45.0, 48, 80, 92]])
+    with_unmatched = project_masks_via_gt_crops(
+        masks, gt_boxes, proposals, torch.tensor([1, 1]), gt_mask_size=56, resolution=28
+    )
+    matched_alone = project_masks_via_gt_crops(
+        masks[1:], gt_boxes[1:], proposals, torch.tensor([0, 0]), gt_mask_size=56, resolution=28
+    )
+    torch.testing.assert_close(with_unmatched, matched_alone, rtol=0, atol=0)
+    assert with_unmatched.max() == 1.0
+
+
 def test_targets_are_zero_outside_the_gt_box() -> None:
     masks, gt_boxes = _square_masks()
     # A proposal twice the size of GT 0, centred on it: the GT box is the middle half.

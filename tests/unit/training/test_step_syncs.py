@@ -3,8 +3,9 @@
 Without a loss scaler (bf16, fp32) the trainer checked that the loss was finite at every
 micro-batch, a ``bool(tensor)`` that waits for the GPU; it now checks at logging steps
 (``Trainer.finite_check_period``). The model's normalisation constants are made once per
-device instead of copied to the GPU each step, and the FPN poolers read the RoIs' level
-counts once instead of waiting once per level. The counts are printed for the record.
+device instead of copied to the GPU each step, the FPN poolers read the RoIs' level counts
+once instead of waiting once per level, and the mask targets no longer pick each image's
+matched ground truths with ``torch.unique``. The counts are printed for the record.
 """
 
 from __future__ import annotations
