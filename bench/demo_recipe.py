@@ -35,6 +35,7 @@ from maskops_serve.demo import (
     describe_detections,
     labelled_twice,
     prepare_walk_training,
+    walk_picture,
 )
 
 RESULTS = Path(__file__).parent / "results" / "demo_recipe.json"
@@ -100,12 +101,12 @@ def shapes_labelled_twice(walk: WalkTraining, checkpoint: Path, work: Path) -> d
 
     names = sorted(path.stem for path in images.glob("*.jpg"))
     twice = {name: pairs for name in names if (pairs := labelled_twice(detections(name)))}
-    picture = detections(names[0])
+    picture = walk_picture(images)
     return {
         "images": len(names),
         "labelled_twice": sum(len(pairs) for pairs in twice.values()),
         "labelled_twice_on": twice,
-        "picture": f"{names[0]}.jpg: {describe_detections(picture)}",
+        "picture": f"{picture.name}: {describe_detections(detections(picture.stem))}",
     }
 
 

@@ -151,6 +151,11 @@ class DemoError(Exception):
     pass
 
 
+def walk_picture(val_images: Path) -> Path:
+    """The image the walk sends to ``/infer`` and draws: the first of the validation split."""
+    return sorted(val_images.glob("*.jpg"))[0]
+
+
 def labelled_twice(detections: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The shapes given two labels: each pair of listed detections (score at or above
     ``SHOWN_SCORE``) of different categories whose RLE masks overlap by more than
@@ -376,7 +381,7 @@ def _published(client: httpx.Client, export: dict[str, Any], say: Say) -> None:
 
 def _inferred(client: httpx.Client, data_root: Path, out_dir: Path, say: Say) -> None:
     say("8. infer")
-    image = sorted((data_root / "demo" / "images" / "val").glob("*.jpg"))[0]
+    image = walk_picture(data_root / "demo" / "images" / "val")
     results = client.post(
         "/infer",
         params={"model": "demo"},

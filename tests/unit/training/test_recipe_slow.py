@@ -19,7 +19,13 @@ import pytest
 
 from maskops.evaluation.inference import run_inference
 from maskops.training import run_training
-from maskops_serve.demo import SHOWN_SCORE, TWICE_IOU, labelled_twice, prepare_walk_training
+from maskops_serve.demo import (
+    SHOWN_SCORE,
+    TWICE_IOU,
+    labelled_twice,
+    prepare_walk_training,
+    walk_picture,
+)
 
 WALK_MASK_AP = 0.6
 """What the walk's printout shows a newcomer, with a margin for the run-to-run spread."""
@@ -34,8 +40,8 @@ def test_the_demo_walk_recipe_reaches_its_mask_ap_and_draws_each_shape_once(
     result = run_training(walk.spec, tmp_path / "run")
 
     assert float(result.metrics["mask_AP"]) >= WALK_MASK_AP, result.metrics
-    # The walk's picture: its first validation image, as /infer answers for it.
-    picture = sorted(walk.dataset.val_images.glob("*.jpg"))[0]
+    # The walk's picture, as /infer answers for it.
+    picture = walk_picture(walk.dataset.val_images)
     images = tmp_path / "picture"
     images.mkdir()
     shutil.copy(picture, images)
