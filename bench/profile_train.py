@@ -2,7 +2,8 @@
 
 bench/bench_train.py's maskops arm (the same synthetic data, spec and defaults) trains
 ``--warmup`` steps, then ``--steps`` steps are profiled (CPU activity, and CUDA's on a
-GPU), then one more step, so that the end-of-run checkpoint stays outside the window.
+GPU), then one step whose host reads are counted, then one more step, so that the
+end-of-run checkpoint and finiteness check stay outside both.
 Reported, per profiled step:
 
 - ``step_ms``: wall time;
@@ -11,7 +12,12 @@ Reported, per profiled step:
 - ``item_calls`` (``aten::_local_scalar_dense``: ``.item()``, ``bool(tensor)``, ``int()``
   of a tensor) and ``cuda_syncs`` (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``):
   each makes the host wait for the device;
-- ``top_cpu_ops`` and ``top_gpu_kernels``: the most self time, in ms.
+- ``top_cpu_ops`` and ``top_gpu_kernels``: the most self time, in ms;
+- ``host_reads``: the calls of the step after the window that would make the host wait for
+  a GPU, by name (``maskops.training.host_reads``; counted outside the profiled steps,
+  whose timing the counting would slow). On a CPU the NMS of more than 1,000 boxes loops
+  over the FPN levels (torchvision's choice there, faster on a CPU), one read each; a GPU
+  runs one NMS per image.
 
     .venv/bin/python bench/profile_train.py                      # resnet18, 512², a CPU
     python bench/profile_train.py --device cuda --nlayers 50 --image-size 832 1344 --batch 4
@@ -36,6 +42,7 @@ from machine import start_run, write_results
 from synthetic import prepare_shards, throughput_spec
 
 from maskops.training import HookBase, run_training
+from maskops.training.host_reads import HostReadCounter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profile_train.json"
 TOP = 8
@@ -51,9 +58,16 @@ class ProfileWindow(HookBase):
         self.warmup, self.steps = warmup, steps
         self.profiler: torch.profiler.profile | None = None
         self.started = self.seconds = 0.0
+        self.reads: HostReadCounter | None = None
+
+    def before_step(self) -> None:
+        if self.trainer.iter == self.warmup + self.steps:  # the step after the window
+            self.reads = HostReadCounter().__enter__()
 
     def after_step(self) -> None:
         device = self.trainer.device
+        if self.reads is not None and self.trainer.iter == self.warmup + self.steps + 1:
+            self.reads.__exit__(None, None, None)
         if self.trainer.iter == self.warmup:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if device.type == "cuda":
@@ -115,6 +129,7 @@ def summarise(window: ProfileWindow, *, cuda: bool) -> dict[str, Any]:
         "cuda_syncs": round(sum(counts[name] for name in SYNCS) / steps, 1),
         "top_cpu_ops": top(cpu_ms),
         "top_gpu_kernels": top(kernel_ms) if cuda else [],
+        "host_reads": dict(window.reads.by_call) if window.reads is not None else None,
     }
 
 
@@ -123,7 +138,7 @@ def profile(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     ``args.warmup``; the figures of :func:`summarise`."""
     spec = throughput_spec(
         root,
-        steps=args.warmup + args.steps + 1,
+        steps=args.warmup + args.steps + 2,
         batch=args.batch,
         image_size=tuple(args.image_size),
         nlayers=args.nlayers,
@@ -141,7 +156,7 @@ def profile(root: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def profile_on_demo_data(args: argparse.Namespace) -> dict[str, Any]:
     """:func:`profile` on demo shapes generated for the run in a temporary folder."""
-    images = (args.warmup + args.steps + 1) * args.batch
+    images = (args.warmup + args.steps + 2) * args.batch
     with tempfile.TemporaryDirectory(prefix="profile_train_data_") as tmp:
         prepare_shards(Path(tmp), train_images=images, image_size=tuple(args.image_size))
         return profile(Path(tmp), args)
@@ -169,6 +184,7 @@ def main() -> None:
     config = {k: v for k, v in vars(args).items() if k != "out"}
     figures = {"config": config, **profile_on_demo_data(args)}
     print(f"{figures['step_ms']} ms a step; GPU busy {figures['gpu_busy_fraction']}")
+    print(f"host reads in a step: {figures['host_reads']}")
     for name, ms in figures["top_cpu_ops"]:
         print(f"  cpu  {ms:9.3f} ms  {name}")
     for name, ms in figures["top_gpu_kernels"]:

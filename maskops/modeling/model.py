@@ -125,11 +125,27 @@ class SpecMaskRCNN(MaskRCNN):
         (contiguous training labels), ``scores`` [N], and ``masks`` [N, 1, M, M] float
         mask probabilities of each box region when the mask branch exists.
         """
-        out = super().forward(images, targets)
         if not self.training:
-            return out
-        assert isinstance(out, dict)
-        return {key: loss * self.loss_weights.get(key, 1.0) for key, loss in out.items()}
+            return super().forward(images, targets)
+        if targets is None:
+            raise ValueError("targets are required in training mode")
+        losses = self._training_losses(images, targets)
+        return {key: loss * self.loss_weights.get(key, 1.0) for key, loss in losses.items()}
+
+    def _training_losses(
+        self, images: list[Tensor], targets: list[dict[str, Tensor]]
+    ) -> dict[str, Tensor]:
+        """torchvision's ``GeneralizedRCNN.forward`` in training, its target checks made
+        with one read of the device for the batch instead of one per image."""
+        check_target_boxes(targets)
+        image_list, transformed = self.transform(images, targets)
+        assert transformed is not None
+        features = self.backbone(image_list.tensors)
+        proposals, proposal_losses = self.rpn(image_list, features, transformed)
+        _, detector_losses = self.roi_heads(
+            features, proposals, image_list.image_sizes, transformed
+        )
+        return {**detector_losses, **proposal_losses}
 
     @torch.no_grad()
     def validation_losses(
@@ -172,6 +188,29 @@ class SpecMaskRCNN(MaskRCNN):
         """
         self.backbone.compile(mode=mode, dynamic=False)
         return self
+
+
+def check_target_boxes(targets: list[dict[str, Tensor]]) -> None:
+    """Fail on a target whose ``boxes`` is not ``[N, 4]`` or holds a box without a positive
+    width and height (torchvision's checks), naming the image and the box.
+
+    Raises:
+        ValueError: the first such target.
+    """
+    for index, target in enumerate(targets):
+        boxes = target["boxes"]
+        if not isinstance(boxes, Tensor) or boxes.dim() != 2 or boxes.shape[-1] != 4:
+            shape = tuple(boxes.shape) if isinstance(boxes, Tensor) else type(boxes).__name__
+            raise ValueError(f"target {index}: boxes must be a [N, 4] tensor, got {shape}")
+    degenerate = [(t["boxes"][:, 2:] <= t["boxes"][:, :2]).any(dim=1) for t in targets]
+    if not bool(torch.cat(degenerate).any()):  # the one read of the batch
+        return
+    for index, (target, flags) in enumerate(zip(targets, degenerate, strict=True)):
+        if bool(flags.any()):
+            box = target["boxes"][flags.nonzero()[0, 0]].tolist()
+            raise ValueError(
+                f"target {index}: every box must have a positive width and height, got {box}"
+            )
 
 
 def build_model(

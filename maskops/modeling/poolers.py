@@ -172,7 +172,9 @@ def _by_level(levels: Tensor, num_levels: int) -> list[Tensor]:
     if torch.jit.is_tracing() or torch.jit.is_scripting():
         return [torch.where(levels == level)[0] for level in range(num_levels)]
     order = torch.argsort(levels, stable=True)
-    counts = torch.bincount(levels, minlength=num_levels).tolist()
+    # Counted by comparison, not bincount, whose length (the maximum) is another read.
+    each_level = torch.arange(num_levels, device=levels.device)[:, None]
+    counts = (levels[None, :] == each_level).sum(dim=1).tolist()
     return list(torch.split(order, counts))
 
 

@@ -13,6 +13,12 @@ Two things differ from torchvision, both because the spec asks for TF semantics:
   is the limit of a very large gt_mask_size. Targets stay soft (bilinear values in 0..1),
   as torchvision's are.
 
+Sampling follows torchvision's rules without reading the device's state on the host
+(:mod:`.sampling`): each image keeps ``min(batch_size_per_image, proposals)`` slots, the
+sampled proposals first in index order (the rows torchvision's ``torch.where`` gives), and
+a slot left empty, when too few proposals can be sampled, has the label -1 and counts in
+no loss. The mask branch reads the positives' count once per batch.
+
 The mask branch is optional (``include_mask=False`` gives Faster R-CNN heads). Keypoints
 are not supported. Loss keys are torchvision's: ``loss_classifier``, ``loss_box_reg``,
 ``loss_mask``.
@@ -24,10 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.models.detection import _utils as det_utils
-from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss, maskrcnn_inference
-from torchvision.ops import roi_align
+from torchvision.models.detection.roi_heads import RoIHeads, maskrcnn_inference
+from torchvision.ops import box_iou, roi_align
 
 from maskops.mask_crops import MASK_ORIGINS
+
+from .sampling import SyncFreeSampler, first_true
+
+EMPTY_SLOT = -1
+"""The label of a sampling slot that holds no sampled proposal (it counts in no loss)."""
 
 
 class RangeMatcher(det_utils.Matcher):
@@ -135,6 +146,29 @@ def mask_loss(mask_logits: Tensor, mask_targets: Tensor, labels: Tensor) -> Tens
     return F.binary_cross_entropy_with_logits(picked, mask_targets.to(picked.dtype))
 
 
+def sampled_fastrcnn_loss(
+    class_logits: Tensor, box_regression: Tensor, labels: Tensor, regression_targets: Tensor
+) -> tuple[Tensor, Tensor]:
+    """torchvision's ``fastrcnn_loss`` over the filled sampling slots.
+
+    Args:
+        class_logits: ``[N, K]``.
+        box_regression: ``[N, 4K]``.
+        labels: ``[N]`` int64 class per slot; :data:`EMPTY_SLOT` for an empty one.
+        regression_targets: ``[N, 4]``.
+
+    Returns:
+        ``(classification_loss, box_loss)``: the mean cross-entropy over the filled slots,
+        and the smooth-L1 (beta 1/9) sum over the positives divided by the filled slots.
+    """
+    classification_loss = F.cross_entropy(class_logits, labels, ignore_index=EMPTY_SLOT)
+    rows = torch.arange(labels.shape[0], device=labels.device)
+    picked = box_regression.reshape(labels.shape[0], -1, 4)[rows, labels.clamp(min=0)]
+    per_slot = F.smooth_l1_loss(picked, regression_targets, beta=1 / 9, reduction="none")
+    box_loss = torch.where(labels > 0, per_slot.sum(dim=1), 0.0).sum()
+    return classification_loss, box_loss / (labels >= 0).sum().clamp(min=1)
+
+
 class SpecRoIHeads(RoIHeads):
     """Box (and optionally mask) heads; see the module docstring for what differs."""
 
@@ -177,7 +211,69 @@ class SpecRoIHeads(RoIHeads):
         self.proposal_matcher = RangeMatcher(
             fg_thresh=fg_thresh, bg_thresh_hi=bg_thresh_hi, bg_thresh_lo=bg_thresh_lo
         )
+        self.fg_bg_sampler = SyncFreeSampler(batch_size_per_image, positive_fraction)
         self.gt_mask_size = int(gt_mask_size)
+
+    def assign_targets_to_proposals(
+        self, proposals: list[Tensor], gt_boxes: list[Tensor], gt_labels: list[Tensor]
+    ) -> tuple[list[Tensor], list[Tensor]]:
+        """torchvision's proposal labels (class, 0 background, -1 ignored) and matched
+        ground-truth indices, ``[P]`` each per image, labelled by ``torch.where``."""
+        matched_idxs, labels = [], []
+        for proposals_in_image, gt_boxes_in_image, gt_labels_in_image in zip(
+            proposals, gt_boxes, gt_labels, strict=True
+        ):
+            if gt_boxes_in_image.numel() == 0:  # a background image
+                zeros = proposals_in_image.new_zeros(proposals_in_image.shape[0], dtype=torch.int64)
+                matched_idxs.append(zeros)
+                labels.append(zeros)
+                continue
+            matched = self.proposal_matcher(box_iou(gt_boxes_in_image, proposals_in_image))
+            clamped = matched.clamp(min=0)
+            label = gt_labels_in_image[clamped].to(torch.int64)
+            label = torch.where(matched == self.proposal_matcher.BELOW_LOW_THRESHOLD, 0, label)
+            label = torch.where(matched == self.proposal_matcher.BETWEEN_THRESHOLDS, -1, label)
+            matched_idxs.append(clamped)
+            labels.append(label)
+        return matched_idxs, labels
+
+    def select_training_samples(
+        self, proposals: list[Tensor], targets: list[dict[str, Tensor]] | None
+    ) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
+        """The sampled proposals of each image, in ``min(batch_size_per_image, P_i)`` slots.
+
+        Args:
+            proposals: per image ``[P_i, 4]`` xyxy; the ground-truth boxes are added.
+            targets: per image ``boxes`` ``[G_i, 4]`` and ``labels`` ``[G_i]``.
+
+        Returns:
+            Per image: the slots' proposals ``[S_i, 4]``, matched ground-truth indices
+            ``[S_i]``, labels ``[S_i]`` (:data:`EMPTY_SLOT` where nothing was sampled) and
+            regression targets ``[S_i, 4]``.
+        """
+        self.check_targets(targets)
+        assert targets is not None
+        dtype = proposals[0].dtype
+        gt_boxes = [t["boxes"].to(dtype) for t in targets]
+        proposals = self.add_gt_proposals(proposals, gt_boxes)
+        matched_idxs, labels = self.assign_targets_to_proposals(
+            proposals, gt_boxes, [t["labels"] for t in targets]
+        )
+        positives, negatives = self.fg_bg_sampler(labels)
+        slots = [
+            first_true(pos | neg, min(self.fg_bg_sampler.batch_size_per_image, pos.shape[0]))
+            for pos, neg in zip(positives, negatives, strict=True)
+        ]
+        sampled_proposals, sampled_matches, sampled_labels, matched_gt_boxes = [], [], [], []
+        for i, slot in enumerate(slots):
+            filled = (positives[i] | negatives[i])[slot].bool()
+            sampled_proposals.append(proposals[i][slot])
+            sampled_matches.append(matched_idxs[i][slot])
+            sampled_labels.append(torch.where(filled, labels[i][slot], EMPTY_SLOT))
+            gt = gt_boxes[i] if gt_boxes[i].numel() else gt_boxes[i].new_zeros((1, 4))
+            matched_gt_boxes.append(gt[sampled_matches[i]])
+        regression_targets = self.box_coder.encode(matched_gt_boxes, sampled_proposals)
+        return sampled_proposals, sampled_matches, sampled_labels, list(regression_targets)
 
     def _mask_logits(
         self, features: dict[str, Tensor], boxes: list[Tensor], image_shapes: list[tuple[int, int]]
@@ -225,12 +321,14 @@ class SpecRoIHeads(RoIHeads):
         )
         box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
         class_logits, box_regression = self.box_predictor(box_features)
-        loss_classifier, loss_box_reg = fastrcnn_loss(
-            class_logits, box_regression, labels, regression_targets
+        loss_classifier, loss_box_reg = sampled_fastrcnn_loss(
+            class_logits, box_regression, torch.cat(labels), torch.cat(regression_targets)
         )
         losses = {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
         if self.has_mask():
-            positives = [torch.where(lbl > 0)[0] for lbl in labels]
+            is_positive = [lbl > 0 for lbl in labels]
+            counts = torch.stack([p.sum() for p in is_positive]).tolist()  # one read
+            positives = [first_true(p, n) for p, n in zip(is_positive, counts, strict=True)]
             mask_proposals = [p[pos] for p, pos in zip(proposals, positives, strict=True)]
             pos_matched = [m[pos] for m, pos in zip(matched_idxs, positives, strict=True)]
             mask_logits = self._mask_logits(features, mask_proposals, image_shapes)

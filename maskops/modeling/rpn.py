@@ -1,15 +1,29 @@
-"""torchvision's RegionProposalNetwork with separate train/test NMS thresholds.
+"""torchvision's RegionProposalNetwork with separate train/test NMS thresholds, and
+without host reads in training but the ones NMS needs.
 
 TAO has ``train_rpn_nms_threshold`` and ``test_rpn_nms_thresh``; torchvision has one
-``nms_thresh``. Everything else (per-level pre-NMS top-n, post-NMS top-n per image, the
-anchor matcher and the balanced sampler) is torchvision's, fed from the spec.
+``nms_thresh``. The rules (per-level pre-NMS top-n, NMS per level, post-NMS top-n per
+image, the anchor matcher and the balanced sampler) are torchvision's, fed from the spec.
+
+What differs is how they run. torchvision's ``filter_proposals`` drops small and
+low-scoring boxes and runs NMS per level with a ``torch.where`` or ``torch.unique`` at each
+turn, its matcher and sampler pick anchors with boolean masks, and its loss gathers the
+sampled anchors with ``torch.where``: on a GPU, a dozen and more waits for the device per
+image and step. Here the filtered-out boxes stay in NMS's input in a group of their own,
+matching and sampling are fixed-shape (:mod:`.sampling`), and the losses are masked sums:
+one NMS per image and one read of the boxes kept, for the whole batch.
 """
 
 from __future__ import annotations
 
-from torch import nn
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.rpn import RegionProposalNetwork
+from torchvision.ops import boxes as box_ops
+
+from .sampling import SyncFreeMatcher, SyncFreeSampler
 
 MIN_PROPOSAL_SIZE = 1e-3
 """Floor for rpn_min_size: a zero-width proposal would give infinite box-regression
@@ -46,6 +60,10 @@ class TrainTestRPN(RegionProposalNetwork):
         )
         self._nms_thresh = {"training": nms_thresh["training"], "testing": nms_thresh["testing"]}
         self.min_size = max(float(min_size), MIN_PROPOSAL_SIZE)
+        self.proposal_matcher = SyncFreeMatcher(
+            fg_iou_thresh, bg_iou_thresh, allow_low_quality_matches=True
+        )
+        self.fg_bg_sampler = SyncFreeSampler(batch_size_per_image, positive_fraction)
 
     @property
     def nms_thresh(self) -> float:
@@ -55,3 +73,157 @@ class TrainTestRPN(RegionProposalNetwork):
     def nms_thresh(self, value: float) -> None:
         """Assigning one threshold (as torchvision's ``__init__`` does) sets both modes."""
         self._nms_thresh = {"training": value, "testing": value}
+
+    def filter_proposals(
+        self,
+        proposals: Tensor,
+        objectness: Tensor,
+        image_shapes: list[tuple[int, int]],
+        num_anchors_per_level: list[int],
+    ) -> tuple[list[Tensor], list[Tensor]]:
+        """torchvision's proposal filtering in training, with one read for the batch of how
+        many boxes each image keeps (and one NMS call per image on a GPU).
+
+        Per image and level the ``pre_nms_top_n`` best-scoring boxes, clipped to the
+        image; those smaller than ``min_size`` or scoring under ``score_thresh`` dropped;
+        NMS within each level; the ``post_nms_top_n`` best kept, by decreasing score.
+
+        Args:
+            proposals: ``[B, A, 4]`` decoded xyxy boxes, input pixels.
+            objectness: ``[B * A, 1]`` logits.
+            image_shapes: per image ``(H, W)``.
+            num_anchors_per_level: ``A`` split by FPN level.
+
+        Returns:
+            Per image ``[P_i, 4]`` boxes and ``[P_i]`` sigmoid scores.
+        """
+        if not self.training or torch.jit.is_tracing() or torch.jit.is_scripting():
+            # Inference and export keep torchvision's code: a traced graph must not hold
+            # the tracing example's counts (the read below would freeze them).
+            return super().filter_proposals(
+                proposals, objectness, image_shapes, num_anchors_per_level
+            )
+        num_images = proposals.shape[0]
+        device = proposals.device
+        objectness = objectness.detach().reshape(num_images, -1)
+        levels = torch.cat(
+            [
+                torch.full((n,), level, dtype=torch.int64, device=device)
+                for level, n in enumerate(num_anchors_per_level)
+            ]
+        )
+        top_n_idx = self._get_top_n_idx(objectness, num_anchors_per_level)  # [B, K]
+        batch_idx = torch.arange(num_images, device=device)[:, None]
+        scores = torch.sigmoid(objectness[batch_idx, top_n_idx])
+        boxes = torch.stack(
+            [
+                box_ops.clip_boxes_to_image(image_boxes, shape)
+                for image_boxes, shape in zip(
+                    proposals[batch_idx, top_n_idx], image_shapes, strict=True
+                )
+            ]
+        )
+        kept = [
+            nms_kept_mask(b, s, lvl, self._usable(b, s), self.nms_thresh)
+            for b, s, lvl in zip(boxes, scores, levels[top_n_idx], strict=True)
+        ]
+        best = torch.where(torch.stack(kept), scores, -1.0).topk(
+            min(self.post_nms_top_n(), scores.shape[1]), dim=1
+        )
+        counts = (best.values >= 0).sum(dim=1).tolist()  # the one read of the batch
+        final_boxes = [boxes[i, best.indices[i, :n]] for i, n in enumerate(counts)]
+        final_scores = [best.values[i, :n] for i, n in enumerate(counts)]
+        return final_boxes, final_scores
+
+    def _usable(self, boxes: Tensor, scores: Tensor) -> Tensor:
+        """``[K]`` bool: not smaller than ``min_size`` (torchvision's ``remove_small_boxes``)
+        and scoring at least ``score_thresh``."""
+        widths, heights = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+        large_enough = (widths >= self.min_size) & (heights >= self.min_size)
+        return large_enough & (scores >= self.score_thresh)
+
+    def assign_targets_to_anchors(
+        self, anchors: list[Tensor], targets: list[dict[str, Tensor]]
+    ) -> tuple[list[Tensor], list[Tensor]]:
+        """torchvision's anchor labels (1 object, 0 background, -1 ignored) and matched
+        ground-truth boxes, ``[A]`` and ``[A, 4]`` per image, labelled by ``torch.where``."""
+        labels, matched_gt_boxes = [], []
+        for anchors_per_image, target in zip(anchors, targets, strict=True):
+            gt_boxes = target["boxes"]
+            if gt_boxes.numel() == 0:  # a background image: every anchor is negative
+                labels.append(anchors_per_image.new_zeros(anchors_per_image.shape[0]))
+                matched_gt_boxes.append(torch.zeros_like(anchors_per_image))
+                continue
+            matched = self.proposal_matcher(self.box_similarity(gt_boxes, anchors_per_image))
+            matched_gt_boxes.append(gt_boxes[matched.clamp(min=0)])
+            ignored = matched == self.proposal_matcher.BETWEEN_THRESHOLDS
+            labels.append(torch.where(ignored, -1.0, (matched >= 0).to(torch.float32)))
+        return labels, matched_gt_boxes
+
+    def compute_loss(
+        self,
+        objectness: Tensor,
+        pred_bbox_deltas: Tensor,
+        labels: list[Tensor],
+        regression_targets: list[Tensor],
+    ) -> tuple[Tensor, Tensor]:
+        """torchvision's RPN losses, as sums over the sampled anchors' masks.
+
+        Args:
+            objectness: ``[B * A, 1]`` logits.
+            pred_bbox_deltas: ``[B * A, 4]``.
+            labels: per image ``[A]`` (1, 0 or -1 ignored).
+            regression_targets: per image ``[A, 4]``.
+
+        Returns:
+            ``(objectness_loss, box_loss)``: the mean binary cross-entropy over the sampled
+            anchors, and the smooth-L1 (beta 1/9) sum over the sampled positives divided by
+            the number sampled.
+        """
+        positive_masks, negative_masks = self.fg_bg_sampler(labels)
+        positive = torch.cat(positive_masks).bool()
+        sampled = positive | torch.cat(negative_masks).bool()
+        count = sampled.sum().clamp(min=1)
+        box_loss = F.smooth_l1_loss(
+            pred_bbox_deltas, torch.cat(regression_targets), beta=1 / 9, reduction="none"
+        ).sum(dim=1)
+        objectness_loss = F.binary_cross_entropy_with_logits(
+            objectness.flatten(), torch.cat(labels).clamp(min=0), reduction="none"
+        )
+        return (
+            torch.where(sampled, objectness_loss, 0.0).sum() / count,
+            torch.where(positive, box_loss, 0.0).sum() / count,
+        )
+
+
+def nms_kept_mask(
+    boxes: Tensor, scores: Tensor, groups: Tensor, usable: Tensor, iou_threshold: float
+) -> Tensor:
+    """NMS within each group over the usable boxes, as a mask: ``[K]`` bool, True if kept.
+
+    Args:
+        boxes: ``[K, 4]`` xyxy.
+        scores: ``[K]``.
+        groups: ``[K]`` int64 >= 0; boxes of different groups never suppress each other.
+        usable: ``[K]`` bool; the others are not kept and suppress nothing.
+        iou_threshold: boxes overlapping a better one by more than this are dropped.
+    """
+    # The unusable boxes go to a group of their own rather than out of the input, which
+    # would need a read of how many remain.
+    groups = torch.where(usable, groups, groups.max() + 1)
+    if boxes.device.type == "cpu":
+        # torchvision runs large inputs one group at a time, the faster way on a CPU.
+        keep = box_ops.batched_nms(boxes, scores, groups, iou_threshold)
+    else:
+        keep = nms_in_one_call(boxes, scores, groups, iou_threshold)
+    kept = torch.zeros_like(usable).index_fill_(0, keep, True)
+    return kept & usable
+
+
+def nms_in_one_call(boxes: Tensor, scores: Tensor, groups: Tensor, iou_threshold: float) -> Tensor:
+    """torchvision's ``batched_nms`` as one NMS call whatever the input's size: the indices
+    kept, by decreasing score. (torchvision loops over the groups of a large input, and
+    each turn of its loop reads the device.) Its coordinate trick: every group's boxes are
+    shifted clear of the others', so no two groups overlap."""
+    offsets = groups.to(boxes) * (boxes.max() + 1)
+    return box_ops.nms(boxes + offsets[:, None], scores, iou_threshold)

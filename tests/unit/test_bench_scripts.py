@@ -143,6 +143,10 @@ def test_profile_train_tiny(tmp_path: Path) -> None:
     assert doc["steps"] == 2 and doc["step_ms"] > 0 and doc["gpu_busy_fraction"] is None
     assert doc["item_calls"] > 0  # the loop reads some values back every step
     assert len(doc["top_cpu_ops"]) == load_bench_module("profile_train").TOP
+    # The step's reads by name: the proposals kept, the positives, the two poolers' levels;
+    # NMS on a CPU loops over the levels of this many boxes (torchvision's choice there).
+    assert doc["host_reads"]["Tensor.tolist"] == 4
+    assert doc["host_reads"]["torchvision.nms.default"] >= 1
 
 
 def test_kernels_that_overlap_count_once_in_the_gpu_busy_time() -> None:

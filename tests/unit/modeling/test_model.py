@@ -185,6 +185,22 @@ def test_bad_inputs_are_rejected_clearly(tiny_config: Callable[..., MaskRCNNConf
         model([torch.zeros(3, 128, 128, dtype=torch.int16)])
     with pytest.raises(ValueError, match="image 0: expected a \\[3, H, W\\] tensor"):
         model([torch.rand(1, 3, 128, 128)])
+    model.train()
+    images = [torch.rand(3, 128, 128), torch.rand(3, 128, 128)]
+    good = {"boxes": torch.tensor([[10.0, 10, 40, 40]]), "labels": torch.tensor([1])}
+    flat = {
+        "boxes": torch.tensor([[10.0, 10, 40, 40], [50, 20, 50, 30]]),
+        "labels": torch.tensor([1, 2]),
+    }
+    with pytest.raises(
+        ValueError,
+        match=r"target 1: every box must have a positive width .* \[50\.0, 20\.0, 50\.0, 30\.0\]",
+    ):
+        model(images, [good, flat])
+    with pytest.raises(ValueError, match=r"target 0: boxes must be a \[N, 4\] tensor, got \(4,\)"):
+        model(
+            images, [{"boxes": torch.tensor([10.0, 10, 40, 40]), "labels": torch.tensor([1])}, good]
+        )
 
 
 def test_rpn_filtering_uses_the_mode_thresholds_min_size_and_per_level_top_n(

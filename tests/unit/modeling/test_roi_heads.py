@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
+from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss
 from torchvision.ops import roi_align
 
-from maskops.modeling.roi_heads import RangeMatcher, mask_loss, project_masks_via_gt_crops
+from maskops.modeling import build_model
+from maskops.modeling.roi_heads import (
+    EMPTY_SLOT,
+    RangeMatcher,
+    mask_loss,
+    project_masks_via_gt_crops,
+    sampled_fastrcnn_loss,
+)
+from maskops.spec.models import MaskRCNNConfig
 
 FG, BG, IGNORE = None, RangeMatcher.BELOW_LOW_THRESHOLD, RangeMatcher.BETWEEN_THRESHOLDS
 
@@ -137,3 +149,72 @@ def test_mask_loss_uses_the_logits_of_each_rois_class() -> None:
         torch.nn.functional.softplus(torch.tensor(-20.0)) + torch.log(torch.tensor(2.0))
     ) / 2
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+class _FixedSampler:
+    """Returns the masks it was given: both sides then sample the same proposals."""
+
+    def __init__(
+        self, masks: tuple[list[torch.Tensor], list[torch.Tensor]], batch_size_per_image: int
+    ) -> None:
+        self.masks = masks
+        self.batch_size_per_image = batch_size_per_image
+
+    def __call__(self, labels: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return self.masks
+
+
+def _proposals_and_targets() -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+    generator = torch.Generator().manual_seed(0)
+
+    def boxes(count: int) -> torch.Tensor:
+        corner = torch.randint(0, 100, (count, 2), generator=generator).float()
+        return torch.cat([corner, corner + 4 + torch.rand((count, 2), generator=generator) * 30], 1)
+
+    gt = [boxes(3), boxes(2), boxes(0)]
+    # Proposals near the ground truths (positives) and anywhere (mostly background).
+    near = [g.repeat(6, 1) + torch.randn((6 * len(g), 4), generator=generator) * 3 for g in gt]
+    proposals = [torch.cat([n, boxes(k)]) for n, k in zip(near, (40, 8, 20), strict=True)]
+    labels = [torch.tensor([1, 2, 3]), torch.tensor([2, 2]), torch.zeros(0, dtype=torch.int64)]
+    return proposals, [{"boxes": g, "labels": lbl} for g, lbl in zip(gt, labels, strict=True)]
+
+
+def test_training_samples_and_box_losses_are_torchvisions(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    # bg_thresh_lo > 0 leaves some proposals ignored: the second image's sample (8
+    # proposals and 2 ground truths, 16 slots) comes out short of its slots.
+    heads = build_model(
+        tiny_config(batch_size_per_im=16, bg_thresh_lo=0.05, include_mask=False),
+        num_classes=4,
+        image_size=(128, 128),
+    ).roi_heads.train()
+    proposals, targets = _proposals_and_targets()
+    gt_boxes = [t["boxes"] for t in targets]
+    with_gt = heads.add_gt_proposals(proposals, gt_boxes)
+    gt_labels = [t["labels"] for t in targets]
+    matches = heads.assign_targets_to_proposals(with_gt, gt_boxes, gt_labels)
+    expected = RoIHeads.assign_targets_to_proposals(heads, with_gt, gt_boxes, gt_labels)
+    for got, reference in zip(matches[0] + matches[1], expected[0] + expected[1], strict=True):
+        assert torch.equal(got, reference)
+
+    torch.manual_seed(1)
+    heads.fg_bg_sampler = _FixedSampler(heads.fg_bg_sampler(matches[1]), 16)
+    ours = heads.select_training_samples(proposals, targets)
+    theirs = RoIHeads.select_training_samples(heads, proposals, targets)
+    filled = [int((labels != EMPTY_SLOT).sum()) for labels in ours[2]]
+    assert filled[1] < ours[2][1].shape[0] == 16  # an image with empty slots
+    for part, reference in zip(ours, theirs, strict=True):
+        for image, (got, expected_rows) in enumerate(zip(part, reference, strict=True)):
+            assert torch.equal(got[: filled[image]], expected_rows)
+
+    # Scores and deltas made from each proposal, so both sides see the same for a proposal.
+    layer = torch.nn.Linear(4, 4 + 16)
+
+    def loss(rows: tuple[list[torch.Tensor], ...], fn: Callable[..., Any]) -> torch.Tensor:
+        out = layer(torch.cat(rows[0]) / 100)
+        return torch.stack(fn(out[:, :4], out[:, 4:], *rows[2:]))
+
+    got = loss(ours, lambda c, b, lbl, t: sampled_fastrcnn_loss(c, b, torch.cat(lbl), torch.cat(t)))
+    expected_loss = loss(theirs, fastrcnn_loss)
+    torch.testing.assert_close(got, expected_loss, rtol=1e-6, atol=1e-7)

@@ -1,0 +1,145 @@
+"""The RPN's training path gives torchvision's proposals, anchor labels and losses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import Tensor
+from torchvision.models.detection.rpn import RegionProposalNetwork
+from torchvision.ops import batched_nms
+
+from maskops.modeling import build_model
+from maskops.modeling.rpn import TrainTestRPN, nms_in_one_call, nms_kept_mask
+from maskops.spec.models import MaskRCNNConfig
+
+LEVELS = [300, 120, 30]
+"""Anchors per level in the synthetic inputs."""
+
+
+class FixedSampler:
+    """Returns the masks it was given: both RPNs' losses then see the same samples."""
+
+    def __init__(self, masks: tuple[list[Tensor], list[Tensor]]) -> None:
+        self.masks = masks
+
+    def __call__(self, labels: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        return self.masks
+
+
+def _rpns(
+    tiny_config: Callable[..., MaskRCNNConfig], **overrides: float
+) -> tuple[TrainTestRPN, RegionProposalNetwork]:
+    """Ours, in training mode, and torchvision's with the same settings."""
+    ours = build_model(tiny_config(**overrides), num_classes=4, image_size=(128, 128)).rpn
+    theirs = RegionProposalNetwork(
+        ours.anchor_generator,
+        ours.head,
+        ours.proposal_matcher.high_threshold,
+        ours.proposal_matcher.low_threshold,
+        ours.fg_bg_sampler.batch_size_per_image,
+        ours.fg_bg_sampler.positive_fraction,
+        ours._pre_nms_top_n,
+        ours._post_nms_top_n,
+        ours.nms_thresh,
+    )
+    theirs.min_size = ours.min_size
+    return ours.train(), theirs.train()
+
+
+def _integer_boxes(count: int, generator: torch.Generator, side: int = 40) -> Tensor:
+    """``[count, 4]`` xyxy boxes on the integer grid (exact under NMS's offsets), some of
+    them empty or reaching past a 128-pixel image."""
+    corner = torch.randint(-8, 128, (count, 2), generator=generator).float()
+    size = torch.randint(0, side, (count, 2), generator=generator).float()
+    return torch.cat([corner, corner + size], dim=1)
+
+
+@pytest.mark.parametrize(
+    ("post_nms", "nms_threshold"), [(50, 0.7), (400, 0.3)]
+)  # the second keeps fewer boxes than post_nms
+def test_training_proposals_are_torchvisions(
+    tiny_config: Callable[..., MaskRCNNConfig], post_nms: int, nms_threshold: float
+) -> None:
+    ours, theirs = _rpns(
+        tiny_config,
+        train_rpn_pre_nms_topn=100,
+        train_rpn_post_nms_topn=post_nms,
+        train_rpn_nms_threshold=nms_threshold,
+        rpn_min_size=2.0,
+    )
+    generator = torch.Generator().manual_seed(0)
+    images = 3
+    proposals = torch.stack([_integer_boxes(sum(LEVELS), generator) for _ in range(images)])
+    objectness = torch.randn((images * sum(LEVELS), 1), generator=generator)
+    shapes = [(128, 128), (96, 128), (128, 64)]
+
+    boxes, scores = ours.filter_proposals(proposals, objectness, shapes, LEVELS)
+    expected_boxes, expected_scores = theirs.filter_proposals(proposals, objectness, shapes, LEVELS)
+    assert [b.shape[0] for b in boxes] == [b.shape[0] for b in expected_boxes]
+    if post_nms == 400:
+        assert all(b.shape[0] < 230 for b in boxes)  # fewer kept than the top-n allows
+    for got, expected in zip(boxes + scores, expected_boxes + expected_scores, strict=True):
+        assert torch.equal(got, expected)
+
+
+def test_one_nms_call_keeps_what_a_call_per_group_keeps() -> None:
+    """The GPU's single NMS call against torchvision's loop over the groups (which it takes
+    for this many boxes), both run here on the CPU."""
+    generator = torch.Generator().manual_seed(1)
+    boxes = _integer_boxes(3000, generator, side=60)
+    scores = torch.rand(3000, generator=generator)
+    groups = torch.randint(0, 5, (3000,), generator=generator)
+    one_call = nms_in_one_call(boxes, scores, groups, 0.6)
+    assert torch.equal(one_call, batched_nms(boxes, scores, groups, 0.6))
+    assert 0 < one_call.shape[0] < 3000
+
+    usable = torch.rand(3000, generator=generator) > 0.2
+    kept = nms_kept_mask(boxes, scores, groups, usable, 0.6)
+    expected = torch.zeros(3000, dtype=torch.bool)
+    expected[
+        torch.where(usable)[0][batched_nms(boxes[usable], scores[usable], groups[usable], 0.6)]
+    ] = True
+    assert torch.equal(kept, expected)
+
+
+def _anchor_targets() -> tuple[list[Tensor], list[dict[str, Tensor]]]:
+    generator = torch.Generator().manual_seed(2)
+    anchors = _integer_boxes(500, generator).clamp(0, 128)
+    anchors[:, 2:] += 1  # positive sizes
+    gt = [
+        _integer_boxes(n, generator).clamp(0, 128) + torch.tensor([0, 0, 4, 4]) for n in (3, 0, 1)
+    ]
+    return [anchors] * 3, [{"boxes": b} for b in gt]
+
+
+def test_anchor_labels_are_torchvisions(tiny_config: Callable[..., MaskRCNNConfig]) -> None:
+    ours, theirs = _rpns(tiny_config)
+    anchors, targets = _anchor_targets()
+    labels, matched = ours.assign_targets_to_anchors(anchors, targets)
+    expected_labels, expected_matched = theirs.assign_targets_to_anchors(anchors, targets)
+    for got, expected in zip(labels + matched, expected_labels + expected_matched, strict=True):
+        assert torch.equal(got, expected)
+    assert {-1.0, 0.0, 1.0} <= set(torch.cat(labels).tolist())
+
+
+def test_rpn_losses_are_torchvisions_for_the_same_samples(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    ours, theirs = _rpns(tiny_config)
+    anchors, targets = _anchor_targets()
+    labels, matched = ours.assign_targets_to_anchors(anchors, targets)
+    regression_targets = list(ours.box_coder.encode(matched, anchors))
+    torch.manual_seed(3)
+    sampler = FixedSampler(ours.fg_bg_sampler(labels))
+    ours.fg_bg_sampler = theirs.fg_bg_sampler = sampler  # type: ignore[assignment]
+    objectness = torch.randn((1500, 1), requires_grad=True)
+    deltas = torch.randn((1500, 4), requires_grad=True)
+
+    got = ours.compute_loss(objectness, deltas, labels, regression_targets)
+    got_grads = torch.autograd.grad(got[0] + got[1], [objectness, deltas])
+    expected = theirs.compute_loss(objectness, deltas, labels, regression_targets)
+    expected_grads = torch.autograd.grad(expected[0] + expected[1], [objectness, deltas])
+    for value, reference in zip([*got, *got_grads], [*expected, *expected_grads], strict=True):
+        torch.testing.assert_close(value, reference, rtol=1e-6, atol=1e-7)

@@ -1,0 +1,110 @@
+"""The calls that would make the host wait for a GPU, counted on the CPU: the counter, and
+how many a training step makes (held here; tests/unit/training/test_step_syncs.py counts
+the real waits on a GPU)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torchvision.ops import nms
+
+from maskops.data.pipeline import build_train_loader
+from maskops.spec.models import ExperimentSpec
+from maskops.training.host_reads import HostReadCounter
+from maskops.training.optim import build_optimizer
+from maskops.training.seeding import seed_everything
+from maskops.training.train import build_training_model
+from maskops.training.trainer import AmpSettings, HookBase, Trainer
+
+VALUES = torch.tensor([0.2, 0.9, 0.4, 0.7])
+MASK = VALUES > 0.5
+BOXES = torch.tensor([[0.0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30]])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: VALUES[MASK],
+        lambda: VALUES.clone().__setitem__(MASK, 0.0),
+        lambda: torch.where(MASK),
+        lambda: VALUES.nonzero(),
+        lambda: VALUES[0].item(),
+        lambda: bool(VALUES.sum() > 1),
+        lambda: VALUES.tolist(),
+        lambda: torch.unique(MASK),
+        lambda: torch.bincount(MASK.long()),
+        lambda: VALUES.masked_select(MASK),
+        lambda: nms(BOXES, VALUES[:3], 0.5),
+        lambda: torch.repeat_interleave(torch.tensor([1, 2])),
+    ],
+)
+def test_each_call_that_reads_the_device_counts_once(call: Callable[[], Any]) -> None:
+    with HostReadCounter() as reads:
+        call()
+    assert reads.total == 1, reads.by_call
+
+
+def test_fixed_shape_work_reads_nothing() -> None:
+    with HostReadCounter() as reads:
+        keys, index = torch.where(MASK, VALUES, -1.0).topk(2)
+        torch.zeros(4, dtype=torch.bool).scatter(0, index, keys >= 0)
+        VALUES[torch.tensor([0, 2])] * 2
+        torch.argsort(MASK.to(torch.uint8), descending=True, stable=True)
+        torch.repeat_interleave(torch.tensor([1, 2]), torch.tensor([2, 1]), output_size=3)
+    assert reads.total == 0, reads.by_call
+
+
+class ReadsPerStep(HookBase):
+    def __init__(self) -> None:
+        self.steps: list[Counter[str]] = []
+        self.counter = HostReadCounter()
+
+    def before_step(self) -> None:
+        self.counter = HostReadCounter().__enter__()
+
+    def after_step(self) -> None:
+        self.counter.__exit__(None, None, None)
+        self.steps.append(self.counter.by_call)
+
+
+def _reads_per_step(spec: ExperimentSpec, steps: int) -> list[Counter[str]]:
+    seed_everything(spec.seed)
+    model = build_training_model(spec, num_classes=spec.data_config.num_classes)
+    batches = list(itertools.islice(iter(build_train_loader(spec)), steps))  # loaded before
+    trainer = Trainer(
+        model=model,
+        optimizer=build_optimizer(model, lr=0.004, momentum=0.9, l2_weight_decay=1e-4),
+        data=iter(batches),
+        schedule=lambda step: 0.004,
+        max_steps=steps,
+        device=torch.device("cpu"),
+        amp=AmpSettings.for_device(torch.device("cpu"), enabled=False),
+        finite_check_period=steps + 1,  # checked after the last step, outside the count
+    )
+    counter = ReadsPerStep()
+    trainer.register_hooks([counter])
+    trainer.train()
+    return counter.steps[1:-1]  # the first step makes the anchors and constants once
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_training_step_reads_the_device_five_times_and_once_per_image(
+    tiny_spec: ExperimentSpec, batch: int
+) -> None:
+    """The reads left: the degenerate-box check, one NMS per image and the count of boxes
+    it kept (the RPN), the positives' count (mask head), and the level counts of the box
+    and mask poolers. torchvision's code made 7 + 17 per image at these sizes."""
+    spec = tiny_spec.model_copy(update={"train_batch_size": batch})
+    expected = Counter(
+        {
+            "aten._local_scalar_dense.default": 1,
+            "torchvision.nms.default": batch,
+            "Tensor.tolist": 4,
+        }
+    )
+    assert _reads_per_step(spec, steps=4) == [expected, expected]
