@@ -25,6 +25,11 @@ def register(subparsers: Any) -> None:
         "--state-dir", type=Path, default=Path(".maskops"), help="database, data root, logs"
     )
     parser.add_argument("--demo", action="store_true", help="walk the demo workflow over HTTP")
+    parser.add_argument(
+        "--demo-steps",
+        type=int,
+        help="training steps of the walk (default: its recipe's, mask AP about 0.7)",
+    )
     broker = parser.add_mutually_exclusive_group()
     broker.add_argument("--redis", dest="use_redis", action="store_true", default=None)
     broker.add_argument("--no-redis", dest="use_redis", action="store_false")
@@ -40,7 +45,10 @@ def register(subparsers: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise CLIError(f"--port must be 1..65535, got {args.port}")
+    if args.demo_steps is not None and args.demo_steps < 1:
+        raise CLIError(f"--demo-steps must be at least 1, got {args.demo_steps}")
     # The web stack is imported only when this command runs.
+    from maskops_serve.demo import DEMO_STEPS
     from maskops_serve.embedded import EmbeddedConfig, serve
     from maskops_serve.state_lock import StateDirBusy
 
@@ -49,6 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         state_dir=args.state_dir,
         demo=args.demo,
+        demo_steps=DEMO_STEPS if args.demo_steps is None else args.demo_steps,
         use_redis=args.use_redis,
         triton=args.triton,
         new_token=args.new_token,

@@ -42,7 +42,7 @@ from maskops_core.db.models import Job, JobStatus, utcnow
 from maskops_core.db.session import make_engine, make_session_factory
 from maskops_core.dispatch import CeleryDispatcher, Dispatcher
 from maskops_core.settings import Settings
-from maskops_serve.demo import DEMO_DATA_VERSION, generate_walk_dataset
+from maskops_serve.demo import DEMO_DATA_VERSION, DEMO_STEPS, generate_walk_dataset
 from maskops_serve.state_lock import StateDirLock
 from maskops_serve.supervisor import Supervision, TritonSupervisor, WorkerSupervisor
 
@@ -63,6 +63,8 @@ class EmbeddedConfig:
     port: int = 8080
     state_dir: Path = Path(".maskops")
     demo: bool = False
+    demo_steps: int = DEMO_STEPS
+    """Training steps of the walk (``--demo-steps``)."""
     use_redis: bool | None = None
     """None: use Redis when one answers on 127.0.0.1:6379."""
     triton: bool = True
@@ -474,6 +476,7 @@ def _after_start(
                 data_root=settings.data_root,
                 out_dir=config.state_dir.resolve(),
                 token=token,
+                steps=config.demo_steps,
                 say=say,
             )
             say("demo finished; the stack keeps running (Ctrl-C to stop)")

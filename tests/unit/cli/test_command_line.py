@@ -74,6 +74,17 @@ def test_error_message_of_several_lines_prints_as_one(
     assert err.count("\n") == 1 and err.startswith("maskops spec: error: "), err
 
 
+def test_serve_refuses_a_walk_without_training_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve", "--demo", "--demo-steps", "0", "--state-dir", str(tmp_path / "state")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        "maskops serve: error: --demo-steps must be at least 1, got 0"
+    )
+    assert not (tmp_path / "state").exists()  # refused before anything started
+
+
 def _complete(script: str, line: str) -> list[str]:
     """What bash's completion of ``line`` (cursor at its end) offers, by running the script's
     function the way ``complete -F`` does."""
