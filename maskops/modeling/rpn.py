@@ -1,5 +1,5 @@
 """torchvision's RegionProposalNetwork with separate train/test NMS thresholds, and
-without host reads in training but the ones NMS needs.
+without host reads in training (and inference on a GPU) but the ones NMS needs.
 
 TAO has ``train_rpn_nms_threshold`` and ``test_rpn_nms_thresh``; torchvision has one
 ``nms_thresh``. The rules (per-level pre-NMS top-n, NMS per level, post-NMS top-n per
@@ -81,8 +81,8 @@ class TrainTestRPN(RegionProposalNetwork):
         image_shapes: list[tuple[int, int]],
         num_anchors_per_level: list[int],
     ) -> tuple[list[Tensor], list[Tensor]]:
-        """torchvision's proposal filtering in training, with one read for the batch of how
-        many boxes each image keeps (and one NMS call per image on a GPU).
+        """torchvision's proposal filtering, with one read for the batch of how many boxes
+        each image keeps (and one NMS call per image on a GPU), in training and on a GPU.
 
         Per image and level the ``pre_nms_top_n`` best-scoring boxes, clipped to the
         image; those smaller than ``min_size`` or scoring under ``score_thresh`` dropped;
@@ -97,9 +97,15 @@ class TrainTestRPN(RegionProposalNetwork):
         Returns:
             Per image ``[P_i, 4]`` boxes and ``[P_i]`` sigmoid scores.
         """
-        if not self.training or torch.jit.is_tracing() or torch.jit.is_scripting():
-            # Inference and export keep torchvision's code: a traced graph must not hold
-            # the tracing example's counts (the read below would freeze them).
+        if (
+            not (self.training or proposals.is_cuda)
+            or torch.jit.is_tracing()
+            or torch.jit.is_scripting()
+        ):
+            # Export keeps torchvision's code: a traced graph must not hold the tracing
+            # example's counts (the read below would freeze them). So does inference on a
+            # CPU, where reads cost nothing, so that its detections stay the exported
+            # graph's to the last bit; on a GPU inference reads as little as training.
             return super().filter_proposals(
                 proposals, objectness, image_shapes, num_anchors_per_level
             )

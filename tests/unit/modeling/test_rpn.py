@@ -84,6 +84,23 @@ def test_training_proposals_are_torchvisions(
         assert torch.equal(got, expected)
 
 
+@pytest.mark.gpu
+def test_inference_on_a_gpu_proposes_what_torchvision_does(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    ours, _ = _rpns(tiny_config, test_rpn_pre_nms_topn=100, test_rpn_post_nms_topn=60)
+    ours = ours.eval().cuda()
+    generator = torch.Generator().manual_seed(4)
+    proposals = torch.stack([_integer_boxes(sum(LEVELS), generator) for _ in range(2)]).cuda()
+    objectness = torch.randn((2 * sum(LEVELS), 1), generator=generator).cuda()
+    shapes = [(128, 128), (96, 128)]
+    got = ours.filter_proposals(proposals, objectness, shapes, LEVELS)
+    expected = RegionProposalNetwork.filter_proposals(ours, proposals, objectness, shapes, LEVELS)
+    for part, reference in zip(got, expected, strict=True):
+        assert [t.shape for t in part] == [t.shape for t in reference]
+        assert all(torch.equal(a, b) for a, b in zip(part, reference, strict=True))
+
+
 def test_one_nms_call_keeps_what_a_call_per_group_keeps() -> None:
     """The GPU's single NMS call against torchvision's loop over the groups (which it takes
     for this many boxes), both run here on the CPU."""
