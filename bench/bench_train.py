@@ -5,9 +5,11 @@ weights) on the same synthetic data (demo shapes at ``--image-size``), ``--batch
 per step, with the same precision. Arms:
 
 - ``torchvision-fp32``: the plain loop of torchvision's detection references on the
-  network as torchvision's own ops compute it: the RoI poolers are torchvision's stock
-  ``MultiScaleRoIAlign`` (maskops' pooler computes the same features, its CPU backward
-  by a multi-threaded gather), a ``DataLoader`` over the COCO JSON (pycocotools index, PIL
+  network as torchvision's own code computes it (``with_torchvision_parts``): the RoI
+  poolers are torchvision's stock ``MultiScaleRoIAlign`` (maskops' pooler computes the
+  same features, its CPU backward by a multi-threaded gather), and the RPN and RoI heads
+  match, sample and filter with torchvision's per-image code (maskops' reads the device
+  less), a ``DataLoader`` over the COCO JSON (pycocotools index, PIL
   decode, ``annToMask`` polygon rasterisation per sample, resize+pad) with persistent
   workers, NCHW, ``loss.item()`` every step.
 - ``maskops-fp32``: ``run_training`` (shard pipeline, hooks, metrics every 10 steps;
@@ -57,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +72,17 @@ from pycocotools.coco import COCO
 from synthetic import images_for, prepare_shards, throughput_spec
 from timing import Spread, alternate
 from torch.utils.data import DataLoader, Dataset
+from torchvision.models.detection import _utils as det_utils
+from torchvision.models.detection.roi_heads import RoIHeads
+from torchvision.models.detection.rpn import RegionProposalNetwork
 from torchvision.ops import MultiScaleRoIAlign
 from torchvision.transforms.functional import pil_to_tensor
 
 from maskops.data.labels import LabelMap
 from maskops.data.transforms import resize_and_pad
 from maskops.modeling import build_model
+from maskops.modeling.roi_heads import SpecRoIHeads
+from maskops.modeling.rpn import TrainTestRPN
 from maskops.spec.models import ExperimentSpec
 from maskops.training import HookBase, run_training
 from maskops.training.trainer import AmpSettings, DeviceTuning
@@ -171,13 +179,18 @@ def _flip(
     return image, {**target, "boxes": boxes, "masks": masks}
 
 
-def with_torchvision_poolers(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` with torchvision's stock ``MultiScaleRoIAlign`` as its box and mask poolers.
+def with_torchvision_parts(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with torchvision's own code where maskops computes the same thing its own
+    way: the stock ``MultiScaleRoIAlign`` as the box and mask poolers, and the RPN's and
+    the RoI heads' matching, sampling, proposal filtering and losses, one image at a time
+    with ``torch.where`` (maskops' run in fixed shapes, without reading the device).
 
-    The poolers hold no weights: the network, its initial weights and its outputs stay the
-    same (tests/unit/test_bench_scripts.py checks the losses agree).
+    None of them holds weights, and on the same samples they compute the same losses
+    (tests/unit/test_bench_scripts.py): the network, its initial weights and its outputs
+    stay the same. The RoI heads keep the spec's three-threshold matcher (TF's rule).
     """
-    heads = model.roi_heads
+    heads, rpn = model.roi_heads, model.rpn
+    assert isinstance(heads, SpecRoIHeads) and isinstance(rpn, TrainTestRPN)
     for name in ("box_roi_pool", "mask_roi_pool"):
         pooler = getattr(heads, name, None)
         if pooler is not None:
@@ -185,6 +198,20 @@ def with_torchvision_poolers(model: torch.nn.Module) -> torch.nn.Module:
                 pooler.featmap_names, pooler.output_size, pooler.sampling_ratio
             )
             setattr(heads, name, stock)
+    matcher = rpn.proposal_matcher
+    rpn.proposal_matcher = det_utils.Matcher(
+        matcher.high_threshold, matcher.low_threshold, allow_low_quality_matches=True
+    )
+    for part in (rpn, heads):
+        sampler = part.fg_bg_sampler
+        part.fg_bg_sampler = det_utils.BalancedPositiveNegativeSampler(
+            sampler.batch_size_per_image, sampler.positive_fraction
+        )
+    # Instance attributes shadow the subclasses' overrides with torchvision's methods.
+    for name in ("filter_proposals", "assign_targets_to_anchors", "compute_loss"):
+        setattr(rpn, name, types.MethodType(getattr(RegionProposalNetwork, name), rpn))
+    for name in ("assign_targets_to_proposals", "select_training_samples"):
+        setattr(heads, name, types.MethodType(getattr(RoIHeads, name), heads))
     return model
 
 
@@ -221,7 +248,7 @@ def run_torchvision(
         collate_fn=_collate,
     )
     torch.manual_seed(0)
-    model = with_torchvision_poolers(
+    model = with_torchvision_parts(
         build_model(spec.maskrcnn_config, num_classes=4, image_size=spec.data_config.image_size)
     ).to(device)
     params = [p for p in model.parameters() if p.requires_grad]

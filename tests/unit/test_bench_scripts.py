@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from torchvision.models.detection._utils import BalancedPositiveNegativeSampler
 from torchvision.ops import MultiScaleRoIAlign
 
 from maskops.modeling import build_model
@@ -156,14 +157,21 @@ def test_kernels_that_overlap_count_once_in_the_gpu_busy_time() -> None:
 
 
 def test_the_training_baseline_computes_the_same_losses_and_gradients() -> None:
-    """The torchvision arm's stock poolers change how RoIs are pooled, not what is learned."""
+    """The torchvision arm's stock poolers and per-image sampling code change how a step
+    runs, not what it computes from the same samples."""
     bench_train = load_bench_module("bench_train")
     config = MaskRCNNConfig(nlayers=10, train_rpn_pre_nms_topn=200, train_rpn_post_nms_topn=100,
                             batch_size_per_im=64, fast_rcnn_mlp_head_dim=64)  # fmt: skip
     torch.manual_seed(0)
     ours = build_model(config, num_classes=3, image_size=(128, 128))
-    baseline = bench_train.with_torchvision_poolers(copy.deepcopy(ours))
+    baseline = bench_train.with_torchvision_parts(copy.deepcopy(ours))
     assert type(baseline.roi_heads.mask_roi_pool) is MultiScaleRoIAlign
+    assert type(baseline.rpn.fg_bg_sampler) is BalancedPositiveNegativeSampler
+    # The baseline replays the samples ours draws: the same proposals and RoIs in both.
+    for part in ("rpn", "roi_heads"):
+        recorded = _Recorded(getattr(ours, part).fg_bg_sampler)
+        getattr(ours, part).fg_bg_sampler = recorded
+        getattr(baseline, part).fg_bg_sampler = _Replayed(recorded)
     images = [torch.rand(3, 128, 128) for _ in range(2)]
     masks = torch.zeros(2, 128, 128, dtype=torch.uint8)
     masks[0, 20:60, 30:90] = masks[1, 70:120, 10:50] = 1
@@ -172,7 +180,6 @@ def test_the_training_baseline_computes_the_same_losses_and_gradients() -> None:
     results = []
     for model in (ours, baseline):
         model.train()
-        torch.manual_seed(1)  # the same proposal and RoI samples in both
         losses = model(images, [target, target])
         sum(losses.values()).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -182,6 +189,30 @@ def test_the_training_baseline_computes_the_same_losses_and_gradients() -> None:
     assert our_grads.keys() == base_grads.keys()
     for name, grad in our_grads.items():
         torch.testing.assert_close(grad, base_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+class _Recorded:
+    """A sampler that keeps every draw of the one it wraps."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+        self.batch_size_per_image = sampler.batch_size_per_image
+        self.draws: list[Any] = []
+
+    def __call__(self, labels: list[torch.Tensor]) -> Any:
+        self.draws.append(self.sampler(labels))
+        return self.draws[-1]
+
+
+class _Replayed:
+    """A sampler that gives the recorded draws back in order."""
+
+    def __init__(self, recorded: _Recorded) -> None:
+        self.recorded = recorded
+        self.batch_size_per_image = recorded.batch_size_per_image
+
+    def __call__(self, labels: list[torch.Tensor]) -> Any:
+        return self.recorded.draws.pop(0)
 
 
 def test_bench_serving_tiny(tmp_path: Path) -> None:
