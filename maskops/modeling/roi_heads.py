@@ -32,9 +32,11 @@ from torch import Tensor, nn
 from torchvision.models.detection import _utils as det_utils
 from torchvision.models.detection.roi_heads import RoIHeads, maskrcnn_inference
 from torchvision.ops import box_iou, roi_align
+from torchvision.ops import boxes as box_ops
 
 from maskops.mask_crops import MASK_ORIGINS
 
+from .nms import nms_by_group
 from .sampling import SyncFreeSampler, first_true
 
 EMPTY_SLOT = -1
@@ -349,6 +351,67 @@ class SpecRoIHeads(RoIHeads):
                 mask_logits, torch.cat(mask_targets), torch.cat(mask_labels)
             )
         return [], losses
+
+    def postprocess_detections(
+        self,
+        class_logits: Tensor,
+        box_regression: Tensor,
+        proposals: list[Tensor],
+        image_shapes: list[tuple[int, int]],
+    ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+        """torchvision's detections; on a GPU by :meth:`detections_with_few_reads`. On a
+        CPU, and when traced for export, torchvision's own code (a trace must not freeze
+        the tracing example's counts, and a CPU's detections stay the exported graph's)."""
+        if not class_logits.is_cuda or torch.jit.is_tracing() or torch.jit.is_scripting():
+            return super().postprocess_detections(
+                class_logits, box_regression, proposals, image_shapes
+            )
+        return self.detections_with_few_reads(class_logits, box_regression, proposals, image_shapes)
+
+    def detections_with_few_reads(
+        self,
+        class_logits: Tensor,
+        box_regression: Tensor,
+        proposals: list[Tensor],
+        image_shapes: list[tuple[int, int]],
+    ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+        """torchvision's ``postprocess_detections`` with one read for the batch of how many
+        class boxes pass the score and size rules (torchvision reads twice per image), then
+        NMS per class (:func:`.nms.nms_by_group`: one call per image on a GPU).
+
+        Args:
+            class_logits: ``[R, K]`` for the ``R`` proposals of all images.
+            box_regression: ``[R, 4K]``.
+            proposals: per image ``[P_i, 4]`` xyxy.
+            image_shapes: per image ``(H, W)``.
+
+        Returns:
+            Per image boxes ``[D_i, 4]``, scores ``[D_i]`` and labels ``[D_i]`` int64, by
+            decreasing score, at most ``detections_per_img``.
+        """
+        num_classes = class_logits.shape[-1]
+        per_image = [p.shape[0] for p in proposals]
+        decoded = self.box_coder.decode(box_regression, proposals).split(per_image)
+        probabilities = F.softmax(class_logits, -1).split(per_image)
+        candidates = []
+        for boxes, scores, shape in zip(decoded, probabilities, image_shapes, strict=True):
+            # Every class box but the background's, class-major within each proposal.
+            boxes = box_ops.clip_boxes_to_image(boxes, shape)[:, 1:].reshape(-1, 4)
+            labels = torch.arange(1, num_classes, device=boxes.device).repeat(scores.shape[0])
+            scores = scores[:, 1:].reshape(-1)
+            sizes = boxes[:, 2:] - boxes[:, :2]
+            passing = (scores > self.score_thresh) & (sizes >= 1e-2).all(dim=1)
+            candidates.append((boxes, scores, labels, passing))
+        counts = torch.stack([passing.sum() for *_, passing in candidates]).tolist()  # the read
+        all_boxes, all_scores, all_labels = [], [], []
+        for (boxes, scores, labels, passing), count in zip(candidates, counts, strict=True):
+            index = first_true(passing, count)
+            boxes, scores, labels = boxes[index], scores[index], labels[index]
+            keep = nms_by_group(boxes, scores, labels, self.nms_thresh)[: self.detections_per_img]
+            all_boxes.append(boxes[keep])
+            all_scores.append(scores[keep])
+            all_labels.append(labels[keep])
+        return all_boxes, all_scores, all_labels
 
     def _detect(
         self,

@@ -23,6 +23,7 @@ from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.rpn import RegionProposalNetwork
 from torchvision.ops import boxes as box_ops
 
+from .nms import nms_kept_mask
 from .sampling import SyncFreeMatcher, SyncFreeSampler
 
 MIN_PROPOSAL_SIZE = 1e-3
@@ -200,36 +201,3 @@ class TrainTestRPN(RegionProposalNetwork):
             torch.where(sampled, objectness_loss, 0.0).sum() / count,
             torch.where(positive, box_loss, 0.0).sum() / count,
         )
-
-
-def nms_kept_mask(
-    boxes: Tensor, scores: Tensor, groups: Tensor, usable: Tensor, iou_threshold: float
-) -> Tensor:
-    """NMS within each group over the usable boxes, as a mask: ``[K]`` bool, True if kept.
-
-    Args:
-        boxes: ``[K, 4]`` xyxy.
-        scores: ``[K]``.
-        groups: ``[K]`` int64 >= 0; boxes of different groups never suppress each other.
-        usable: ``[K]`` bool; the others are not kept and suppress nothing.
-        iou_threshold: boxes overlapping a better one by more than this are dropped.
-    """
-    # The unusable boxes go to a group of their own rather than out of the input, which
-    # would need a read of how many remain.
-    groups = torch.where(usable, groups, groups.max() + 1)
-    if boxes.device.type == "cpu":
-        # torchvision runs large inputs one group at a time, the faster way on a CPU.
-        keep = box_ops.batched_nms(boxes, scores, groups, iou_threshold)
-    else:
-        keep = nms_in_one_call(boxes, scores, groups, iou_threshold)
-    kept = torch.zeros_like(usable).index_fill_(0, keep, True)
-    return kept & usable
-
-
-def nms_in_one_call(boxes: Tensor, scores: Tensor, groups: Tensor, iou_threshold: float) -> Tensor:
-    """torchvision's ``batched_nms`` as one NMS call whatever the input's size: the indices
-    kept, by decreasing score. (torchvision loops over the groups of a large input, and
-    each turn of its loop reads the device.) Its coordinate trick: every group's boxes are
-    shifted clear of the others', so no two groups overlap."""
-    offsets = groups.to(boxes) * (boxes.max() + 1)
-    return box_ops.nms(boxes + offsets[:, None], scores, iou_threshold)

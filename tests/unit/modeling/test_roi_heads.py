@@ -19,6 +19,7 @@ from maskops.modeling.roi_heads import (
     sampled_fastrcnn_loss,
 )
 from maskops.spec.models import MaskRCNNConfig
+from maskops.training.host_reads import HostReadCounter
 
 FG, BG, IGNORE = None, RangeMatcher.BELOW_LOW_THRESHOLD, RangeMatcher.BETWEEN_THRESHOLDS
 
@@ -218,3 +219,48 @@ def test_training_samples_and_box_losses_are_torchvisions(
     got = loss(ours, lambda c, b, lbl, t: sampled_fastrcnn_loss(c, b, torch.cat(lbl), torch.cat(t)))
     expected_loss = loss(theirs, fastrcnn_loss)
     torch.testing.assert_close(got, expected_loss, rtol=1e-6, atol=1e-7)
+
+
+def _box_head_outputs(
+    device: str,
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor], list[tuple[int, int]]]:
+    """Class logits and deltas for two images' proposals, some of them tiny boxes."""
+    generator = torch.Generator().manual_seed(3)
+    proposals = []
+    for count in (60, 40):
+        corner = torch.randint(0, 100, (count, 2), generator=generator).float()
+        size = torch.rand((count, 2), generator=generator) * 40
+        size[:5] = 0.001  # boxes too small to keep
+        proposals.append(torch.cat([corner, corner + size], 1).to(device))
+    logits = (torch.randn((100, 4), generator=generator) * 3).to(device)
+    deltas = (torch.randn((100, 16), generator=generator) * 0.2).to(device)
+    return logits, deltas, proposals, [(128, 128), (96, 112)]
+
+
+def test_detections_with_few_reads_are_torchvisions(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    heads = build_model(tiny_config(), num_classes=4, image_size=(128, 128)).roi_heads.eval()
+    outputs = _box_head_outputs("cpu")
+    with HostReadCounter() as reads:
+        got = heads.detections_with_few_reads(*outputs)
+    expected = RoIHeads.postprocess_detections(heads, *outputs)
+    assert [len(b) for b in got[0]] == [len(b) for b in expected[0]]
+    assert all(len(b) > 0 for b in got[0])
+    for part, reference in zip(got, expected, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(part, reference, strict=True))
+    # One read of the counts for both images, then an NMS per image.
+    assert reads.by_call == {"Tensor.tolist": 1, "torchvision.nms.default": 2}
+
+
+@pytest.mark.gpu
+def test_detections_on_a_gpu_are_torchvisions(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    model = build_model(tiny_config(), num_classes=4, image_size=(128, 128))
+    heads = model.roi_heads.eval().cuda()
+    outputs = _box_head_outputs("cuda")
+    got = heads.postprocess_detections(*outputs)
+    expected = RoIHeads.postprocess_detections(heads, *outputs)
+    for part, reference in zip(got, expected, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(part, reference, strict=True))

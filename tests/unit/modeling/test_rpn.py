@@ -8,10 +8,9 @@ import pytest
 import torch
 from torch import Tensor
 from torchvision.models.detection.rpn import RegionProposalNetwork
-from torchvision.ops import batched_nms
 
 from maskops.modeling import build_model
-from maskops.modeling.rpn import TrainTestRPN, nms_in_one_call, nms_kept_mask
+from maskops.modeling.rpn import TrainTestRPN
 from maskops.spec.models import MaskRCNNConfig
 
 LEVELS = [300, 120, 30]
@@ -99,26 +98,6 @@ def test_inference_on_a_gpu_proposes_what_torchvision_does(
     for part, reference in zip(got, expected, strict=True):
         assert [t.shape for t in part] == [t.shape for t in reference]
         assert all(torch.equal(a, b) for a, b in zip(part, reference, strict=True))
-
-
-def test_one_nms_call_keeps_what_a_call_per_group_keeps() -> None:
-    """The GPU's single NMS call against torchvision's loop over the groups (which it takes
-    for this many boxes), both run here on the CPU."""
-    generator = torch.Generator().manual_seed(1)
-    boxes = _integer_boxes(3000, generator, side=60)
-    scores = torch.rand(3000, generator=generator)
-    groups = torch.randint(0, 5, (3000,), generator=generator)
-    one_call = nms_in_one_call(boxes, scores, groups, 0.6)
-    assert torch.equal(one_call, batched_nms(boxes, scores, groups, 0.6))
-    assert 0 < one_call.shape[0] < 3000
-
-    usable = torch.rand(3000, generator=generator) > 0.2
-    kept = nms_kept_mask(boxes, scores, groups, usable, 0.6)
-    expected = torch.zeros(3000, dtype=torch.bool)
-    expected[
-        torch.where(usable)[0][batched_nms(boxes[usable], scores[usable], groups[usable], 0.6)]
-    ] = True
-    assert torch.equal(kept, expected)
 
 
 def _anchor_targets() -> tuple[list[Tensor], list[dict[str, Tensor]]]:
