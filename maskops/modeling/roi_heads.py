@@ -1,6 +1,7 @@
 """torchvision's RoIHeads with TF/TAO proposal sampling and TF-style mask targets.
 
-Two things differ from torchvision, both because the spec asks for TF semantics:
+Two things differ from torchvision in what is computed, both because the spec asks for TF
+semantics:
 
 * Proposal labelling (:class:`RangeMatcher`): foreground if IoU >= ``fg_thresh``,
   background if ``bg_thresh_lo <= IoU < bg_thresh_hi``, ignored otherwise (torchvision has
@@ -17,7 +18,9 @@ Sampling follows torchvision's rules without reading the device's state on the h
 (:mod:`.sampling`): each image keeps ``min(batch_size_per_image, proposals)`` slots, the
 sampled proposals first in index order (the rows torchvision's ``torch.where`` gives), and
 a slot left empty, when too few proposals can be sampled, has the label -1 and counts in
-no loss. The mask branch reads the positives' count once per batch.
+no loss. The mask branch reads the positives' count once per batch. On a GPU, inference
+picks its detections with one read for the batch too
+(:meth:`SpecRoIHeads.detections_with_few_reads`).
 
 The mask branch is optional (``include_mask=False`` gives Faster R-CNN heads). Keypoints
 are not supported. Loss keys are torchvision's: ``loss_classifier``, ``loss_box_reg``,

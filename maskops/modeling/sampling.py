@@ -93,7 +93,8 @@ def sample_balanced(
 class SyncFreeSampler(det_utils.BalancedPositiveNegativeSampler):
     """``BalancedPositiveNegativeSampler`` by :func:`sample_balanced`: the same interface
     (per image ``uint8`` masks of the positives and negatives sampled) and the same law of
-    samples, drawn from the same torch RNG by other calls, so a seed gives other samples."""
+    samples, drawn from the same torch RNG by other calls: a seed gives other samples than
+    torchvision's sampler draws."""
 
     def __call__(self, matched_idxs: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         positives, negatives = [], []
