@@ -25,9 +25,9 @@ per step, with the same precision. Arms:
   (TF32 matmuls), ``u8`` (uint8 images, divided on the device), ``prefetch`` (the next
   batch copied on a side CUDA stream), ``compact`` (masks cropped to their boxes),
   ``compile`` (backbone and FPN under ``torch.compile``, default mode; its first step
-  compiles, inside the warm-up). Not run by default; on a GPU,
-  ``tuning_vs_default`` gives each one's images/s over the default's, per round: above 1,
-  the default loses (bench/gpu_check.py runs them).
+  compiles, inside the warm-up), ``nmsbatch`` (one RPN NMS call for the batch). Not run
+  by default; on a GPU, ``tuning_vs_default`` gives each one's images/s over the
+  default's, per round: above 1, the default loses (bench/gpu_check.py runs them).
 
 Enough images are generated that neither loader starts a second epoch (or restarts its
 workers) inside the run. Each arm runs in its own process (its peak RSS, or peak CUDA
@@ -99,6 +99,7 @@ VARIANTS = {
     "prefetch": DeviceTuning(prefetch_stream=True),
     "compact": DeviceTuning(compact_masks=True),
     "compile": DeviceTuning(compiled_backbone="default"),
+    "nmsbatch": DeviceTuning(one_nms_per_batch=True),
 }
 """maskops arms with one device switch flipped from its default."""
 VARIANT_ARMS = tuple(f"maskops-{p}-{v}" for p in ("fp32", "amp") for v in VARIANTS)

@@ -789,7 +789,7 @@ def tuning_arms(ctx: Context) -> tuple[str, list[str]]:
     prefetcher passes batches through, and compiling on a CPU takes minutes)."""
     from bench_train import VARIANTS
 
-    cpu = ["nopin", "fused", "u8", "prefetch", "compact"]
+    cpu = ["nopin", "fused", "u8", "prefetch", "compact", "nmsbatch"]
     return ("amp", list(VARIANTS)) if ctx.cuda else ("fp32", cpu)
 
 

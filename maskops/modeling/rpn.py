@@ -65,6 +65,10 @@ class TrainTestRPN(RegionProposalNetwork):
             fg_iou_thresh, bg_iou_thresh, allow_low_quality_matches=True
         )
         self.fg_bg_sampler = SyncFreeSampler(batch_size_per_image, positive_fraction)
+        self.one_nms_per_batch = False
+        """One NMS call for the batch's proposals instead of one per image: one read
+        instead of B, and on a GPU B times the pairs to compare (a tuning switch,
+        ``DeviceTuning.one_nms_per_batch``)."""
 
     @property
     def nms_thresh(self) -> float:
@@ -130,11 +134,22 @@ class TrainTestRPN(RegionProposalNetwork):
                 )
             ]
         )
-        kept = [
-            nms_kept_mask(b, s, lvl, self._usable(b, s), self.nms_thresh)
-            for b, s, lvl in zip(boxes, scores, levels[top_n_idx], strict=True)
-        ]
-        best = torch.where(torch.stack(kept), scores, -1.0).topk(
+        levels = levels[top_n_idx]
+        if self.one_nms_per_batch:  # each image's levels are groups of one call
+            groups = batch_idx * len(num_anchors_per_level) + levels
+            flat_boxes, flat_scores = boxes.reshape(-1, 4), scores.reshape(-1)
+            usable = self._usable(flat_boxes, flat_scores)
+            kept = nms_kept_mask(
+                flat_boxes, flat_scores, groups.reshape(-1), usable, self.nms_thresh
+            ).view_as(scores)
+        else:
+            kept = torch.stack(
+                [
+                    nms_kept_mask(b, s, lvl, self._usable(b, s), self.nms_thresh)
+                    for b, s, lvl in zip(boxes, scores, levels, strict=True)
+                ]
+            )
+        best = torch.where(kept, scores, -1.0).topk(
             min(self.post_nms_top_n(), scores.shape[1]), dim=1
         )
         counts = (best.values >= 0).sum(dim=1).tolist()  # the one read of the batch

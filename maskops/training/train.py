@@ -376,6 +376,7 @@ def _build_model(run: _Run, *, load_checkpoint: bool) -> nn.Module:
         model.to_channels_last()  # type: ignore[operator]
     if run.tuning.compiled_backbone:
         model.compile_backbone(run.tuning.compiled_backbone)  # type: ignore[operator]
+    model.rpn.one_nms_per_batch = bool(run.tuning.one_nms_per_batch)  # type: ignore[union-attr]
     return model
 
 

@@ -128,6 +128,9 @@ class DeviceTuning:
     the same: :mod:`maskops.mask_crops`) and
     ``compiled_backbone`` (the backbone and FPN compiled by ``torch.compile`` for the one
     padded ``image_size``, in that mode: one of :data:`COMPILE_MODES`; None = eager).
+    ``one_nms_per_batch`` (also off until measured): the RPN's NMS runs once for the
+    batch instead of once per image, one read of the device instead of one per image for
+    B times the box pairs; the proposals are the same.
     """
 
     channels_last: bool | None = None
@@ -139,6 +142,7 @@ class DeviceTuning:
     prefetch_stream: bool | None = None
     compact_masks: bool | None = None
     compiled_backbone: str | None = None
+    one_nms_per_batch: bool | None = None
 
     def __post_init__(self) -> None:
         if self.compiled_backbone is not None and self.compiled_backbone not in COMPILE_MODES:
@@ -165,6 +169,7 @@ class DeviceTuning:
             prefetch_stream=bool(self.prefetch_stream),
             compact_masks=bool(self.compact_masks),
             compiled_backbone=self.compiled_backbone,
+            one_nms_per_batch=bool(self.one_nms_per_batch),
         )
 
 

@@ -77,6 +77,13 @@ def test_training_proposals_are_torchvisions(
     boxes, scores = ours.filter_proposals(proposals, objectness, shapes, LEVELS)
     expected_boxes, expected_scores = theirs.filter_proposals(proposals, objectness, shapes, LEVELS)
     assert [b.shape[0] for b in boxes] == [b.shape[0] for b in expected_boxes]
+    ours.one_nms_per_batch = True  # the tuning switch: one call for the three images
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            ours.filter_proposals(proposals, objectness, shapes, LEVELS)[0], boxes, strict=True
+        )
+    )
     if post_nms == 400:
         assert all(b.shape[0] < 230 for b in boxes)  # fewer kept than the top-n allows
     for got, expected in zip(boxes + scores, expected_boxes + expected_scores, strict=True):

@@ -2,7 +2,8 @@
 
 ``prefetch_stream`` passes batches through on a CPU, so a run with it must compute exactly
 the losses of one without; ``compact_masks`` crops each mask to its box, and the mask head's
-targets, hence the losses, stay equal within float rounding. On a GPU the prefetcher's copy
+targets, hence the losses, stay equal within float rounding; ``one_nms_per_batch`` keeps
+the same proposals. On a GPU the prefetcher's copy
 must overlap the compute stream's work (``gpu`` marked).
 """
 
@@ -84,6 +85,15 @@ def test_a_run_on_compact_masks_trains_to_the_same_losses(
     assert all(step["Mask loss"] > 0 for step in compact)
     for ours, theirs in zip(compact, default_losses, strict=True):
         assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-6)
+
+
+def test_a_run_with_one_nms_per_batch_trains_to_the_same_losses(
+    short_spec: ExperimentSpec, default_losses: list[dict[str, float]], tmp_path: Path
+) -> None:
+    batched = _losses(short_spec, tmp_path, DeviceTuning(one_nms_per_batch=True))
+    assert len(batched) == STEPS
+    for ours, theirs in zip(batched, default_losses, strict=True):
+        assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
 
 
 @pytest.mark.gpu
