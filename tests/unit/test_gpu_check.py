@@ -74,7 +74,7 @@ def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path)
     assert figures["eval_parity"]["fp32_tf32_off"]["passed"]
     assert figures["throughput_train"]["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
     tuned = set(figures["throughput_tuning"]["tuning_vs_default"])
-    expected = ("nopin", "fused", "u8", "prefetch", "compact")
+    expected = ("nopin", "fused", "u8", "prefetch", "compact", "nmsbatch")
     assert tuned == {f"maskops-fp32-{v}" for v in expected}
     assert set(figures["throughput_batch"]["batches"]) == {"2"}
     assert all(
