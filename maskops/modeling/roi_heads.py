@@ -40,7 +40,7 @@ from torchvision.ops import boxes as box_ops
 from maskops.mask_crops import MASK_ORIGINS
 
 from .nms import nms_by_group
-from .sampling import SyncFreeSampler, first_true
+from .sampling import SyncFreeSampler, first_true, true_indices
 
 EMPTY_SLOT = -1
 """The label of a sampling slot that holds no sampled proposal (it counts in no loss)."""
@@ -265,13 +265,14 @@ class SpecRoIHeads(RoIHeads):
             proposals, gt_boxes, [t["labels"] for t in targets]
         )
         positives, negatives = self.fg_bg_sampler(labels)
+        sampled = [pos | neg for pos, neg in zip(positives, negatives, strict=True)]
         slots = [
-            first_true(pos | neg, min(self.fg_bg_sampler.batch_size_per_image, pos.shape[0]))
-            for pos, neg in zip(positives, negatives, strict=True)
+            first_true(chosen, min(self.fg_bg_sampler.batch_size_per_image, chosen.shape[0]))
+            for chosen in sampled
         ]
         sampled_proposals, sampled_matches, sampled_labels, matched_gt_boxes = [], [], [], []
         for i, slot in enumerate(slots):
-            filled = (positives[i] | negatives[i])[slot].bool()
+            filled = sampled[i][slot].bool()
             sampled_proposals.append(proposals[i][slot])
             sampled_matches.append(matched_idxs[i][slot])
             sampled_labels.append(torch.where(filled, labels[i][slot], EMPTY_SLOT))
@@ -331,9 +332,7 @@ class SpecRoIHeads(RoIHeads):
         )
         losses = {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
         if self.has_mask():
-            is_positive = [lbl > 0 for lbl in labels]
-            counts = torch.stack([p.sum() for p in is_positive]).tolist()  # one read
-            positives = [first_true(p, n) for p, n in zip(is_positive, counts, strict=True)]
+            positives = true_indices([lbl > 0 for lbl in labels])
             mask_proposals = [p[pos] for p, pos in zip(proposals, positives, strict=True)]
             pos_matched = [m[pos] for m, pos in zip(matched_idxs, positives, strict=True)]
             mask_logits = self._mask_logits(features, mask_proposals, image_shapes)
@@ -405,10 +404,9 @@ class SpecRoIHeads(RoIHeads):
             sizes = boxes[:, 2:] - boxes[:, :2]
             passing = (scores > self.score_thresh) & (sizes >= 1e-2).all(dim=1)
             candidates.append((boxes, scores, labels, passing))
-        counts = torch.stack([passing.sum() for *_, passing in candidates]).tolist()  # the read
+        passing_indices = true_indices([passing for *_, passing in candidates])
         all_boxes, all_scores, all_labels = [], [], []
-        for (boxes, scores, labels, passing), count in zip(candidates, counts, strict=True):
-            index = first_true(passing, count)
+        for (boxes, scores, labels, _), index in zip(candidates, passing_indices, strict=True):
             boxes, scores, labels = boxes[index], scores[index], labels[index]
             keep = nms_by_group(boxes, scores, labels, self.nms_thresh)[: self.detections_per_img]
             all_boxes.append(boxes[keep])

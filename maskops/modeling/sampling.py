@@ -122,3 +122,17 @@ def first_true(mask: Tensor, k: int) -> Tensor:
     """
     # A stable sort keeps each group in index order: torch.where(mask)[0] without its read.
     return torch.argsort(mask.to(torch.uint8), descending=True, stable=True)[:k]
+
+
+def true_indices(masks: list[Tensor]) -> list[Tensor]:
+    """``torch.where(mask)[0]`` of each mask, with one read of the device for them all
+    (their counts) instead of one per mask.
+
+    Args:
+        masks: ``[N_i]`` bool, at least one.
+
+    Returns:
+        Per mask, ``[n_i]`` int64: its True elements' indices, ascending.
+    """
+    counts = torch.stack([mask.sum() for mask in masks]).tolist()  # the one read
+    return [first_true(mask, n) for mask, n in zip(masks, counts, strict=True)]

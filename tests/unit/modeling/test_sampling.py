@@ -12,7 +12,9 @@ from maskops.modeling.sampling import (
     first_true,
     random_subset,
     sample_balanced,
+    true_indices,
 )
+from maskops.training.host_reads import HostReadCounter
 
 
 @pytest.mark.parametrize("low_quality", [True, False])
@@ -92,3 +94,11 @@ def test_first_true_gives_the_true_indices_in_order_then_the_false() -> None:
     assert first_true(mask, 3).tolist() == [1, 3, 4]
     assert first_true(mask, 5).tolist() == [1, 3, 4, 0, 2]
     assert torch.equal(first_true(mask, 3), torch.where(mask)[0])
+
+
+def test_true_indices_are_torch_wheres_read_once() -> None:
+    masks = [torch.tensor([False, True, True]), torch.tensor([False]), torch.tensor([True])]
+    with HostReadCounter() as reads:
+        got = true_indices(masks)
+    assert [t.tolist() for t in got] == [torch.where(m)[0].tolist() for m in masks]
+    assert reads.total == 1, reads.by_call
