@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch import Tensor
 
 from maskops.spec.models import MaskRCNNConfig
 
@@ -58,3 +59,17 @@ def tiny_config() -> Callable[..., MaskRCNNConfig]:
 def make_targets() -> Callable[..., dict[str, torch.Tensor]]:
     """``make_targets(image_size, boxes, labels)``: targets with elliptical masks."""
     return _make_targets
+
+
+class FixedSampler:
+    """A balanced sampler that returns the masks it was given, so that maskops' code and
+    torchvision's, each given one, see the same samples."""
+
+    def __init__(
+        self, masks: tuple[list[Tensor], list[Tensor]], batch_size_per_image: int = 0
+    ) -> None:
+        self.masks = masks
+        self.batch_size_per_image = batch_size_per_image
+
+    def __call__(self, labels: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        return self.masks

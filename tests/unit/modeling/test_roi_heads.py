@@ -20,6 +20,7 @@ from maskops.modeling.roi_heads import (
 )
 from maskops.spec.models import MaskRCNNConfig
 from maskops.training.host_reads import HostReadCounter
+from tests.support.tiny_model import FixedSampler
 
 FG, BG, IGNORE = None, RangeMatcher.BELOW_LOW_THRESHOLD, RangeMatcher.BETWEEN_THRESHOLDS
 
@@ -152,19 +153,6 @@ def test_mask_loss_uses_the_logits_of_each_rois_class() -> None:
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
-class _FixedSampler:
-    """Returns the masks it was given: both sides then sample the same proposals."""
-
-    def __init__(
-        self, masks: tuple[list[torch.Tensor], list[torch.Tensor]], batch_size_per_image: int
-    ) -> None:
-        self.masks = masks
-        self.batch_size_per_image = batch_size_per_image
-
-    def __call__(self, labels: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        return self.masks
-
-
 def _proposals_and_targets() -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
     generator = torch.Generator().manual_seed(0)
 
@@ -200,7 +188,7 @@ def test_training_samples_and_box_losses_are_torchvisions(
         assert torch.equal(got, reference)
 
     torch.manual_seed(1)
-    heads.fg_bg_sampler = _FixedSampler(heads.fg_bg_sampler(matches[1]), 16)
+    heads.fg_bg_sampler = FixedSampler(heads.fg_bg_sampler(matches[1]), 16)
     ours = heads.select_training_samples(proposals, targets)
     theirs = RoIHeads.select_training_samples(heads, proposals, targets)
     filled = [int((labels != EMPTY_SLOT).sum()) for labels in ours[2]]

@@ -12,19 +12,10 @@ from torchvision.models.detection.rpn import RegionProposalNetwork
 from maskops.modeling import build_model
 from maskops.modeling.rpn import TrainTestRPN
 from maskops.spec.models import MaskRCNNConfig
+from tests.support.tiny_model import FixedSampler
 
 LEVELS = [300, 120, 30]
 """Anchors per level in the synthetic inputs."""
-
-
-class FixedSampler:
-    """Returns the masks it was given: both RPNs' losses then see the same samples."""
-
-    def __init__(self, masks: tuple[list[Tensor], list[Tensor]]) -> None:
-        self.masks = masks
-
-    def __call__(self, labels: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
-        return self.masks
 
 
 def _rpns(
