@@ -171,6 +171,11 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _whole(value: Any) -> bool:
+    """An integer, or a float holding one (``480.0``): not ``inf``, NaN or ``48.5``."""
+    return _number(value) and math.isfinite(value) and float(value).is_integer()
+
+
 def _annotation(name: str, index: int, value: Any) -> CocoAnnotation:
     where = f"annotations[{index}]"
     entry = _obj(name, where, value)
@@ -202,7 +207,7 @@ def _segmentation(name: str, where: str, value: Any) -> Segmentation:
         return value
     if isinstance(value, dict):
         size, counts = value.get("size"), value.get("counts")
-        if not (isinstance(size, list) and len(size) == 2 and all(_number(v) for v in size)):
+        if not (isinstance(size, list) and len(size) == 2 and all(_whole(v) for v in size)):
             raise DatasetError(f"{name}: {where}.size: expected [height, width], got {size!r}")
         if isinstance(counts, list):
             if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts):

@@ -183,7 +183,7 @@ def _decode_image(data: bytes, record: dict[str, Any]) -> torch.Tensor:
             # still ~1.7x faster than PIL here, and present on every supported version.
             warnings.simplefilter("ignore", DeprecationWarning)
             encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-            return decode_image(encoded, mode=ImageReadMode.RGB)
+            image = decode_image(encoded, mode=ImageReadMode.RGB)
     except RuntimeError:
         try:
             with Image.open(io.BytesIO(data)) as pil:
@@ -191,6 +191,11 @@ def _decode_image(data: bytes, record: dict[str, Any]) -> torch.Tensor:
         except OSError as exc:
             raise ValueError(f"image {record['image_id']}: cannot decode: {exc}") from exc
         return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
+    if image.dtype == torch.uint16:
+        # A 16-bit PNG decodes to 0..65535: keep each sample's high byte, as Pillow (and
+        # so inference) reads it. torch has no uint16 shift; int32 holds every value.
+        image = image.to(torch.int32).div(256, rounding_mode="floor").to(torch.uint8)
+    return image
 
 
 def _masks(

@@ -211,10 +211,11 @@ def read_image_file(image_dir: Path, file_name: str) -> bytes:
         raise SkippedImage("missing_file", file_name) from None
     except OSError as exc:
         raise SkippedImage("unreadable", f"{file_name}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a directory
+        os.close(fd)
+        raise SkippedImage("unreadable", f"{file_name}: not a regular file")
     with os.fdopen(fd, "rb") as source:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SkippedImage("unreadable", f"{file_name}: not a regular file")
         # Read up to the limit only: the size may grow while reading.
         data = b"" if info.st_size > MAX_IMAGE_FILE_BYTES else source.read(MAX_IMAGE_FILE_BYTES + 1)
     if info.st_size > MAX_IMAGE_FILE_BYTES or len(data) > MAX_IMAGE_FILE_BYTES:

@@ -70,9 +70,35 @@ def load_ground_truth(path: str | Path) -> dict[str, Any]:
     for key in ("images", "annotations", "categories"):
         if not isinstance(data.get(key), list):
             raise GroundTruthError(f"{path}: missing or invalid '{key}' list")
-    for image in data["images"]:
-        if not all(k in image for k in ("id", "height", "width")):
-            raise GroundTruthError(f"{path}: image entry {image.get('id')!r} lacks id/height/width")
+    required = {
+        "images": ("id", "height", "width"),
+        "annotations": ("image_id", "category_id"),
+        "categories": ("id",),
+    }
+    for key, keys in required.items():
+        for index, entry in enumerate(data[key]):
+            if not isinstance(entry, dict):
+                raise GroundTruthError(
+                    f"{path}: {key}[{index}]: expected an object, got {type(entry).__name__}"
+                )
+            if not all(k in entry for k in keys):
+                raise GroundTruthError(
+                    f"{path}: {key}[{index}] (id {entry.get('id')!r}) lacks {'/'.join(keys)}"
+                )
+    return data
+
+
+def _evaluation_copy(gt: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``gt`` for COCOeval, its annotations numbered 1, 2, ...
+
+    COCOeval indexes ground truth by annotation id and marks an unmatched one with id 0,
+    so a file's repeated ids (or an id 0) would silently turn matches into misses; the
+    ids mean nothing else to the metrics.
+    """
+    data = copy.deepcopy(dict(gt))
+    data["annotations"] = [
+        {**ann, "id": number} for number, ann in enumerate(data["annotations"], start=1)
+    ]
     return data
 
 
@@ -124,7 +150,7 @@ def _summary_pycocotools(
 
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO()
-        coco_gt.dataset = copy.deepcopy(dict(gt))
+        coco_gt.dataset = _evaluation_copy(gt)
         coco_gt.createIndex()
         # pycocotools' loadRes cannot take an empty list; an empty result set is an
         # empty annotation list over the same images and categories.
@@ -153,7 +179,7 @@ class _FasterGroundTruth:
     def __init__(self, gt: Mapping[str, Any]) -> None:
         from faster_coco_eval import COCO
 
-        self.coco = COCO(copy.deepcopy(dict(gt)))
+        self.coco = COCO(_evaluation_copy(gt))
 
     def summary(
         self, dts: list[dict[str, Any]], iou_type: str, image_ids: list[int]

@@ -64,6 +64,9 @@ def _image(builder: CocoBuilder, document: dict[str, Any], image_path: str) -> N
     for index, shape in enumerate(document["shapes"]):
         try:
             label = str(shape["label"])
+            group = shape.get("group_id")
+            if not isinstance(group, int | float | str | None):
+                raise TypeError(f"group_id: expected a number, got {group!r}")
             kind = shape.get("shape_type") or "polygon"
             points = [(float(x), float(y)) for x, y in shape["points"]]
             if kind == "mask":
@@ -83,7 +86,6 @@ def _image(builder: CocoBuilder, document: dict[str, Any], image_path: str) -> N
         if polygon is None:
             builder.note(image_id, "unsupported_shape", kind)
             continue
-        group = shape.get("group_id")
         key = (label, group) if group is not None else index
         objects.setdefault(key, (label, []))[1].append(polygon)
     for label, polygons in objects.values():

@@ -91,6 +91,8 @@ def _task(builder: CocoBuilder, file_name: str, results: list[Any]) -> None:
                 continue
             value = region["value"]
             label = value[kind][0]
+            if not isinstance(label, str):
+                raise TypeError(f"{kind}: expected label names, got {value[kind]!r}")
             w, h = float(region["original_width"]), float(region["original_height"])
             if not (w > 0 and h > 0):
                 raise ValueError(f"original_width x original_height {w} x {h}: not positive")

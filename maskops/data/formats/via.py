@@ -48,6 +48,8 @@ def read(annotations: Path, builder: CocoBuilder) -> None:
             try:
                 polygon = _polygon(region["shape_attributes"])
                 attributes = region.get("region_attributes") or {}
+                if not isinstance(attributes, dict):
+                    raise TypeError(f"region_attributes: expected an object, got {attributes!r}")
                 label = _label(attributes)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 builder.note(image_id, "malformed_record", f"regions[{index}]: {exc!r}")

@@ -222,6 +222,18 @@ def test_shard_count_is_capped_and_stale_shards_replaced(demo_dataset, tmp_path:
             '{"images": [{"id": "x", "file_name": "a"}], "categories": [{"id": 1}]}',
             "images[0].id: expected an integer, got 'x'",
         ),
+        (
+            '{"images": [{"id": 1, "file_name": "a"}], "categories": [{"id": 1}],'
+            ' "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 2, 3, 4],'
+            ' "segmentation": {"size": [1e400, 64], "counts": "PP"}}]}',
+            "annotations[0].segmentation.size: expected [height, width], got [inf, 64]",
+        ),
+        (
+            '{"images": [{"id": 1, "file_name": "a"}], "categories": [{"id": 1}],'
+            ' "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 2, 3, 4],'
+            ' "segmentation": {"size": [48.5, 64], "counts": "PP"}}]}',
+            "annotations[0].segmentation.size: expected [height, width], got [48.5, 64]",
+        ),
     ],
 )
 def test_malformed_json_names_key_and_index(tmp_path: Path, text: str, message: str) -> None:
@@ -405,3 +417,23 @@ def test_file_names_leaving_the_image_dir_are_refused_unopened(tmp_path: Path, m
     assert set(stored) == {1}
     secret = (outside / "secret.png").read_bytes()
     assert all(secret not in path.read_bytes() for path in out.iterdir())
+
+
+def test_a_directory_named_as_an_image_is_unreadable(tmp_path: Path) -> None:
+    """A directory where an image should be is an unreadable image, not a maskops error."""
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.fromarray(np.full((24, 32, 3), 10, dtype=np.uint8)).save(images / "good.png")
+    (images / "folder.png").mkdir()
+    coco = {
+        "images": [{"id": 1, "file_name": "good.png"}, {"id": 2, "file_name": "folder.png"}],
+        "annotations": [],
+        "categories": [{"id": 1, "name": "thing"}],
+    }
+    (tmp_path / "coco.json").write_text(json.dumps(coco))
+    result = convert_dataset(images, tmp_path / "coco.json", tmp_path / "out", workers=1)
+    warnings = json.loads(result.warnings_path.read_text())
+    assert warnings == {
+        "2": {"box": [], "mask": [], "unreadable": ["folder.png: not a regular file"]}
+    }
+    assert result.num_images == 1 and result.num_skipped_images == 1

@@ -272,3 +272,43 @@ def test_coco_far_polygons_need_no_format_reader(tmp_path: Path) -> None:
     path.write_text(json.dumps(_coco(SQUARE, [0, 0, 4e6, 0, 4e6, 4e6, 0, 4e6])))
     result = convert_dataset(images, path, tmp_path / "out", workers=1)
     assert result.warning_counts["far_polygon"] == 1 and result.num_annotations == 2
+
+
+def test_labels_groups_and_attributes_of_the_wrong_type_are_findings(tmp_path: Path) -> None:
+    """A label, group id or region attributes that is a list or an object (not text) is a
+    finding on that record; the image's other objects convert."""
+    images = tmp_path / "images"
+    _png(images, "a.png")
+    studio = _region()
+    studio["value"]["polygonlabels"] = [["circle"]]
+    studio["group_id"] = 1
+    task = {"data": {"image": "a.png"}, "annotations": [{"result": [studio, _region()]}]}
+    path = _tasks(tmp_path, [task])
+    result = _convert(images, path, tmp_path, format_name="labelstudio", tag="studio")
+    warnings = json.loads(result.warnings_path.read_text())
+    assert warnings["1"]["malformed_record"][0].startswith("result[0]: TypeError")
+    assert result.num_annotations == 1
+
+    square = [[x, y] for x, y in zip(SQUARE[0::2], SQUARE[1::2], strict=True)]
+    shape = {"label": "circle", "points": square, "shape_type": "polygon"}
+    labelme = tmp_path / "labelme"
+    labelme.mkdir()
+    (labelme / "a.json").write_text(
+        json.dumps({"imagePath": "a.png", "shapes": [{**shape, "group_id": [1]}, shape]})
+    )
+    result = _convert(images, labelme, tmp_path, format_name="labelme", tag="labelme")
+    warnings = json.loads(result.warnings_path.read_text())
+    assert warnings["1"]["malformed_record"][0].startswith("shapes[0]: TypeError")
+    assert result.num_annotations == 1
+
+    polygon = {"name": "polygon", "all_points_x": SQUARE[0::2], "all_points_y": SQUARE[1::2]}
+    regions = [
+        {"shape_attributes": polygon, "region_attributes": ["circle", "square"]},
+        {"shape_attributes": polygon, "region_attributes": {"label": "circle"}},
+    ]
+    via = tmp_path / "via.json"
+    via.write_text(json.dumps({"a.png1": {"filename": "a.png", "regions": regions}}))
+    result = _convert(images, via, tmp_path, format_name="via", tag="via")
+    warnings = json.loads(result.warnings_path.read_text())
+    assert warnings["1"]["malformed_record"][0].startswith("regions[0]: TypeError")
+    assert result.num_annotations == 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from collections import Counter
 from itertools import islice
 from pathlib import Path
@@ -328,3 +330,45 @@ def test_uint8_images_divide_to_the_float_images(demo_shards: Path, size: tuple[
         assert torch.equal(unit_range(raw), image)
         assert torch.equal(raw_target["boxes"], target["boxes"])
         assert torch.equal(raw_target["masks"], target["masks"])
+
+
+def _png_rgb16(pixels: np.ndarray) -> bytes:
+    """``pixels`` (``[H, W, 3]`` uint16) as a 16-bit RGB PNG (Pillow writes none)."""
+    height, width, _ = pixels.shape
+    rows = b"".join(b"\0" + pixels[y].astype(">u2").tobytes() for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+@pytest.mark.parametrize("uint8_images", [False, True])
+def test_16_bit_png_images_decode_to_the_8_bit_range(tmp_path: Path, uint8_images: bool) -> None:
+    """A 16-bit RGB PNG (kept as it is by the conversion) trains on the same 0..1 pixels
+    as its 8-bit version: the high byte of each sample, as Pillow and inference read it."""
+    pixels = np.random.default_rng(0).integers(0, 65536, (48, 64, 3), dtype=np.uint16)
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "deep.png").write_bytes(_png_rgb16(pixels))
+    coco = {
+        "images": [{"id": 1, "file_name": "deep.png", "width": 64, "height": 48}],
+        "annotations": [],
+        "categories": [{"id": 1, "name": "thing"}],
+    }
+    (tmp_path / "train.json").write_text(json.dumps(coco))
+    convert_dataset(images, tmp_path / "train.json", tmp_path / "out", workers=1)
+    options = DecodeOptions(image_size=(48, 64), uint8_images=uint8_images)
+    image, _ = ShardDataset(f"{tmp_path}/out/train*", options)[0]
+    expected = torch.from_numpy((pixels >> 8).astype(np.uint8)).permute(2, 0, 1)
+    if uint8_images:
+        assert image.dtype == torch.uint8 and torch.equal(image, expected)
+    else:
+        assert image.dtype == torch.float32 and torch.equal(image, expected.float() / 255)

@@ -11,7 +11,13 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from maskops.evaluation.coco import METRIC_NAMES, CocoMetrics, load_ground_truth, metric_names
+from maskops.evaluation.coco import (
+    METRIC_NAMES,
+    Backend,
+    CocoMetrics,
+    load_ground_truth,
+    metric_names,
+)
 from maskops.evaluation.errors import GroundTruthError
 from tests.unit.evaluation.crafted import make_ground_truth, noisy_results, perfect_results
 
@@ -136,3 +142,49 @@ def test_load_ground_truth_errors_name_the_file(tmp_path: Path) -> None:
     partial.write_text(json.dumps({"images": [], "annotations": []}))
     with pytest.raises(GroundTruthError, match=r"partial.json: missing or invalid 'categories'"):
         load_ground_truth(partial)
+
+
+@pytest.mark.parametrize("backend", ["faster", "pycocotools"])
+@pytest.mark.parametrize("ids", ["duplicate", "zero"])
+def test_annotation_ids_do_not_change_the_metrics(backend: Backend, ids: str) -> None:
+    """COCOeval keys ground truth by annotation id and marks unmatched ones with 0: ids a
+    file repeats (or an id 0) must not turn perfect detections into misses."""
+    gt = make_ground_truth(np.random.default_rng(8), num_images=4)
+    for k, ann in enumerate(gt["annotations"]):
+        ann["id"] = 7 if ids == "duplicate" else k
+    metrics = CocoMetrics(gt, backend=backend).compute(perfect_results(gt))
+    for prefix in ("", "mask_"):
+        assert metrics[prefix + "AP"] == pytest.approx(1.0, abs=1e-12)
+        assert metrics[prefix + "ARmax100"] == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"images": [5], "annotations": [], "categories": []}, r"images\[0\]: expected an object"),
+        (
+            {"images": [["id"]], "annotations": [], "categories": []},
+            r"images\[0\]: expected an object",
+        ),
+        (
+            {"images": [{"id": 1, "height": 4}], "annotations": [], "categories": []},
+            r"images\[0\] \(id 1\) lacks id/height/width",
+        ),
+        (
+            {"images": [], "annotations": ["x"], "categories": []},
+            r"annotations\[0\]: expected an object",
+        ),
+        (
+            {"images": [], "annotations": [{"id": 1, "image_id": 1}], "categories": []},
+            r"annotations\[0\] \(id 1\) lacks image_id/category_id",
+        ),
+        ({"images": [], "annotations": [], "categories": [3]}, r"categories\[0\]: expected"),
+    ],
+)
+def test_malformed_ground_truth_entries_name_file_and_index(
+    tmp_path: Path, document: dict, message: str
+) -> None:
+    path = tmp_path / "gt.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(GroundTruthError, match=r"gt\.json: " + message):
+        load_ground_truth(path)
