@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.routing import Match
 
 from maskops.spec.errors import SpecError
@@ -100,9 +101,25 @@ def disk_full(exc: OSError, settings: Settings) -> InsufficientStorage | None:
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for error in exc.errors()[:5]:
+        if error.get("type") == "json_invalid":
+            # FastAPI's loc is ("body", <character position>): "9: JSON decode error" read
+            # as a field named 9.
+            reason = (error.get("ctx") or {}).get("error", "JSON decode error")
+            parts.append(f"body: not valid JSON ({reason} at character {error['loc'][-1]})")
+            continue
         loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
-        parts.append(f"{loc}: {error.get('msg', 'invalid')}" if loc else error.get("msg", ""))
+        msg = _error_msg(error)
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts) or "invalid request"
+
+
+def _error_msg(error: Any) -> str:
+    msg = str(error.get("msg", "invalid"))
+    if "Expected UploadFile, received" in msg:
+        # A form field sent as text where a file part is needed (curl -F images=a.jpg,
+        # without the @); FastAPI's message names a Python class.
+        return "a file is expected, not text"
+    return msg
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -131,6 +148,10 @@ def install_handlers(app: FastAPI) -> None:
             # FastAPI's "error parsing the body" for a body json.loads refused outright
             # (not UTF-8, nested too deeply): invalid input like any other bad JSON.
             return JSONResponse({"detail": _unparsable(exc.__cause__)}, status_code=422)
+        if exc.status_code == 400 and isinstance(exc.__context__, MultiPartException):
+            # Starlette's 400 for a form it could not parse (POST /infer): undocumented,
+            # where the limits are a 413 and a malformed body a 422, as for the upload.
+            return _unparsable_form(exc.__context__.message)
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(request))
@@ -178,6 +199,17 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": "database unavailable"}, status_code=503)
 
 
+_FORM_LIMITS = ("Too many ", " exceeded maximum size ")
+"""What Starlette's form parser says when a form passes its limits (files, fields, part
+size), rather than being malformed."""
+
+
+def _unparsable_form(message: str) -> JSONResponse:
+    if any(limit in message for limit in _FORM_LIMITS):
+        return JSONResponse({"detail": f"form too large: {message}"}, status_code=413)
+    return JSONResponse({"detail": f"malformed multipart body: {message}"}, status_code=422)
+
+
 def _unparsable(cause: BaseException) -> str:
     if isinstance(cause, UnicodeDecodeError):
         return "body: not valid JSON (it must be UTF-8)"
@@ -200,7 +232,4 @@ def _allowed_methods(request: Request) -> list[str]:
 
 
 def _jsonable(exc: RequestValidationError) -> list[dict[str, object]]:
-    return [
-        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-        for e in exc.errors()
-    ]
+    return [{"loc": [str(p) for p in e.get("loc", ())], "msg": _error_msg(e)} for e in exc.errors()]

@@ -81,11 +81,20 @@ class _Collector:
         _, options = parse_options_header(self.disposition)
         # A part without a name is one more field the route does not know: ignored.
         self.name = _text(options.get(b"name", b""), "a form part's name")
-        if self.name == self.file_field and b"filename" in options:
-            if self.form.filename is not None:
-                raise Invalid(f"{self.file_field}: one file only")
-            self.form.filename = _text(options[b"filename"], f"{self.file_field}'s file name")
-            self.to_file = True
+        if b"filename" not in options:
+            return
+        if self.name != self.file_field:
+            # Read as a text field, a file sent under another name (curl -F file=@d.zip)
+            # was refused as "not UTF-8" or as a field above 64 KiB.
+            part = f"form part {self.name!r}" if self.name else "a form part without a name"
+            raise Invalid(
+                f"{part} is a file: send it as the {self.file_field!r} part (the other "
+                "fields are text)"
+            )
+        if self.form.filename is not None:
+            raise Invalid(f"{self.file_field}: one file only")
+        self.form.filename = _text(options[b"filename"], f"{self.file_field}'s file name")
+        self.to_file = True
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         chunk = data[start:end]

@@ -100,3 +100,52 @@ def test_only_published_models_are_called(client: TestClient, published: str) ->
     # Everything checked: only the missing Triton is left to say.
     code, detail = _infer(client, _image("JPEG"), published)
     assert code == 503 and "no Triton is configured" in detail
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "status", "says"),
+    [
+        # Starlette's form parser answered these 400, a code the OpenAPI document does not
+        # list for /infer (the dataset upload answers a malformed body 422).
+        ("multipart/form-data", b"", 422, "malformed multipart body: Missing boundary"),
+        ("multipart/form-data; boundary=xyz", b"garbage", 422, "malformed multipart body"),
+    ],
+)
+def test_an_unparsable_form_is_documented_422(
+    client: TestClient, published: str, content_type: str, body: bytes, status: int, says: str
+) -> None:
+    response = client.post(
+        "/infer", params={"model": published}, content=body, headers={"Content-Type": content_type}
+    )
+    assert (response.status_code, response.json()["detail"].startswith(says)) == (status, True), (
+        response.text
+    )
+
+
+def test_a_form_beyond_the_parsers_limits_is_413(client: TestClient, published: str) -> None:
+    png = _image("PNG")
+    # More files than the form parser takes (1000): a 413 as for more than
+    # MASKOPS_MAX_INFER_IMAGES, not a 400.
+    response = client.post(
+        "/infer", params={"model": published}, files=[("images", ("x.png", png))] * 1001
+    )
+    assert response.status_code == 413, response.text
+    assert "Too many files" in response.json()["detail"]
+    # A text field above the parser's 1 MiB per part.
+    response = client.post(
+        "/infer",
+        params={"model": published},
+        data={"note": "x" * (1024 * 1024 + 1)},
+        files=[("images", ("x.png", png))],
+    )
+    assert response.status_code == 413, response.text
+    assert "exceeded maximum size" in response.json()["detail"]
+
+
+def test_images_sent_as_text_are_named(client: TestClient, published: str) -> None:
+    """curl -F images=x.jpg (without the @) sends the file's name as text."""
+    response = client.post(
+        "/infer", params={"model": published}, files=[("images", (None, "x.jpg"))]
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == "images.0: a file is expected, not text"

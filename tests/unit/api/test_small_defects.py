@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from maskops_api.cli_tokens import TokenCommandError, run_token_command
-from maskops_core.db.models import ApiToken, Job, utcnow
+from maskops_core.db.models import ApiToken, Dataset, Job, utcnow
 from maskops_core.settings import Settings
+from tests.unit.api.conftest import DATASET_BODY, SMALL_SPEC
 
 
 def test_a_nul_byte_in_an_artifact_path_is_404(
@@ -80,3 +82,25 @@ def test_serve_gives_its_worker_every_setting(
             monkeypatch.setenv(key, value)
     read = Settings(_env_file=None)  # type: ignore[call-arg]
     assert read.model_dump() == given.model_dump()
+
+
+def test_a_parent_of_another_kind_is_named_with_its_article(
+    client: TestClient, factory: sessionmaker[Session]
+) -> None:
+    dataset_id = client.post("/datasets", json=DATASET_BODY).json()["id"]
+    with factory() as session, session.begin():
+        session.execute(update(Dataset).where(Dataset.id == dataset_id).values(shards_dir="x"))
+    experiment = client.post(
+        "/experiments", json={"name": "e", "dataset_id": dataset_id, "spec": SMALL_SPEC}
+    ).json()
+    with factory() as session:
+        evaluate = Job(action="evaluate", status="succeeded", queue="gpu")
+        session.add(evaluate)
+        session.commit()
+        evaluate_id = evaluate.id
+    body = {"action": "export", "experiment_id": experiment["id"], "parent_job_id": evaluate_id}
+    response = client.post("/jobs", json=body)
+    assert response.status_code == 409, response.text
+    assert f"cannot use an evaluate job's output (job {evaluate_id})" in response.text
+    resumed = client.post(f"/jobs/{evaluate_id}/resume")
+    assert f"job {evaluate_id} is an evaluate job; only train" in resumed.json()["detail"]

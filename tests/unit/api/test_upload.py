@@ -253,3 +253,49 @@ def test_a_dataset_with_a_deep_tree_is_deleted_with_its_files(
     assert response.status_code == 204, response.text
     assert not upload.exists()
     assert list((settings.data_root / "uploads").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        # curl -F file=@d.zip: a binary archive read as a text field was "not UTF-8", one
+        # above 64 KiB a 413 for a "form field".
+        ({"file": ("d.zip", zip_bytes(ARCHIVE_LAYOUT))}, "form part 'file' is a file"),
+        ({"file": ("d.zip", b"PK" + bytes(range(256)) * 300)}, "form part 'file' is a file"),
+        # curl -F archive=d.zip: the file's name sent as text.
+        ({"archive": (None, "d.zip")}, "archive: a file is expected, not text"),
+    ],
+)
+def test_an_archive_in_the_wrong_part_is_named(
+    small_client: TestClient, settings: Settings, files: dict, message: str
+) -> None:
+    response = small_client.post("/datasets/upload", data={"name": "up"}, files=files)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith(message), response.text
+    assert list((settings.data_root / "uploads").iterdir()) == []
+    assert small_client.get("/datasets").json()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        # A misspelt field was dropped: the dataset was made with the default it meant to
+        # replace (here: 8 shards).
+        ({"num_shard": "2"}, "num_shard: Extra inputs are not permitted"),
+        # An absolute path was read inside the archive (a 404 naming "uploads/<id>/x").
+        ({"train_image_dir": "/images/train"}, "train_image_dir: Value error, must be a path"),
+        ({"val_annotation_file": "../v.json"}, "val_annotation_file: Value error, must be"),
+    ],
+)
+def test_form_fields_are_checked_as_documented(
+    small_client: TestClient, settings: Settings, fields: dict, message: str
+) -> None:
+    response = small_client.post(
+        "/datasets/upload",
+        data={"name": "up", **fields},
+        files={"archive": ("d.zip", zip_bytes(ARCHIVE_LAYOUT))},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith(message), response.text
+    assert list((settings.data_root / "uploads").iterdir()) == []
+    assert small_client.get("/datasets").json()["total"] == 0

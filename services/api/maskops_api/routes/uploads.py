@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from maskops_api.errors import Invalid, TooLarge
 from maskops_api.schemas import DataPath, DatasetCreate, Name
@@ -19,6 +19,7 @@ from maskops_api.services.uploads import TooLargeArchive, UnsafeArchive, extract
 from maskops_api.streamed_form import read_form
 from maskops_core.dataset_formats import DatasetFormat
 from maskops_core.leftovers import UPLOAD_SPOOL_PREFIX, UPLOAD_SPOOL_SUFFIX
+from maskops_core.paths import relative_data_path
 from maskops_core.settings import Settings
 
 ARCHIVE_FIELD = "archive"
@@ -36,6 +37,8 @@ class UploadForm(BaseModel):
     """A dataset archive, and where its splits' images and COCO JSON are inside it."""
 
     # Lax types, unlike JSON bodies: every form value arrives as text ("8" is a number).
+    # Unknown fields are refused, as in JSON bodies: a misspelt one would be dropped.
+    model_config = ConfigDict(extra="forbid")
 
     name: Name
     train_image_dir: DataPath = "images/train"
@@ -51,6 +54,20 @@ class UploadForm(BaseModel):
         max_length=100_000,
         description="Category names in id order, comma-separated (id 1 first).",
     )
+
+    @field_validator(
+        "train_image_dir", "train_annotation_file", "val_image_dir", "val_annotation_file"
+    )
+    @classmethod
+    def _inside_archive(cls, value: str | None) -> str | None:
+        # As DataPath's pattern says: "/x" was otherwise read as "uploads/<id>/x" (a 404
+        # naming a path the client never gave), and ".." refused as "train.image_dir".
+        if value is not None:
+            try:
+                relative_data_path(value)
+            except ValueError:
+                raise ValueError("must be a path inside the archive, without '..'") from None
+        return value
 
 
 def request_body() -> dict[str, Any]:
@@ -104,9 +121,12 @@ def _validated(fields: dict[str, str], *, has_archive: bool) -> UploadForm:
     absent one; errors are the same 422 with each field named."""
     errors: list[dict[str, Any]] = []
     if not has_archive:
-        errors.append({"type": "missing", "loc": ("body", ARCHIVE_FIELD), "msg": "Field required"})
+        # Sent as text (no file name, curl -F archive=d.zip without the @), or not at all.
+        msg = "a file is expected, not text" if ARCHIVE_FIELD in fields else "Field required"
+        errors.append({"type": "missing", "loc": ("body", ARCHIVE_FIELD), "msg": msg})
+    given = {k: v for k, v in fields.items() if v != "" and k != ARCHIVE_FIELD}
     try:
-        form = UploadForm.model_validate({k: v for k, v in fields.items() if v != ""})
+        form = UploadForm.model_validate(given)
     except ValidationError as exc:
         errors += [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
     if errors:

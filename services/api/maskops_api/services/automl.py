@@ -34,7 +34,7 @@ def search_body(experiment_id: int, **fields: Any) -> JobCreate:
 def get_search(session: Session, job_id: int) -> Job:
     job = jobs.get_job(session, job_id)
     if job.action != JobAction.automl:
-        raise NotFound(f"no automl search {job_id}: job {job_id} is a {job.action} job")
+        raise NotFound(f"no automl search {job_id}: job {job_id} is {jobs.a_job(job.action)}")
     return job
 
 

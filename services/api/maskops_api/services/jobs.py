@@ -106,11 +106,11 @@ def _parent(session: Session, action: JobAction, parent_job_id: int | None) -> J
     if not allowed:
         return parent
     if parent is None:
-        raise Invalid(f"{action} needs parent_job_id (a {' or '.join(sorted(allowed))} job)")
+        raise Invalid(f"{action} needs parent_job_id ({a_job(' or '.join(sorted(allowed)))})")
     if parent.action not in allowed:
         # The parent exists but is of another kind: its state, not the request, is wrong
         # (409, as a parent that has not succeeded).
-        raise Conflict(f"{action} cannot use a {parent.action} job's output (job {parent.id})")
+        raise Conflict(f"{action} cannot use {a_job(parent.action)}'s output (job {parent.id})")
     if parent.status == JobStatus.cancelled and action == JobAction.evaluate:
         # A training cancelled after its first checkpoint keeps it: worth evaluating.
         if not (parent.result or {}).get("checkpoint"):
@@ -118,6 +118,11 @@ def _parent(session: Session, action: JobAction, parent_job_id: int | None) -> J
     elif parent.status != JobStatus.succeeded:
         raise Conflict(f"parent job {parent.id} is {parent.status}, not succeeded")
     return parent
+
+
+def a_job(action: str) -> str:
+    """``"an evaluate job"``, ``"a train job"``: an action's jobs named in a message."""
+    return f"{'an' if action[:1] in 'aeiou' else 'a'} {action} job"
 
 
 def served_net_backend(settings: Settings) -> str:
@@ -291,7 +296,7 @@ def resume_job(session: Session, job_id: int) -> Job:
     A search resumes too: where it was, with its finished trials."""
     job = get_job(session, job_id)
     if job.action not in (JobAction.train, JobAction.automl):
-        raise Conflict(f"job {job_id} is a {job.action} job; only train and automl jobs resume")
+        raise Conflict(f"job {job_id} is {a_job(job.action)}; only train and automl jobs resume")
     if job.status not in (JobStatus.failed, JobStatus.cancelled):
         raise Conflict(f"job {job_id} is {job.status}; only failed or cancelled jobs resume")
     now = utcnow()
