@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
             "removed from the ResNet backbone, the FPN and the RPN head conv, in multiples "
             "of the granularity and "
             "keeping at least min_filters per layer; the heads' inputs follow the FPN. Retrain "
-            "the result with the spec's pruned_model_path (regularisers off, as TAO advises). "
+            "the result with the spec's pruned_model_path. "
             "Writes OUT/model.pth and OUT/prune_report.json."
         ),
     )

@@ -55,7 +55,7 @@ def _check(args: argparse.Namespace) -> int:
     if spec.num_epochs > 0:
         print(
             f"note: num_epochs {spec.num_epochs} gives total_steps {spec.resolved_total_steps} "
-            f"(num_epochs * num_examples_per_epoch // train_batch_size)",
+            f"(num_epochs * num_examples_per_epoch / train_batch_size, rounded up)",
             file=sys.stderr,
         )
     return EXIT_OK

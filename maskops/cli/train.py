@@ -1,20 +1,24 @@
-"""``maskops train -e SPEC -d RESULTS_DIR [--gpus N] [--gpu_index I] [--use_amp] [--log_file F]``.
+"""``maskops train -e SPEC -d RESULTS_DIR [--gpus N] [--gpu_index I [J ...]] [--use_amp]
+[--log_file F]``.
 
 Running the same command again with the same RESULTS_DIR resumes from its newest
 checkpoint. Ctrl-C (or SIGTERM) stops at the next step boundary and saves a checkpoint; a
 second Ctrl-C interrupts at once. ``--gpus N`` (TAO's ``-np/--num_processes`` too) starts N
 ranks under torchrun (:mod:`maskops.training.launcher`); ``--max_restarts`` restarts them
 from the last checkpoint when one crashes; ``--nnodes M --rdzv_endpoint HOST:PORT
---rdzv_id RUN``, given on each of M hosts, makes them one run.
+--rdzv_id RUN``, given on each of M hosts, makes them one run. ``--gpu_index`` takes the
+first GPU of the ranks or, as TAO's launcher, one index per rank (:func:`gpu_selection`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import FrameType
@@ -56,7 +60,18 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="checkpoints, logs, status.json",
     )
-    add_option_flags(parser, TrainOptions)
+    add_option_flags(
+        parser,
+        TrainOptions,
+        keywords={
+            "gpu_index": {
+                "nargs": "+",
+                "metavar": "I",
+                "help": "the first CUDA device of the ranks, or (TAO's launcher) one per rank: "
+                "--gpus indices, e.g. --gpus 2 --gpu_index 1 3",
+            }
+        },
+    )
     parser.add_argument("--log_file", type=Path, default=None, help="also write the log here")
     add_key_argument(parser)
     parser.set_defaults(handler=run)
@@ -92,9 +107,50 @@ def _log_above_the_bar() -> AbstractContextManager[object]:
     return logging_redirect_tqdm()
 
 
+def gpu_selection(
+    indices: int | Sequence[int], gpus: int, visible: str | None
+) -> tuple[int, str | None]:
+    """TAO's ``--gpu_index I [J ...]`` as the first CUDA device of the ranks (rank ``r`` of
+    a host takes ``first + r``) and the ``CUDA_VISIBLE_DEVICES`` to set first (None: leave
+    it as it is); ``visible`` is its present value.
+
+    One index is the first device. Several are, as TAO's launcher reads them, the devices
+    of the ranks, as many as ``gpus``, in any order: consecutive ones are their first,
+    others become the only visible devices (picked from ``visible`` where it is set, whose
+    numbering CUDA then uses). Raises :class:`CLIError` naming the flags."""
+    if isinstance(indices, int):
+        return indices, None
+    if len(indices) == 1:
+        return indices[0], None
+    chosen = sorted(set(indices))
+    listed = " ".join(map(str, indices))
+    if len(chosen) != gpus:
+        raise CLIError(
+            f"--gpu_index {listed} names {len(chosen)} GPU(s) but --gpus is {gpus}: give one "
+            "index per rank, or only the first"
+        )
+    if chosen[0] < 0:
+        raise CLIError(f"--gpu_index {listed}: indices must be >= 0")
+    if chosen == list(range(chosen[0], chosen[0] + gpus)):
+        return chosen[0], None
+    devices = [d.strip() for d in visible.split(",")] if visible else None
+    if devices is not None and chosen[-1] >= len(devices):
+        raise CLIError(
+            f"--gpu_index {listed}: CUDA_VISIBLE_DEVICES={visible} makes only "
+            f"{len(devices)} GPU(s) visible"
+        )
+    names = [devices[i] if devices is not None else str(i) for i in chosen]
+    return 0, ",".join(names)
+
+
+def _first_gpu_and_visible(args: argparse.Namespace) -> tuple[int, str | None]:
+    return gpu_selection(args.gpu_index, args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
 def train_options(args: argparse.Namespace) -> TrainOptions:
     """The engine's options from the parsed flags."""
-    return options_from_args(args, TrainOptions)
+    first, _ = _first_gpu_and_visible(args)
+    return options_from_args(argparse.Namespace(**{**vars(args), "gpu_index": first}), TrainOptions)
 
 
 def training_spec(args: argparse.Namespace) -> ExperimentSpec:
@@ -117,6 +173,10 @@ def run(args: argparse.Namespace) -> int:
     options = train_options(args)
     if (problem := options.problem()) is not None:
         raise CLIError(problem)
+    _, visible = _first_gpu_and_visible(args)
+    if visible is not None:
+        # As TAO's launcher does: the ranks (and torchrun) see only the GPUs named.
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     if args.log_file is not None:
         args.log_file.parent.mkdir(parents=True, exist_ok=True)
 

@@ -563,20 +563,13 @@ class ExperimentSpec(_SpecModel):
                 "they must have the same length",
                 related=("learning_rate_steps",),
             )
-        if self.num_epochs > 0:
-            if self.num_examples_per_epoch <= 0:
-                raise FieldIssue(
-                    "num_examples_per_epoch",
-                    f"required (> 0) when num_epochs is set ({self.num_epochs}): "
-                    "total_steps = num_epochs * num_examples_per_epoch / train_batch_size",
-                    related=("num_epochs",),
-                )
-            if self.resolved_total_steps == 0:
-                raise FieldIssue(
-                    "num_epochs",
-                    f"{self.num_epochs} epochs of {self.num_examples_per_epoch} examples at "
-                    f"batch {self.train_batch_size} is less than one step",
-                )
+        if self.num_epochs > 0 and self.num_examples_per_epoch <= 0:
+            raise FieldIssue(
+                "num_examples_per_epoch",
+                f"required (> 0) when num_epochs is set ({self.num_epochs}): "
+                "total_steps = num_epochs * num_examples_per_epoch / train_batch_size",
+                related=("num_epochs",),
+            )
         if (
             self.best_checkpoint_metric.startswith("mask_")
             and not self.maskrcnn_config.include_mask
@@ -614,10 +607,12 @@ class ExperimentSpec(_SpecModel):
 
     @property
     def resolved_total_steps(self) -> int:
-        """Steps to train: ``num_epochs * num_examples_per_epoch // train_batch_size`` when
-        num_epochs is set (as TAO does, it wins over total_steps), else ``total_steps``."""
+        """Steps to train: ``num_epochs * num_examples_per_epoch / train_batch_size`` rounded
+        up when num_epochs is set (as TAO's train.py does, the last partial batch is a step
+        and num_epochs wins over total_steps), else ``total_steps``."""
         if self.num_epochs > 0:
-            return self.num_epochs * self.num_examples_per_epoch // self.train_batch_size
+            examples = self.num_epochs * self.num_examples_per_epoch
+            return -(-examples // self.train_batch_size)
         return self.total_steps
 
     def resolve_paths(self, base_dir: str | Path) -> ExperimentSpec:

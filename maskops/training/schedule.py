@@ -1,9 +1,13 @@
 """The learning-rate schedule of TAO's Mask R-CNN recipe.
 
-Linear warmup from ``warmup_learning_rate`` to ``init_learning_rate`` over ``warmup_steps``,
-then a step schedule: after each boundary in ``learning_rate_steps`` the rate is
-``init_learning_rate * learning_rate_decay_levels[i]``. The levels are absolute multipliers
-of the initial rate (0.1, 0.02, 0.002), not successive factors.
+TAO's ``step_learning_rate_with_linear_warmup`` (``training/learning_rates.py``), over
+0-based optimizer steps (TensorFlow's ``global_step`` during an update: 0 for the first).
+While ``step < warmup_steps`` the rate rises linearly from ``warmup_learning_rate`` to
+``init_learning_rate``; then TensorFlow's ``piecewise_constant``: after each boundary in
+``learning_rate_steps`` (from step ``boundary + 1``; the boundary step keeps the previous
+rate) it is ``init_learning_rate * learning_rate_decay_levels[i]``. The levels are absolute
+multipliers of the initial rate (0.1, 0.02, 0.002), not successive factors. A boundary
+inside the warmup takes effect when the warmup ends, as in TAO.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from maskops.spec.models import ExperimentSpec
+from maskops.training.rules import TAO_RULES, TrainingRules
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,9 @@ class LRSchedule:
     warmup_steps: int = 0
     learning_rate_steps: Sequence[int] = ()
     learning_rate_decay_levels: Sequence[float] = ()
+    rate_changes_at_boundary: bool = False
+    """True: the boundary step itself takes the new rate (earlier maskops, kept for resuming
+    its checkpoints); False: TAO's, from the step after."""
 
     def __post_init__(self) -> None:
         if len(self.learning_rate_steps) != len(self.learning_rate_decay_levels):
@@ -37,14 +45,16 @@ class LRSchedule:
             raise ValueError(f"learning_rate_steps must increase, got {self.learning_rate_steps}")
 
     @classmethod
-    def from_spec(cls, spec: ExperimentSpec, *, lr_scale: float = 1.0) -> LRSchedule:
-        """The spec's schedule with both rates multiplied by ``lr_scale`` (linear scaling)."""
+    def from_spec(cls, spec: ExperimentSpec, rules: TrainingRules = TAO_RULES) -> LRSchedule:
+        """The spec's schedule under ``rules``: TAO's (the rates as written, whatever the
+        number of ranks) unless a checkpoint's run started with others."""
         return cls(
-            init_learning_rate=spec.init_learning_rate * lr_scale,
-            warmup_learning_rate=spec.warmup_learning_rate * lr_scale,
+            init_learning_rate=spec.init_learning_rate * rules.lr_scale,
+            warmup_learning_rate=spec.warmup_learning_rate * rules.lr_scale,
             warmup_steps=spec.warmup_steps,
             learning_rate_steps=tuple(spec.learning_rate_steps),
             learning_rate_decay_levels=tuple(spec.learning_rate_decay_levels),
+            rate_changes_at_boundary=rules.rate_changes_at_boundary,
         )
 
     def __call__(self, step: int) -> float:
@@ -55,7 +65,11 @@ class LRSchedule:
                 self.warmup_learning_rate
                 + (self.init_learning_rate - self.warmup_learning_rate) * progress
             )
-        passed = bisect.bisect_right(list(self.learning_rate_steps), step)
+        boundaries = list(self.learning_rate_steps)
+        if self.rate_changes_at_boundary:
+            passed = bisect.bisect_right(boundaries, step)
+        else:  # piecewise_constant: boundaries < step
+            passed = bisect.bisect_left(boundaries, step)
         if passed == 0:
             return self.init_learning_rate
         return self.init_learning_rate * self.learning_rate_decay_levels[passed - 1]

@@ -3,19 +3,23 @@
 Recipe decisions (TAO's where TAO has one):
 
 * SGD with momentum. L2 weight decay on kernels only, applied by the optimizer; L1 as a
-  real penalty in the loss (see :mod:`maskops.training.optim`).
-* Learning rates: the spec's rates are per process, i.e. for a batch of
-  ``train_batch_size * accumulate_grad_steps`` images per optimizer step. With ``--gpus N``
-  the effective batch is N times larger and both rates are multiplied by N (the linear
-  scaling rule); the scaled values are logged at the start of the run.
-* ``total_steps`` counts optimizer steps; with ``num_epochs`` it is
-  ``num_epochs * num_examples_per_epoch / (train_batch_size * accumulate_grad_steps * N)``.
-* ``pruned_model_path``: the pruned architecture and weights are the starting point and,
-  as TAO advises for retraining pruned models, the L1/L2 regularisers are turned off (the
-  run logs that it does so).
+  real penalty ``l1_weight_decay / 2 * sum(|w|)`` in the loss, as TAO's
+  ``tf.keras.regularizers.l1(l1_weight_decay / 2.0)`` (see :mod:`maskops.training.optim`).
+* Learning rates: the spec's rates are used as written, as in TAO, whatever the number of
+  processes: with ``--gpus N`` the batch per step is N times larger and the rates stay
+  (TAO's notebook: multiply them by N in the spec yourself). The rates and the batch are
+  logged at the start of the run.
+* ``total_steps`` counts optimizer steps, each rank running all of them; with
+  ``num_epochs`` it is ``num_epochs * num_examples_per_epoch / train_batch_size`` rounded
+  up (TAO's train.py), divided by ``accumulate_grad_steps``: ``num_examples_per_epoch`` is
+  per GPU, as in TAO (the training set divided by N).
+* ``pruned_model_path``: the pruned architecture and weights are the starting point; the
+  L1/L2 regularisers apply as written, as in TAO (write 0 to turn one off).
 * Resume: when RESULTS_DIR holds ``model.step-N.pth`` checkpoints, the run continues from
   the newest with its optimizer, scaler, RNG states and data position, so that it ends
   where an uninterrupted run ends. ``checkpoint`` (pretrained weights) is then not loaded.
+  A checkpoint of an earlier maskops, which read the fields above otherwise, resumes with
+  the rules its run started with (:mod:`maskops.training.rules`) and the log says so.
 * Only rank 0 writes checkpoints, logs, TensorBoard events and ``status.json``.
 * The periodic evaluation is sharded across the ranks and gathered to rank 0
   (:mod:`maskops.training.periodic_evaluation`).
@@ -38,7 +42,7 @@ from maskops.checkpoints.rank_state import restore_rank_state, resumable_checkpo
 from maskops.checkpoints.run_directory import BEST_NAME, latest_checkpoint
 from maskops.data.labels import LabelMap
 from maskops.spec.models import VALIDATION_LOSS, ExperimentSpec
-from maskops.training.checkpointer import Checkpointer
+from maskops.training.checkpointer import Checkpointer, checkpoint_rules, read_training_state
 from maskops.training.distributed import (
     EvalGroup,
     GroupTimeouts,
@@ -75,6 +79,7 @@ from maskops.training.optim import (
 from maskops.training.periodic_evaluation import default_eval_fn
 from maskops.training.prefetch import DevicePrefetcher
 from maskops.training.results import STATUS_FILE, TrainResult
+from maskops.training.rules import TAO_RULES, TrainingRules
 from maskops.training.schedule import LRSchedule
 from maskops.training.seeding import seed_everything
 from maskops.training.trackers import RunEnd, check_trackers, tracker_writers
@@ -97,10 +102,11 @@ LOG_PERIOD = 10
 logging_frequency is 0."""
 
 
-def resolve_total_steps(spec: ExperimentSpec, *, world_size: int = 1) -> int:
-    """Optimizer steps to train for (see the module docstring for ``num_epochs``)."""
+def resolve_total_steps(spec: ExperimentSpec, rules: TrainingRules = TAO_RULES) -> int:
+    """Optimizer steps to train for, on every rank (see the module docstring for
+    ``num_epochs``; the number of ranks does not change it)."""
     if spec.num_epochs > 0:
-        per_step = world_size * spec.accumulate_grad_steps
+        per_step = rules.epoch_steps_divisor * spec.accumulate_grad_steps
         return max(1, spec.resolved_total_steps // per_step)
     if spec.total_steps <= 0:
         raise TrainingError("total_steps must be > 0 (or set num_epochs)")
@@ -291,15 +297,17 @@ def _train(
 ) -> TrainResult | None:
     """Build the run's parts (model, optimizer, checkpointer, trainer, hooks), resume
     from the newest resumable checkpoint if any, and train; rank 0 returns the result."""
-    total_steps = resolve_total_steps(spec, world_size=info.world_size)
+    resume_from = _resume_point(info, results_dir)
+    resumed = read_training_state(resume_from) if resume_from is not None else None
+    rules = _rules(info, resume_from, resumed)
+    total_steps = resolve_total_steps(spec, rules)
     label_map = label_map_of(spec)
     check_num_classes(spec, label_map)
     run = _Run(info, spec, results_dir, label_map, total_steps, tuning)
-    resume_from = _resume_point(run)
     seed_everything(spec.seed)
     model = _build_model(run, load_checkpoint=resume_from is None)
-    l1, l2 = _weight_decays(run)
-    schedule = LRSchedule.from_spec(spec, lr_scale=float(info.world_size))
+    l1, l2 = _weight_decays(run, rules)
+    schedule = LRSchedule.from_spec(spec, rules)
     _log_batch(run, schedule)
     optimizer = build_optimizer(
         model,
@@ -321,9 +329,10 @@ def _train(
         label_map=label_map,
         scaler=scaler,
         accumulate_grad_steps=spec.accumulate_grad_steps,
-        lr_scale=float(info.world_size),
+        rules=rules,
     )
-    start_step = _resume(run, checkpointer, resume_from)
+    start_step = _resume(run, checkpointer, resume_from, resumed)
+    del resumed  # the model and optimizer hold what they need of it
     trainer = Trainer(
         model=_parallel(run, model),
         optimizer=optimizer,
@@ -336,7 +345,7 @@ def _train(
         accumulate_grad_steps=spec.accumulate_grad_steps,
         scaler=scaler,
         l1_params=l1_regularized_parameters(model, spec.l1_weight_decay_layers) if l1 else (),
-        l1_weight_decay=l1,
+        l1_weight_decay=l1 * rules.l1_factor,
         world_size=info.world_size,
         rank=info.rank,
         clip_grad_norm=spec.global_gradient_clip_ratio,
@@ -357,13 +366,32 @@ def _train(
     return _result(run, trainer)
 
 
-def _resume_point(run: _Run) -> Path | None:
+def _resume_point(info: RankInfo, results_dir: Path) -> Path | None:
     """The newest checkpoint every rank can resume from (its RNG states are all there)."""
-    resume_from = resumable_checkpoint(run.results_dir, run.info.world_size)
-    newest = latest_checkpoint(run.results_dir)
-    if run.info.is_main and resume_from != newest:
+    resume_from = resumable_checkpoint(results_dir, info.world_size)
+    newest = latest_checkpoint(results_dir)
+    if info.is_main and resume_from != newest:
         logger.warning("%s lacks a rank's random state: resuming from %s", newest, resume_from)
     return resume_from
+
+
+def _rules(
+    info: RankInfo, resume_from: Path | None, resumed: dict[str, Any] | None
+) -> TrainingRules:
+    """TAO's rules for a new run; a resumed run keeps those it started with, which for a
+    checkpoint of an earlier maskops are that version's (said once in the log)."""
+    if resume_from is None or resumed is None:
+        return TAO_RULES
+    rules = checkpoint_rules(resume_from, resumed)
+    changes = rules.describe_changes()
+    if changes and info.is_main:
+        logger.warning(
+            "%s was written by an earlier maskops: the run keeps the rules it started with "
+            "(%s); a new run reads these fields as TAO does (docs/tao-migration.md)",
+            resume_from,
+            "; ".join(changes),
+        )
+    return rules
 
 
 def _build_model(run: _Run, *, load_checkpoint: bool) -> nn.Module:
@@ -380,13 +408,14 @@ def _build_model(run: _Run, *, load_checkpoint: bool) -> nn.Module:
     return model
 
 
-def _weight_decays(run: _Run) -> tuple[float, float]:
-    """The L1 and L2 weight decays: off when retraining a pruned model, as TAO advises."""
+def _weight_decays(run: _Run, rules: TrainingRules) -> tuple[float, float]:
+    """The spec's L1 and L2 weight decays, pruned model or not (TAO's rule); only a run
+    started by an earlier maskops keeps them off for a pruned model."""
     l1, l2 = run.spec.l1_weight_decay, run.spec.l2_weight_decay
-    if run.spec.pruned_model_path and (l1 or l2):
+    if run.spec.pruned_model_path and (l1 or l2) and not rules.pruned_weight_decay:
         run.log(
-            "retraining a pruned model: l1_weight_decay %g and l2_weight_decay %g are "
-            "turned off, as TAO advises for pruned models",
+            "retraining a pruned model: l1_weight_decay %g and l2_weight_decay %g stay "
+            "turned off, as when this run started",
             l1,
             l2,
         )
@@ -398,23 +427,27 @@ def _log_batch(run: _Run, schedule: LRSchedule) -> None:
     spec, world_size = run.spec, run.info.world_size
     run.log(
         "%d process(es) x batch %d x accumulate %d = %d images per step; learning rates "
-        "scaled linearly by %g: init %g, warmup %g",
+        "init %g, warmup %g",
         world_size,
         spec.train_batch_size,
         spec.accumulate_grad_steps,
         world_size * spec.train_batch_size * spec.accumulate_grad_steps,
-        float(world_size),
         schedule.init_learning_rate,
         schedule.warmup_learning_rate,
     )
 
 
-def _resume(run: _Run, checkpointer: Checkpointer, resume_from: Path | None) -> int:
-    """Restore ``resume_from`` (model, optimizer, scaler, this rank's RNG); the step it
-    holds, or 0 for a new run."""
+def _resume(
+    run: _Run,
+    checkpointer: Checkpointer,
+    resume_from: Path | None,
+    resumed: dict[str, Any] | None,
+) -> int:
+    """Restore ``resume_from`` (read: ``resumed``; model, optimizer, scaler, this rank's
+    RNG); the step it holds, or 0 for a new run."""
     if resume_from is None:
         return 0
-    start_step = checkpointer.resume(resume_from)
+    start_step = checkpointer.resume(resume_from, resumed)
     info = run.info
     if info.is_main:
         logger.info("resuming from %s at step %d of %d", resume_from, start_step, run.total_steps)

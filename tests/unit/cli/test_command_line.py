@@ -35,6 +35,22 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", maskops_version())
 
 
+def _subcommands() -> list[str]:
+    action = next(a for a in build_parser()._actions if a.dest == "command")
+    assert action.choices is not None
+    return sorted(action.choices)
+
+
+@pytest.mark.parametrize("command", _subcommands())
+def test_every_command_prints_its_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # A declared option's help is plain text ("2% of ..."): argparse must not read its `%`
+    # as a format directive (`maskops inference --help` once failed with a TypeError).
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: maskops {command}")
+
+
 def _spec_file(tmp_path: Path, spec: ExperimentSpec, **updates: object) -> Path:
     from maskops.spec import spec_to_text
 

@@ -5,6 +5,7 @@ nothing here."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -362,3 +363,53 @@ def test_dataset_convert_results_dir_keeps_the_summary(
     summary = (results / "dataset_convert.log").read_text()
     assert summary.startswith("wrote 1 shard(s) val-") and "8 written" in summary
     assert summary == capsys.readouterr().out  # what it printed
+
+
+@pytest.mark.parametrize(
+    ("flags", "gpus", "gpu_index"),
+    [
+        ("--gpus 2 --gpu_index 0 1", 2, 0),
+        ("--gpus 2 --gpu_index 2 1", 2, 1),
+        ("--gpu_index 3", 1, 3),
+        ("--gpus 4 --gpu_index 1", 4, 1),
+        ("", 1, 0),
+    ],
+)
+def test_train_gpu_index_takes_tao_launcher_s_list(flags: str, gpus: int, gpu_index: int) -> None:
+    # TAO 5.3's launcher (nvidia_tao_tf1/cv/common/entrypoint/entrypoint.py) reads
+    # `--gpu_index` with nargs="+": one index per GPU of `--gpus`.
+    args = build_parser().parse_args(["train", "-e", "s.txt", "-d", "r", *flags.split()])
+    options = train.train_options(args)
+    assert (options.gpus, options.gpu_index) == (gpus, gpu_index)
+
+
+@pytest.mark.parametrize(
+    ("indices", "gpus", "visible", "selection"),
+    [
+        ([1, 2], 2, None, (1, None)),
+        ([1, 3], 2, None, (0, "1,3")),
+        ([3, 0, 1], 3, None, (0, "0,1,3")),
+        ([0, 2], 2, "4,5,6", (0, "4,6")),
+        ([5], 1, "4,5,6", (5, None)),
+    ],
+)
+def test_gpu_index_list_selects_the_visible_devices(
+    indices: list[int], gpus: int, visible: str | None, selection: tuple[int, str | None]
+) -> None:
+    assert train.gpu_selection(indices, gpus, visible) == selection
+
+
+@pytest.mark.parametrize(
+    ("indices", "gpus", "visible", "message"),
+    [
+        ([0, 1], 1, None, "--gpu_index 0 1 names 2 GPU(s) but --gpus is 1"),
+        ([1, 1], 2, None, "--gpu_index 1 1 names 1 GPU(s) but --gpus is 2"),
+        ([0, 3], 2, "4,5", "--gpu_index 0 3: CUDA_VISIBLE_DEVICES=4,5 makes only 2 GPU(s)"),
+        ([-1, 0], 2, None, "--gpu_index -1 0: indices must be >= 0"),
+    ],
+)
+def test_gpu_index_list_that_cannot_run_names_the_flags(
+    indices: list[int], gpus: int, visible: str | None, message: str
+) -> None:
+    with pytest.raises(CLIError, match=re.escape(message)):
+        train.gpu_selection(indices, gpus, visible)

@@ -137,13 +137,6 @@ CASES = [
         "required (> 0) when num_epochs is set (12)",
         id="num_epochs_needs_examples",
     ),
-    pytest.param(
-        "num_epochs: 1\nnum_examples_per_epoch: 3\ntrain_batch_size: 4\n",
-        "num_epochs",
-        1,
-        "1 epochs of 3 examples at batch 4 is less than one step",
-        id="num_epochs_zero_steps",
-    ),
     pytest.param("train_batch_size: 0\n", "train_batch_size", 1, "0 must be > 0", id="batch_size"),
     pytest.param("seed: -1\n", "seed", 1, "-1 must be >= 0", id="negative"),
     pytest.param(
@@ -240,10 +233,19 @@ def test_blamed_field_at_default_has_no_line_when_nothing_related_is_written() -
 
 def test_resolved_total_steps() -> None:
     spec = parse_spec_text("num_epochs: 3\nnum_examples_per_epoch: 10\ntrain_batch_size: 4\n")
-    assert spec.resolved_total_steps == 7
+    # TAO's train.py (nvidia_tao_tf1/cv/mask_rcnn/scripts/train.py) rounds up: the last,
+    # partial batch of the epochs is a step too. 30 examples at batch 4 are 8 steps.
+    assert spec.resolved_total_steps == 8
     assert spec.total_steps == 0  # kept as written: the text round-trips
     assert parse_spec_text(spec_to_text(spec)) == spec
     assert parse_spec_text("total_steps: 99\n").resolved_total_steps == 99
+
+
+def test_epochs_shorter_than_a_batch_are_one_step() -> None:
+    # TAO trains (num_epochs * num_examples_per_epoch + train_batch_size - 1) //
+    # train_batch_size steps: one epoch of 3 examples at batch 4 is one step, not an error.
+    text = "num_epochs: 1\nnum_examples_per_epoch: 3\ntrain_batch_size: 4\n"
+    assert parse_spec_text(text).resolved_total_steps == 1
 
 
 JSON_CASES = [

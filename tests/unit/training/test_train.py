@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from maskops.checkpoints.model_file import load_model, read_checkpoint
-from maskops.checkpoints.run_directory import list_checkpoints
+from maskops.checkpoints.run_directory import checkpoint_path, list_checkpoints
 from maskops.cli.main import main as cli_main
 from maskops.data.manifest import load_label_map
 from maskops.modeling import build_model, prunable_convs
@@ -25,6 +25,7 @@ from maskops.spec.models import ExperimentSpec
 from maskops.training import CancelHook, HookBase, TrainingCancelled, TrainingError, run_training
 from maskops.training.launcher import RankPlan, torchrun_command, train_under_torchrun
 from maskops.training.optim import regularized_parameters
+from maskops.training.rules import TAO_RULES
 from maskops.training.schedule import LRSchedule
 from maskops.training.seeding import seed_everything
 from maskops.training.train import build_training_model, check_num_classes
@@ -277,8 +278,10 @@ def test_l1_penalty_pulls_kernels_towards_zero(
     penalised = set(kernels) if layers == "all" else prunable
     assert penalised and any(name.startswith("roi_heads.") for name in kernels)
     for name in kernels:
-        # First SGD step: the update is lr * grad, and L1 adds l1 * sign(w) to the grad.
-        expected = a[name] - lr * l1 * torch.sign(initial[name]) if name in penalised else a[name]
+        # First SGD step: the update is lr * grad, and TAO's L1 penalty,
+        # l1_weight_decay / 2 * sum(|w|), adds l1 / 2 * sign(w) to the grad.
+        step = lr * l1 / 2 * torch.sign(initial[name])
+        expected = a[name] - step if name in penalised else a[name]
         torch.testing.assert_close(b[name], expected, rtol=0, atol=1e-6, msg=name)
     assert with_l1.metrics["L1 loss"] > 0 and "L1 loss" not in plain.metrics
 
@@ -342,8 +345,16 @@ def test_two_hosts_on_loopback_gather_through_the_c10d_rendezvous(
     spec_factory: SpecFactory, tmp_path: Path
 ) -> None:
     """Two torchrun agents (two "hosts" of one rank each) with the same endpoint and run id
-    form one two-rank run writing one results folder, as on shared storage."""
-    spec = spec_factory(total_steps=1, warmup_steps=0, data_config={"val_json_file": ""})
+    form one two-rank run writing one results folder, as on shared storage. As in TAO,
+    the rates are the spec's and num_examples_per_epoch is per GPU: 4 images at batch 2
+    are two steps on each rank, whatever the number of ranks."""
+    spec = spec_factory(
+        num_epochs=1,
+        num_examples_per_epoch=4,
+        warmup_steps=0,
+        logging_frequency=1,
+        data_config={"val_json_file": ""},
+    )
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -351,10 +362,12 @@ def test_two_hosts_on_loopback_gather_through_the_c10d_rendezvous(
     with ThreadPoolExecutor(2) as pool:
         hosts = [pool.submit(train_under_torchrun, spec, tmp_path, plan) for _ in range(2)]
         results = [host.result(timeout=300) for host in hosts]
-    assert [r.step for r in results] == [1, 1]
-    assert [step for step, _ in list_checkpoints(tmp_path)] == [1]
+    assert [r.step for r in results] == [2, 2]
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [2]
     records = [r for r in _metrics(tmp_path) if "learning rate" in r]
-    assert [r["learning rate"] for r in records] == pytest.approx([0.008])  # 2 ranks
+    assert [r["learning rate"] for r in records] == pytest.approx([0.004] * 2)  # as written
+    state = read_checkpoint(checkpoint_path(tmp_path, 2))
+    assert state["scheduler"]["rules"] == TAO_RULES.to_state()
 
 
 def test_a_rank_error_fails_the_run_naming_the_rank(
