@@ -18,6 +18,9 @@ Reported, per profiled step:
   whose timing the counting would slow). On a CPU the NMS of more than 1,000 boxes loops
   over the FPN levels (torchvision's choice there, faster on a CPU), one read each; a GPU
   runs one NMS per image.
+- ``operators``: the operators that step dispatched (views included): the host's work,
+  which bounds the step's speed when the GPU outruns it;
+- ``kernel_launches`` (CUDA only): ``cudaLaunchKernel`` and its kin per profiled step.
 
     .venv/bin/python bench/profile_train.py                      # resnet18, 512², a CPU
     python bench/profile_train.py --device cuda --nlayers 50 --image-size 832 1344 --batch 4
@@ -48,6 +51,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "profile_train.json"
 TOP = 8
 """Ops and kernels listed, most self time first."""
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
 
 class ProfileWindow(HookBase):
@@ -127,9 +131,13 @@ def summarise(window: ProfileWindow, *, cuda: bool) -> dict[str, Any]:
         "gpu_busy_fraction": round(busy_us(kernels) / wall_us, 3) if cuda else None,
         "item_calls": round(counts["aten::_local_scalar_dense"] / steps, 1),
         "cuda_syncs": round(sum(counts[name] for name in SYNCS) / steps, 1),
+        "kernel_launches": round(sum(counts[name] for name in LAUNCHES) / steps, 1)
+        if cuda
+        else None,
         "top_cpu_ops": top(cpu_ms),
         "top_gpu_kernels": top(kernel_ms) if cuda else [],
         "host_reads": dict(window.reads.by_call) if window.reads is not None else None,
+        "operators": window.reads.operators if window.reads is not None else None,
     }
 
 
@@ -185,6 +193,7 @@ def main() -> None:
     figures = {"config": config, **profile_on_demo_data(args)}
     print(f"{figures['step_ms']} ms a step; GPU busy {figures['gpu_busy_fraction']}")
     print(f"host reads in a step: {figures['host_reads']}")
+    print(f"operators dispatched in a step: {figures['operators']}")
     for name, ms in figures["top_cpu_ops"]:
         print(f"  cpu  {ms:9.3f} ms  {name}")
     for name, ms in figures["top_gpu_kernels"]:

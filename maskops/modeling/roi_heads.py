@@ -15,11 +15,12 @@ semantics:
   as torchvision's are.
 
 Sampling follows torchvision's rules without reading the device's state on the host
-(:mod:`.sampling`): each image keeps ``min(batch_size_per_image, proposals)`` slots, the
-sampled proposals first in index order (the rows torchvision's ``torch.where`` gives), and
-a slot left empty, when too few proposals can be sampled, has the label -1 and counts in
-no loss. The mask branch reads the positives' count once per batch. On a GPU, inference
-picks its detections with one read for the batch too
+(:mod:`.sampling`), for the images of a batch at once, their proposals padded to the most
+of any: each image keeps ``min(batch_size_per_image, that most)`` slots, the sampled
+proposals first in index order (the rows torchvision's ``torch.where`` gives), and a slot
+left empty, when too few proposals can be sampled, has the label -1 and counts in no loss.
+The mask branch reads the positives' count once per batch and makes their targets for the
+batch at once. On a GPU, inference picks its detections with one read for the batch too
 (:meth:`SpecRoIHeads.detections_with_few_reads`).
 
 The mask branch is optional (``include_mask=False`` gives Faster R-CNN heads). Keypoints
@@ -29,18 +30,28 @@ are not supported. Loss keys are torchvision's: ``loss_classifier``, ``loss_box_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
 from torchvision.models.detection import _utils as det_utils
 from torchvision.models.detection.roi_heads import RoIHeads, maskrcnn_inference
-from torchvision.ops import box_iou, roi_align
 from torchvision.ops import boxes as box_ops
+from torchvision.ops import roi_align
 
 from maskops.mask_crops import MASK_ORIGINS
 
 from .nms import nms_by_group
-from .sampling import SyncFreeSampler, first_true, true_indices
+from .sampling import (
+    SyncFreeSampler,
+    box_iou_batched,
+    first_true,
+    pad_boxes,
+    true_indices,
+    unpad,
+)
 
 EMPTY_SLOT = -1
 """The label of a sampling slot that holds no sampled proposal (it counts in no loss)."""
@@ -66,10 +77,11 @@ class RangeMatcher(det_utils.Matcher):
         self.bg_thresh_lo = float(bg_thresh_lo)
 
     def __call__(self, match_quality_matrix: Tensor) -> Tensor:
-        """``match_quality_matrix``: ``[G, P]`` IoUs (G >= 1). Returns ``[P]`` int64."""
+        """``match_quality_matrix``: ``[..., G, P]`` IoUs (G >= 1; a padding row's -1
+        matches nothing). Returns ``[..., P]`` int64."""
         if match_quality_matrix.numel() == 0:
             raise ValueError("RangeMatcher needs at least one ground-truth box and one proposal")
-        matched_vals, matches = match_quality_matrix.max(dim=0)
+        matched_vals, matches = match_quality_matrix.max(dim=-2)
         is_fg = matched_vals >= self.high_threshold
         is_bg = (matched_vals >= self.bg_thresh_lo) & (matched_vals < self.bg_thresh_hi) & ~is_fg
         out = torch.full_like(matches, self.BETWEEN_THRESHOLDS)
@@ -113,9 +125,33 @@ def project_masks_via_gt_crops(
     # Every GT is cropped, matched or not: picking the matched ones first (torch.unique)
     # made the host wait for the device once per image, and each crop depends on its own
     # GT alone, so the targets are the same.
+    crops = crop_gt_masks(
+        gt_masks, gt_boxes, gt_mask_size=gt_mask_size, dtype=dtype, mask_origins=mask_origins
+    )
+    return targets_from_crops(
+        crops, gt_boxes, boxes, matched_idxs, gt_mask_size=gt_mask_size, resolution=resolution
+    )
+
+
+def crop_gt_masks(
+    gt_masks: Tensor,
+    gt_boxes: Tensor,
+    *,
+    gt_mask_size: int,
+    dtype: torch.dtype,
+    mask_origins: Tensor | None = None,
+) -> Tensor:
+    """Each ground-truth mask cut to its box and resampled to ``gt_mask_size`` squared
+    (RoIAlign, ``aligned=True``), with a zero border of one pixel.
+
+    Args: as :func:`project_masks_via_gt_crops`'s.
+
+    Returns:
+        ``[G, 1, gt_mask_size + 2, gt_mask_size + 2]`` in ``dtype``.
+    """
     masks = gt_masks[:, None].to(dtype)
     gt_boxes = gt_boxes.to(dtype)
-    index = torch.arange(gt_boxes.shape[0], device=boxes.device, dtype=dtype)[:, None]
+    index = torch.arange(gt_boxes.shape[0], device=gt_boxes.device, dtype=dtype)[:, None]
     in_masks = gt_boxes
     if mask_origins is not None:  # the gt box in its crop's pixels
         in_masks = gt_boxes - mask_origins.to(dtype).repeat(1, 2)
@@ -124,9 +160,29 @@ def project_masks_via_gt_crops(
     )
     # A zero border: roi_align clamps samples within one pixel outside its input to the edge
     # value, which would smear the GT box's border into proposals that are larger than it.
-    crops = F.pad(crops, (1, 1, 1, 1))
+    return F.pad(crops, (1, 1, 1, 1))
 
-    gt = gt_boxes[matched_idxs]
+
+def targets_from_crops(
+    crops: Tensor,
+    gt_boxes: Tensor,
+    boxes: Tensor,
+    matched_idxs: Tensor,
+    *,
+    gt_mask_size: int,
+    resolution: int,
+) -> Tensor:
+    """Each proposal's ``M x M`` target cut from its matched ground truth's crop.
+
+    Args:
+        crops: ``[G, 1, gt_mask_size + 2, gt_mask_size + 2]`` (:func:`crop_gt_masks`).
+        gt_boxes: ``[G, 4]``; ``boxes``: ``[P, 4]``; ``matched_idxs``: ``[P]`` into ``G``.
+
+    Returns:
+        ``[P, M, M]`` in the crops' dtype.
+    """
+    dtype = crops.dtype
+    gt = gt_boxes.to(dtype)[matched_idxs]
     widths = (gt[:, 2] - gt[:, 0]).clamp(min=1e-6)
     heights = (gt[:, 3] - gt[:, 1]).clamp(min=1e-6)
     x1 = (boxes[:, 0].to(dtype) - gt[:, 0]) * gt_mask_size / widths + 1
@@ -172,6 +228,22 @@ def sampled_fastrcnn_loss(
     per_slot = F.smooth_l1_loss(picked, regression_targets, beta=1 / 9, reduction="none")
     box_loss = torch.where(labels > 0, per_slot.sum(dim=1), 0.0).sum()
     return classification_loss, box_loss / (labels >= 0).sum().clamp(min=1)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A batch's sampled proposals, ``S`` slots per image (``B`` images)."""
+
+    proposals: Tensor
+    """``[B, S, 4]`` xyxy."""
+    matched: Tensor
+    """``[B, S]`` int64: the index of each one's ground truth among its image's."""
+    labels: Tensor
+    """``[B, S]`` int64: class, 0 background, :data:`EMPTY_SLOT`."""
+    regression_targets: Tensor
+    """``[B, S, 4]``."""
+    gt_counts: Tensor
+    """``[B]`` int64: each image's ground truths (on the device, made without a copy)."""
 
 
 class SpecRoIHeads(RoIHeads):
@@ -223,63 +295,144 @@ class SpecRoIHeads(RoIHeads):
         self, proposals: list[Tensor], gt_boxes: list[Tensor], gt_labels: list[Tensor]
     ) -> tuple[list[Tensor], list[Tensor]]:
         """torchvision's proposal labels (class, 0 background, -1 ignored) and matched
-        ground-truth indices, ``[P]`` each per image, labelled by ``torch.where``."""
-        matched_idxs, labels = [], []
-        for proposals_in_image, gt_boxes_in_image, gt_labels_in_image in zip(
-            proposals, gt_boxes, gt_labels, strict=True
-        ):
-            if gt_boxes_in_image.numel() == 0:  # a background image
-                zeros = proposals_in_image.new_zeros(proposals_in_image.shape[0], dtype=torch.int64)
-                matched_idxs.append(zeros)
-                labels.append(zeros)
-                continue
-            matched = self.proposal_matcher(box_iou(gt_boxes_in_image, proposals_in_image))
-            clamped = matched.clamp(min=0)
-            label = gt_labels_in_image[clamped].to(torch.int64)
-            label = torch.where(matched == self.proposal_matcher.BELOW_LOW_THRESHOLD, 0, label)
-            label = torch.where(matched == self.proposal_matcher.BETWEEN_THRESHOLDS, -1, label)
-            matched_idxs.append(clamped)
-            labels.append(label)
-        return matched_idxs, labels
+        ground-truth indices, ``[P_i]`` each per image (:meth:`_assign_padded` per batch)."""
+        candidates, valid = pad_boxes(proposals)
+        matched, labels = self._assign_padded(
+            candidates, valid, *pad_boxes(gt_boxes), pad_sequence(gt_labels, batch_first=True)
+        )
+        lengths = [p.shape[0] for p in proposals]
+        return unpad(matched, lengths), unpad(labels, lengths)
+
+    def _assign_padded(
+        self,
+        candidates: Tensor,
+        candidate_valid: Tensor,
+        gt_boxes: Tensor,
+        gt_valid: Tensor,
+        gt_labels: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """Labels and matched ground truths of a padded batch of proposals.
+
+        Args:
+            candidates: ``[B, N, 4]`` proposals, padded; ``candidate_valid``: ``[B, N]``.
+            gt_boxes: ``[B, G, 4]`` ground truths, padded; ``gt_valid``: ``[B, G]``.
+            gt_labels: ``[B, G]`` int64.
+
+        Returns:
+            ``([B, N] matched index, [B, N] label)``: the index 0 and label 0 (background)
+            for every proposal of an image without ground truth, as torchvision does, and
+            the label -1 (never sampled) for padding.
+        """
+        num_images, num_candidates = candidate_valid.shape
+        if gt_boxes.shape[1] == 0:  # only background images
+            matched = candidate_valid.new_zeros((num_images, num_candidates), dtype=torch.int64)
+            return matched, torch.where(candidate_valid, matched, -1)
+        overlaps = torch.where(
+            gt_valid[..., None], box_iou_batched(gt_boxes, candidates), -1.0
+        )  # [B, G, N]
+        matches = self.proposal_matcher(overlaps)
+        has_gt = gt_valid.any(dim=1, keepdim=True)
+        matched = torch.where(has_gt, matches.clamp(min=0), 0)
+        label = gt_labels.gather(1, matched).to(torch.int64)
+        label = torch.where(matches == self.proposal_matcher.BELOW_LOW_THRESHOLD, 0, label)
+        label = torch.where(matches == self.proposal_matcher.BETWEEN_THRESHOLDS, -1, label)
+        label = torch.where(has_gt, label, 0)
+        return matched, torch.where(candidate_valid, label, -1)
 
     def select_training_samples(
         self, proposals: list[Tensor], targets: list[dict[str, Tensor]] | None
     ) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
-        """The sampled proposals of each image, in ``min(batch_size_per_image, P_i)`` slots.
+        """The sampled proposals of each image, in ``min(batch_size_per_image, N)`` slots,
+        ``N`` the most proposals (ground truths added) of an image of the batch.
 
         Args:
             proposals: per image ``[P_i, 4]`` xyxy; the ground-truth boxes are added.
             targets: per image ``boxes`` ``[G_i, 4]`` and ``labels`` ``[G_i]``.
 
         Returns:
-            Per image: the slots' proposals ``[S_i, 4]``, matched ground-truth indices
-            ``[S_i]``, labels ``[S_i]`` (:data:`EMPTY_SLOT` where nothing was sampled) and
-            regression targets ``[S_i, 4]``.
+            Per image: the slots' proposals ``[S, 4]``, matched ground-truth indices
+            ``[S]``, labels ``[S]`` (:data:`EMPTY_SLOT` where nothing was sampled) and
+            regression targets ``[S, 4]``.
         """
         self.check_targets(targets)
         assert targets is not None
-        dtype = proposals[0].dtype
-        gt_boxes = [t["boxes"].to(dtype) for t in targets]
-        proposals = self.add_gt_proposals(proposals, gt_boxes)
-        matched_idxs, labels = self.assign_targets_to_proposals(
-            proposals, gt_boxes, [t["labels"] for t in targets]
+        samples = self._sample(proposals, targets)
+        return (
+            list(samples.proposals.unbind()),
+            list(samples.matched.unbind()),
+            list(samples.labels.unbind()),
+            list(samples.regression_targets.unbind()),
         )
-        positives, negatives = self.fg_bg_sampler(labels)
-        sampled = [pos | neg for pos, neg in zip(positives, negatives, strict=True)]
-        slots = [
-            first_true(chosen, min(self.fg_bg_sampler.batch_size_per_image, chosen.shape[0]))
-            for chosen in sampled
+
+    def _sample(self, proposals: list[Tensor], targets: list[dict[str, Tensor]]) -> Samples:
+        """:meth:`select_training_samples` for all images at once: see :class:`Samples`."""
+        gt_per_image = [t["boxes"].to(proposals[0].dtype) for t in targets]
+        gt_boxes, gt_valid = pad_boxes(gt_per_image)
+        # torchvision's rows: each image's proposals, then its ground truths.
+        candidates, valid = pad_boxes(self.add_gt_proposals(proposals, gt_per_image))
+        gt_labels = pad_sequence([t["labels"] for t in targets], batch_first=True)
+        matched, labels = self._assign_padded(candidates, valid, gt_boxes, gt_valid, gt_labels)
+        positives, negatives = self.fg_bg_sampler(list(labels.unbind()))
+        sampled = torch.stack(positives).bool() | torch.stack(negatives).bool()  # [B, N]
+        slots = first_true(sampled, min(self.fg_bg_sampler.batch_size_per_image, labels.shape[1]))
+        rows = torch.arange(len(targets), device=slots.device)[:, None]
+        sampled_matches = matched[rows, slots]
+        sampled_proposals = candidates[rows, slots]
+        if gt_boxes.shape[1] == 0:  # only background images: nothing to regress to
+            gt_boxes = gt_boxes.new_zeros((len(targets), 1, 4))
+        regression_targets = self.box_coder.encode_single(
+            gt_boxes[rows, sampled_matches].flatten(0, 1), sampled_proposals.flatten(0, 1)
+        ).view_as(sampled_proposals)
+        return Samples(
+            proposals=sampled_proposals,
+            matched=sampled_matches,
+            labels=torch.where(sampled[rows, slots], labels[rows, slots], EMPTY_SLOT),
+            regression_targets=regression_targets,
+            gt_counts=gt_valid.sum(dim=1),
+        )
+
+    def _mask_loss(
+        self,
+        features: dict[str, Tensor],
+        image_shapes: list[tuple[int, int]],
+        samples: Samples,
+        targets: list[dict[str, Tensor]],
+    ) -> Tensor:
+        """The mask loss of the sampled positives, their targets made for the batch at once
+        after one read of the device (how many positives each image has)."""
+        positive = samples.labels > 0  # [B, S]
+        counts = positive.sum(dim=1).tolist()  # the one read of the mask branch
+        chosen = first_true(positive.flatten(), sum(counts))  # slots, image by image
+        proposals = samples.proposals.flatten(0, 1)[chosen]
+        mask_logits = self._mask_logits(features, list(proposals.split(counts)), image_shapes)
+        # Each positive's ground truth among the batch's (the images' ground truths in turn).
+        first_gt = samples.gt_counts.cumsum(0) - samples.gt_counts
+        gt_index = samples.matched.flatten()[chosen] + first_gt[chosen // positive.shape[1]]
+        dtype = proposals.dtype if proposals.is_floating_point() else torch.float32
+        crops = [
+            crop_gt_masks(
+                t["masks"],
+                t["boxes"],
+                gt_mask_size=self.gt_mask_size,
+                dtype=dtype,
+                mask_origins=t.get(MASK_ORIGINS),
+            )
+            for t in targets
+            if t["boxes"].shape[0]
         ]
-        sampled_proposals, sampled_matches, sampled_labels, matched_gt_boxes = [], [], [], []
-        for i, slot in enumerate(slots):
-            filled = sampled[i][slot].bool()
-            sampled_proposals.append(proposals[i][slot])
-            sampled_matches.append(matched_idxs[i][slot])
-            sampled_labels.append(torch.where(filled, labels[i][slot], EMPTY_SLOT))
-            gt = gt_boxes[i] if gt_boxes[i].numel() else gt_boxes[i].new_zeros((1, 4))
-            matched_gt_boxes.append(gt[sampled_matches[i]])
-        regression_targets = self.box_coder.encode(matched_gt_boxes, sampled_proposals)
-        return sampled_proposals, sampled_matches, sampled_labels, list(regression_targets)
+        if not crops or proposals.shape[0] == 0:
+            mask_targets = proposals.new_zeros((0, *mask_logits.shape[-2:]), dtype=dtype)
+        else:
+            mask_targets = targets_from_crops(
+                torch.cat(crops),
+                torch.cat([t["boxes"] for t in targets]),
+                proposals,
+                gt_index,
+                gt_mask_size=self.gt_mask_size,
+                resolution=mask_logits.shape[-1],
+            )
+        labels = torch.cat([t["labels"] for t in targets])[gt_index]
+        return mask_loss(mask_logits, mask_targets, labels)
 
     def _mask_logits(
         self, features: dict[str, Tensor], boxes: list[Tensor], image_shapes: list[tuple[int, int]]
@@ -322,36 +475,19 @@ class SpecRoIHeads(RoIHeads):
             if t["labels"].dtype != torch.int64:
                 raise TypeError(f"target {i}: labels must be int64, got {t['labels'].dtype}")
 
-        proposals, matched_idxs, labels, regression_targets = self.select_training_samples(
-            proposals, targets
-        )
-        box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
+        samples = self._sample(proposals, targets)
+        sampled_proposals = list(samples.proposals.unbind())
+        box_features = self.box_head(self.box_roi_pool(features, sampled_proposals, image_shapes))
         class_logits, box_regression = self.box_predictor(box_features)
         loss_classifier, loss_box_reg = sampled_fastrcnn_loss(
-            class_logits, box_regression, torch.cat(labels), torch.cat(regression_targets)
+            class_logits,
+            box_regression,
+            samples.labels.flatten(),
+            samples.regression_targets.flatten(0, 1),
         )
         losses = {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
         if self.has_mask():
-            positives = true_indices([lbl > 0 for lbl in labels])
-            mask_proposals = [p[pos] for p, pos in zip(proposals, positives, strict=True)]
-            pos_matched = [m[pos] for m, pos in zip(matched_idxs, positives, strict=True)]
-            mask_logits = self._mask_logits(features, mask_proposals, image_shapes)
-            mask_targets = [
-                project_masks_via_gt_crops(
-                    t["masks"],
-                    t["boxes"],
-                    p,
-                    m,
-                    gt_mask_size=self.gt_mask_size,
-                    resolution=mask_logits.shape[-1],
-                    mask_origins=t.get(MASK_ORIGINS),
-                )
-                for t, p, m in zip(targets, mask_proposals, pos_matched, strict=True)
-            ]
-            mask_labels = [t["labels"][m] for t, m in zip(targets, pos_matched, strict=True)]
-            losses["loss_mask"] = mask_loss(
-                mask_logits, torch.cat(mask_targets), torch.cat(mask_labels)
-            )
+            losses["loss_mask"] = self._mask_loss(features, image_shapes, samples, targets)
         return [], losses
 
     def postprocess_detections(

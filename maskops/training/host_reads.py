@@ -68,6 +68,7 @@ class _OperatorReads(TorchDispatchMode):
         super().__init__()
         self.record = record
         self.quiet = False  # inside a method already counted (a GPU tensor's tolist copies)
+        self.dispatched = 0
 
     def __torch_dispatch__(
         self,
@@ -77,6 +78,7 @@ class _OperatorReads(TorchDispatchMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        self.dispatched += 1
         if not self.quiet and _reads_the_host(func, args, kwargs):
             self.record(str(func))
         return func(*args, **kwargs)
@@ -109,16 +111,22 @@ class _MethodReads(TorchFunctionMode):
 
 class HostReadCounter:
     """Within ``with HostReadCounter() as reads:``, ``reads.total`` counts the calls that
-    would make the host wait for a GPU, and ``reads.by_call`` names them."""
+    would make the host wait for a GPU, and ``reads.by_call`` names them;
+    ``reads.operators`` counts every operator dispatched (views included), the host's share
+    of the work: each is a Python call and a dispatch, and most a kernel launch on a GPU."""
 
     def __init__(self) -> None:
         self.by_call: Counter[str] = Counter()
-        operators = _OperatorReads(self._record)
-        self._modes = (_MethodReads(self._record, operators), operators)
+        self._operators = _OperatorReads(self._record)
+        self._modes = (_MethodReads(self._record, self._operators), self._operators)
 
     @property
     def total(self) -> int:
         return sum(self.by_call.values())
+
+    @property
+    def operators(self) -> int:
+        return self._operators.dispatched
 
     def _record(self, name: str) -> None:
         self.by_call[name] += 1

@@ -63,7 +63,9 @@ def make_targets() -> Callable[..., dict[str, torch.Tensor]]:
 
 class FixedSampler:
     """A balanced sampler that returns the masks it was given, so that maskops' code and
-    torchvision's, each given one, see the same samples."""
+    torchvision's, each given one, see the same samples: each image's masks cut or padded
+    (nothing sampled) to the length of its labels, where maskops pads an image's
+    proposals to the batch's most."""
 
     def __init__(
         self, masks: tuple[list[Tensor], list[Tensor]], batch_size_per_image: int = 0
@@ -72,4 +74,10 @@ class FixedSampler:
         self.batch_size_per_image = batch_size_per_image
 
     def __call__(self, labels: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
-        return self.masks
+        def fit(masks: list[Tensor]) -> list[Tensor]:
+            return [
+                torch.nn.functional.pad(mask, (0, len(row) - len(mask)))
+                for mask, row in zip(masks, labels, strict=True)
+            ]
+
+        return fit(self.masks[0]), fit(self.masks[1])

@@ -10,10 +10,12 @@ import torch
 from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss
 from torchvision.ops import roi_align
 
+from maskops.mask_crops import MASK_ORIGINS, crop_masks
 from maskops.modeling import build_model
 from maskops.modeling.roi_heads import (
     EMPTY_SLOT,
     RangeMatcher,
+    Samples,
     mask_loss,
     project_masks_via_gt_crops,
     sampled_fastrcnn_loss,
@@ -207,6 +209,70 @@ def test_training_samples_and_box_losses_are_torchvisions(
     got = loss(ours, lambda c, b, lbl, t: sampled_fastrcnn_loss(c, b, torch.cat(lbl), torch.cat(t)))
     expected_loss = loss(theirs, fastrcnn_loss)
     torch.testing.assert_close(got, expected_loss, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_the_batchs_mask_loss_is_each_images_targets_together(
+    tiny_config: Callable[..., MaskRCNNConfig], compact: bool
+) -> None:
+    """One set of mask targets for the batch (ground truths of every image, one of them
+    none, compact crops of different sizes) gives each image's own targets."""
+    model = build_model(tiny_config(include_mask=True), num_classes=4, image_size=(128, 128))
+    heads = model.roi_heads.train()
+    generator = torch.Generator().manual_seed(5)
+    targets = []
+    for count in (3, 0, 2):
+        corner = torch.rand((count, 2), generator=generator) * 80
+        boxes = torch.cat(
+            [corner, corner + 8 + torch.rand((count, 2), generator=generator) * 40], 1
+        )
+        masks = (torch.rand((count, 128, 128), generator=generator) > 0.4).to(torch.uint8)
+        target = {"boxes": boxes, "labels": torch.randint(1, 4, (count,), generator=generator)}
+        if compact:
+            target["masks"], target[MASK_ORIGINS] = crop_masks(masks, boxes)
+        else:
+            target["masks"] = masks
+        targets.append(target)
+    slots = 6
+    proposals = torch.rand((3, slots, 2), generator=generator) * 60
+    proposals = torch.cat([proposals, proposals + 20], dim=2)
+    labels = torch.tensor(
+        [[1, 0, 3, 2, EMPTY_SLOT, 1], [0, 0, 0, EMPTY_SLOT, 0, 0], [2, 2, 0, 0, 0, 1]]
+    )
+    matched = torch.tensor([[0, 1, 2, 1, 0, 2], [0] * 6, [1, 0, 0, 1, 0, 1]])
+    samples = Samples(
+        proposals=proposals,
+        matched=matched,
+        labels=labels,
+        regression_targets=torch.zeros((3, slots, 4)),
+        gt_counts=torch.tensor([3, 0, 2]),
+    )
+    features = model.backbone(torch.rand((3, 3, 128, 128), generator=generator))
+    shapes = [(128, 128)] * 3
+    with torch.no_grad():
+        got = heads._mask_loss(features, shapes, samples, targets)
+        positives = [row > 0 for row in labels]
+        logits = heads._mask_logits(
+            features, [p[pos] for p, pos in zip(proposals, positives, strict=True)], shapes
+        )
+        expected_targets = [
+            project_masks_via_gt_crops(
+                t["masks"],
+                t["boxes"],
+                p[pos],
+                m[pos],
+                gt_mask_size=heads.gt_mask_size,
+                resolution=logits.shape[-1],
+                mask_origins=t.get(MASK_ORIGINS),
+            )
+            for t, p, m, pos in zip(targets, proposals, matched, positives, strict=True)
+        ]
+        expected_labels = [
+            t["labels"][m[pos]] for t, m, pos in zip(targets, matched, positives, strict=True)
+        ]
+        expected = mask_loss(logits, torch.cat(expected_targets), torch.cat(expected_labels))
+    assert got.item() > 0
+    assert torch.equal(got, expected)
 
 
 def _box_head_outputs(

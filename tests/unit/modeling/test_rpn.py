@@ -10,6 +10,7 @@ from torch import Tensor
 from torchvision.models.detection.rpn import RegionProposalNetwork
 
 from maskops.modeling import build_model
+from maskops.modeling import rpn as rpn_module
 from maskops.modeling.rpn import TrainTestRPN
 from maskops.spec.models import MaskRCNNConfig
 from tests.support.tiny_model import FixedSampler
@@ -108,7 +109,15 @@ def _anchor_targets() -> tuple[list[Tensor], list[dict[str, Tensor]]]:
     return [anchors] * 3, [{"boxes": b} for b in gt]
 
 
-def test_anchor_labels_are_torchvisions(tiny_config: Callable[..., MaskRCNNConfig]) -> None:
+@pytest.mark.parametrize("overlaps_at_once", [rpn_module.OVERLAPS_AT_ONCE, 1, 1500])
+def test_anchor_labels_are_torchvisions(
+    tiny_config: Callable[..., MaskRCNNConfig],
+    overlaps_at_once: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole batch at once, an image at a time, and two images at a time (3 rows of
+    500 anchors): the same labels."""
+    monkeypatch.setattr(rpn_module, "OVERLAPS_AT_ONCE", overlaps_at_once)
     ours, theirs = _rpns(tiny_config)
     anchors, targets = _anchor_targets()
     labels, matched = ours.assign_targets_to_anchors(anchors, targets)
@@ -137,3 +146,15 @@ def test_rpn_losses_are_torchvisions_for_the_same_samples(
     expected_grads = torch.autograd.grad(expected[0] + expected[1], [objectness, deltas])
     for value, reference in zip([*got, *got_grads], [*expected, *expected_grads], strict=True):
         torch.testing.assert_close(value, reference, rtol=1e-6, atol=1e-7)
+
+
+def test_a_batch_without_ground_truth_has_only_negative_anchors(
+    tiny_config: Callable[..., MaskRCNNConfig],
+) -> None:
+    ours, theirs = _rpns(tiny_config)
+    anchors, _ = _anchor_targets()
+    targets = [{"boxes": torch.zeros((0, 4))} for _ in anchors]
+    labels, matched = ours.assign_targets_to_anchors(anchors, targets)
+    expected_labels, expected_matched = theirs.assign_targets_to_anchors(anchors, targets)
+    for got, expected in zip(labels + matched, expected_labels + expected_matched, strict=True):
+        assert torch.equal(got, expected)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 from torchvision.models.detection import _utils as det_utils
+from torchvision.ops import box_iou
 
 from maskops.modeling.sampling import (
     SyncFreeMatcher,
     SyncFreeSampler,
+    box_iou_batched,
     first_true,
+    pad_boxes,
     random_subset,
     sample_balanced,
     true_indices,
@@ -102,3 +105,46 @@ def test_true_indices_are_torch_wheres_read_once() -> None:
         got = true_indices(masks)
     assert [t.tolist() for t in got] == [torch.where(m)[0].tolist() for m in masks]
     assert reads.total == 1, reads.by_call
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_batched_overlaps_are_torchvisions_to_the_bit(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(0)
+
+    def boxes(count: int) -> torch.Tensor:
+        corner = torch.rand((count, 2), generator=generator) * 100
+        return torch.cat([corner, corner + torch.rand((count, 2), generator=generator) * 40], 1)
+
+    gt = [boxes(n).to(dtype) for n in (4, 1, 3)]
+    others = boxes(50).to(dtype)
+    padded, valid = pad_boxes(gt)
+    overlaps = box_iou_batched(padded, others)  # [3, 4, 50]
+    assert valid.tolist() == [[True] * 4, [True, False, False, False], [True] * 3 + [False]]
+    for image, boxes_of_image in enumerate(gt):
+        expected = box_iou(boxes_of_image, others)
+        assert torch.equal(overlaps[image, : len(boxes_of_image)], expected)
+
+
+@pytest.mark.parametrize("low_quality", [True, False])
+def test_a_padded_batch_matches_as_each_image_alone(low_quality: bool) -> None:
+    generator = torch.Generator().manual_seed(1)
+    matcher = SyncFreeMatcher(0.7, 0.3, allow_low_quality_matches=low_quality)
+    alone = [(torch.rand((g, 200), generator=generator) * 20).floor() / 20 for g in (5, 2, 3)]
+    batch = torch.nn.utils.rnn.pad_sequence(alone, batch_first=True)
+    valid = torch.nn.utils.rnn.pad_sequence(
+        [torch.ones(len(m), dtype=torch.bool) for m in alone], True
+    )
+    matched = matcher(batch, valid)
+    for image, overlaps in enumerate(alone):
+        assert torch.equal(matched[image], matcher(overlaps))
+
+
+def test_a_padded_batch_samples_each_images_counts() -> None:
+    torch.manual_seed(0)
+    labels = [torch.tensor([1, 0, 0, -1, 2, 0, 1, 1]), torch.tensor([0, 0, 1]), torch.tensor([-1])]
+    positives, negatives = SyncFreeSampler(4, 0.5)(labels)
+    assert [len(p) for p in positives] == [len(n) for n in negatives] == [8, 3, 1]
+    assert [int(p.sum()) for p in positives] == [2, 1, 0]
+    assert [int(n.sum()) for n in negatives] == [2, 2, 0]
+    for row, pos, neg in zip(labels, positives, negatives, strict=True):
+        assert bool((row[pos.bool()] >= 1).all()) and bool((row[neg.bool()] == 0).all())
