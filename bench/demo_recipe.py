@@ -115,11 +115,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=DEMO_STEPS)
     parser.add_argument("--eval-every", type=int, default=DEMO_STEPS // 6)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the spec's seed instead of the walk's (spread)"
+    )
     args = parser.parse_args()
     conditions = start_run()
     work = Path(tempfile.mkdtemp(prefix="demo_recipe_"))
     walk = prepare_walk_training(work, args.steps)
     spec = walk.spec.model_copy(update={"num_steps_per_eval": args.eval_every})
+    if args.seed is not None:
+        spec = spec.model_copy(update={"seed": args.seed})
     times = StepTimes()
     result = run_training(spec, work / "run", extra_hooks=[times])
     points = curve(work / "run", times.durations)
@@ -131,7 +136,8 @@ def main() -> None:
     assert result.checkpoint is not None
     twice = shapes_labelled_twice(walk, result.checkpoint, work)
     print(f"{twice['labelled_twice']} shapes labelled twice; {twice['picture']}")
-    figures = {"steps": args.steps, "eval_every": args.eval_every, "curve": points, **twice}
+    figures = {"steps": args.steps, "eval_every": args.eval_every, "seed": spec.seed}
+    figures |= {"curve": points, **twice}
     write_results(args.out, figures, conditions)
 
 
