@@ -29,7 +29,7 @@ def add_option_flags(
     text where the command line checks it itself (with a message of its own);
     ``group_descriptions`` describes the declared argument groups (by title) in the help;
     ``keywords`` adds or replaces argparse keywords of an option's flag where the command
-    line reads it differently (TAO's ``--gpu_index I [J ...]``: ``nargs``, ``help``), which
+    line reads it differently (TAO's ``--gpu_index I [J ...]``: ``nargs``), which
     its command then turns into the option's value before :func:`options_from_args`."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for declared in declared_options(options_class):

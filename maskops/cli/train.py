@@ -63,14 +63,7 @@ def register(subparsers: Any) -> None:
     add_option_flags(
         parser,
         TrainOptions,
-        keywords={
-            "gpu_index": {
-                "nargs": "+",
-                "metavar": "I",
-                "help": "the first CUDA device of the ranks, or (TAO's launcher) one per rank: "
-                "--gpus indices, e.g. --gpus 2 --gpu_index 1 3",
-            }
-        },
+        keywords={"gpu_index": {"nargs": "+", "metavar": "I"}},
     )
     parser.add_argument("--log_file", type=Path, default=None, help="also write the log here")
     add_key_argument(parser)

@@ -33,7 +33,12 @@ class TrainOptions:
         le=MAX_RANKS,
     )
     gpu_index: int = option(
-        0, help="the first CUDA device to use", rest=True, ge=0, le=MAX_GPU_INDEX
+        0,
+        help="the first CUDA device of the ranks (the command line also takes TAO's list, "
+        "one index per rank: --gpus 2 --gpu_index 1 3)",
+        rest=True,
+        ge=0,
+        le=MAX_GPU_INDEX,
     )
     nodes: int = option(
         1,
