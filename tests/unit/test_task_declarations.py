@@ -76,7 +76,7 @@ def test_a_declared_option_is_its_subcommand_s_flag(task: str, declared: Declare
     checked_here = "choices" not in declared.spec.cli
     assert tuple(argument.choices or ()) == (declared.choices if checked_here else ())
     # argparse reads "%" as a format directive: the flag's help doubles a literal one.
-    assert argument.help.replace("%%", "%") == declared.spec.help
+    assert (argument.help or "").replace("%%", "%") == declared.spec.help
 
 
 @pytest.mark.parametrize(("task", "declared"), OPTIONS, ids=IDS)
