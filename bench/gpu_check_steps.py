@@ -944,7 +944,11 @@ def step_serving_torch(ctx: Context) -> dict[str, Any]:
         seconds=seconds,
         concurrency=concurrency,
     )
-    return {"model": f"resnet{nlayers}-FPN {size[0]}x{size[1]}, random weights", **figures}
+    figures = {"model": f"resnet{nlayers}-FPN {size[0]}x{size[1]}, random weights", **figures}
+    reports = figures["parity"].values()
+    failed = [f"{r['data_type']}: {'; '.join(r['failures'])}" for r in reports if not r["passed"]]
+    require(figures["passed"], f"served against in-process: {failed}", figures)
+    return figures
 
 
 STEPS: dict[str, Callable[[Context], dict[str, Any]]] = {

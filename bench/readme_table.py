@@ -247,6 +247,10 @@ def _gpu_check(doc: dict[str, Any]) -> str:
             for b in (1, 8)
         ]
         parts.append(f"{rates[0]:.1f} / {rates[1]:.1f} img/s at batch 1 / 8")
+    served = steps.get("serving_torch", {}).get("figures")
+    if served:
+        rates = [served["served"][f"clients_{c}"]["images_per_s"] for c in (1, 8)]
+        parts.append(f"served {rates[0]:.1f} / {rates[1]:.1f} img/s, 1 / 8 clients")
     return "; ".join(parts)
 
 
@@ -257,7 +261,7 @@ def gpu_check_lines() -> list[str]:
     doc = json.loads(path.read_text()) if path.exists() else {}
     if not records_gpu(doc) or is_loaded(doc):
         return ["", NO_GPU_YET]
-    what = "one GPU: training, evaluation, export, throughput (R50-FPN 832x1344)"
+    what = "one GPU: train, evaluate, export, serve, throughput (R50-FPN 832x1344)"
     return [f"| {what} | {_gpu_check(doc)} | {doc['gpu']} | `bench/gpu_check` |"]
 
 

@@ -119,6 +119,22 @@ def _top(output: Mapping[str, torch.Tensor], k: int) -> dict[str, torch.Tensor]:
     return {key: value[order] for key, value in output.items()}
 
 
+def overlaps(
+    reference: torch.Tensor, candidate: torch.Tensor, *, box_px: float | None
+) -> torch.Tensor:
+    """IoU of ``reference`` ``[R, 4]`` and ``candidate`` ``[C, 4]`` xyxy boxes: ``[R, C]``.
+
+    Two boxes without area (a detection clipped to an image edge leaves one: its COCO
+    width or height is 0) have no IoU, 0 / 0: such a pair counts as overlapping fully
+    where the boxes agree within ``box_px`` (exactly, where None), and not at all
+    otherwise, so that it never matches an unrelated box.
+    """
+    iou = box_iou(reference, candidate)
+    gap = (reference[:, None, :] - candidate[None, :, :]).abs().amax(dim=-1)
+    agree = (gap <= (box_px or 0.0)).to(iou.dtype)
+    return torch.where(torch.isnan(iou), agree, iou)
+
+
 def compare_detections(
     reference: Sequence[Mapping[str, torch.Tensor]],
     candidate: Sequence[Mapping[str, torch.Tensor]],
@@ -145,14 +161,16 @@ def compare_detections(
         if cand["scores"].numel() == 0:
             report.failures.append(f"image {index}: no detections, reference has {count}")
             continue
-        iou = box_iou(ref["boxes"].float(), cand["boxes"].float())
+        overlap = overlaps(ref["boxes"].float(), cand["boxes"].float(), box_px=tol.box_px)
         same_label = ref["labels"][:, None] == cand["labels"][None, :]
-        iou = torch.where(same_label, iou, torch.zeros_like(iou))
+        iou: list[list[float]] = torch.where(same_label, overlap, 0.0).tolist()
+        gaps = (ref["scores"].float()[:, None] - cand["scores"].float()[None, :]).abs().tolist()
         taken: set[int] = set()
         for r in range(count):
-            ranked = torch.argsort(iou[r], descending=True).tolist()
+            # Equal overlaps (duplicate boxes of one label) go to the closest score.
+            ranked = sorted(range(len(iou[r])), key=lambda j: (-iou[r][j], gaps[r][j]))
             c = next((j for j in ranked if j not in taken), None)
-            if c is None or float(iou[r, c]) < tol.match_iou:
+            if c is None or iou[r][c] < tol.match_iou:
                 continue
             taken.add(c)
             report.matched += 1

@@ -13,11 +13,16 @@ forward, so served and in-process detections come from the same code:
 
 Precision: ``fp32``; ``bf16`` or ``fp16`` autocast on CUDA; ``auto`` picks bf16 where the
 GPU computes it natively (Ampere and later) and fp16 elsewhere on CUDA, fp32 on the CPU
-(autocast is for CUDA here: on the CPU it would be slower and less exact).
+(autocast is for CUDA here: on the CPU it would be slower and less exact). ``fp32`` on
+CUDA is IEEE float32, TF32 off for convolutions and matmuls during the forward: the
+precision whose answers agree across processes and devices within the export's fp32
+tolerances (cuDNN's TF32 default keeps 10 bits of mantissa, as few as fp16).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,9 +113,30 @@ class TorchNetwork:
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         dtype = AUTOCAST_DTYPES.get(self.precision)
-        with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):
+        with (
+            torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None),
+            exact_float32(enabled=dtype is None and self.device.type == "cuda"),
+        ):
             outputs = self.model(list(images))
         return pad_outputs(outputs, self.info.max_detections)
+
+
+@contextmanager
+def exact_float32(*, enabled: bool) -> Iterator[None]:
+    """TF32 off for CUDA convolutions and matmuls inside, as before after (process-wide
+    flags: a forward on another thread meanwhile runs exact too)."""
+    if not enabled:
+        yield
+        return
+    convolutions = torch.backends.cudnn.allow_tf32
+    matmuls = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = convolutions
+        torch.backends.cuda.matmul.allow_tf32 = matmuls
 
 
 def pad_outputs(outputs: list[dict[str, torch.Tensor]], rows: int) -> tuple[torch.Tensor, ...]:

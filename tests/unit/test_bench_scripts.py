@@ -152,6 +152,31 @@ def test_profile_train_tiny(tmp_path: Path) -> None:
     assert 1000 < doc["operators"] < 5000 and doc["kernel_launches"] is None
 
 
+def test_sync_sites_counts_only_synchronising_calls(tmp_path: Path) -> None:
+    """On a CPU nothing synchronises; the data's own warnings (pycocotools' under numpy 2,
+    one per mask decoded) are not counted as syncs."""
+    out = tmp_path / "sites.json"
+    run_bench("sync_sites.py", "--device", "cpu", "--steps", "3", "--out", str(out))
+    doc = json.loads(out.read_text())
+    assert doc["per_step"] == [0, 0, 0] and doc["sites"] == {} and doc["gpu"] is None
+
+
+def test_a_sync_is_put_at_the_innermost_line_of_maskops_or_torchvision() -> None:
+    import traceback
+
+    call_site = load_bench_module("sync_sites").call_site
+    site = "/x/site-packages"
+    stack = [
+        traceback.FrameSummary(f"{site}/maskops/training/trainer.py", 10, "step"),
+        traceback.FrameSummary(
+            f"{site}/torchvision/models/detection/_utils.py", 157, "encode_single"
+        ),
+        traceback.FrameSummary(f"{site}/torch/_tensor.py", 5, "__torch_function__"),
+    ]
+    assert call_site(stack) == "torchvision/models/detection/_utils.py:157 encode_single"
+    assert call_site(stack[2:]) == "elsewhere"
+
+
 def test_kernels_that_overlap_count_once_in_the_gpu_busy_time() -> None:
     busy_us = load_bench_module("profile_train").busy_us
     assert busy_us([(20, 25), (0, 10), (5, 15), (21, 22)]) == 20

@@ -262,6 +262,26 @@ def test_parity_check_fails_a_graph_that_disagrees():
     assert not compare_detections(ref, wrong_label, data_type="int8").passed
 
 
+def test_boxes_without_area_match_only_boxes_they_agree_with() -> None:
+    """Detections clipped to an image edge have no area: their IoU is 0 / 0. Such a pair
+    matched any box before (NaN compared as not below the bound), pairing unrelated
+    detections; it now matches where the boxes agree, and equal boxes go to the closest
+    score."""
+    edge = torch.tensor([[256.0, 0.0, 256.0, 250.0], [256.0, 0.0, 256.0, 120.0]])
+    ref = [{"boxes": edge, "scores": torch.tensor([0.9, 0.8]), "labels": torch.tensor([1, 1])}]
+    same = compare_detections(ref, ref, data_type="fp32")
+    assert same.passed and same.matched == 2 and same.max_box_px == 0.0
+    listed_otherwise = [{key: value.flip(0) for key, value in ref[0].items()}]
+    assert compare_detections(ref, listed_otherwise, data_type="fp32").passed
+    boxes_swapped = [{**ref[0], "boxes": edge.flip(0)}]
+    assert not compare_detections(ref, boxes_swapped, data_type="fp32").passed
+    duplicates = {"boxes": edge[:1].repeat(2, 1), "labels": torch.tensor([1, 1])}
+    ref = [{**duplicates, "scores": torch.tensor([0.9, 0.5])}]
+    reordered = [{**duplicates, "scores": torch.tensor([0.5, 0.9])}]
+    report = compare_detections(ref, reordered, data_type="fp32")
+    assert report.passed and report.max_score == 0.0
+
+
 def test_export_fails_when_onnx_disagrees(tmp_path, tiny_checkpoint, tiny_spec):
     impossible = Tolerances(
         match_iou=0.95, box_px=0.0, score=0.0, mask_prob=0.0, min_matched_fraction=1.0
