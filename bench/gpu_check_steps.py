@@ -943,6 +943,7 @@ def step_serving_torch(ctx: Context) -> dict[str, Any]:
         work=work,
         seconds=seconds,
         concurrency=concurrency,
+        instance_arms=(2,),
     )
     figures = {"model": f"resnet{nlayers}-FPN {size[0]}x{size[1]}, random weights", **figures}
     reports = figures["parity"].values()

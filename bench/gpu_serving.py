@@ -261,6 +261,7 @@ def serving_check(
     seconds: float = 5.0,
     concurrency: Sequence[int] = (1, 8),
     exact_twin: bool | None = None,
+    instance_arms: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Publish, serve, compare and time (see module doc); returns the figures, each
     served model's comparison under ``parity`` (``asserted``: the fp32 ones decide).
@@ -272,7 +273,10 @@ def serving_check(
     inference exactly; the autocast comparison is recorded (``exact_twin``: whether to
     publish the twin, by default where the precision is not fp32). ``concurrency``: the
     served clients and the eager batch sizes measured (the largest pair gives the
-    served/eager ratio)."""
+    served/eager ratio). ``instance_arms``: tuning arms, each a server of its own whose
+    composing models run that many instances (processes; on a GPU, per GPU), measured at
+    the most clients: one instance of each model does its host work one batch at a time,
+    while the GPU waits."""
     import torch
 
     from maskops.serving.launcher import TritonServer
@@ -309,8 +313,19 @@ def serving_check(
         triton = served_figures(server.http_url, images, seconds, concurrency)
     for report in reports.values():
         report["asserted"] = report["data_type"] == "fp32"
-    eager = eager_figures(networks[NAME], images, seconds, concurrency)
     most = max(concurrency)
+    for count in instance_arms:
+        triton[f"clients_{most}_instances_{count}"] = served_with_instances(
+            checkpoint,
+            images,
+            work,
+            count,
+            precision=chosen,
+            cuda=cuda,
+            clients=most,
+            seconds=seconds,
+        )
+    eager = eager_figures(networks[NAME], images, seconds, concurrency)
     if cuda:  # a tuning arm: NHWC weights and input (the training default on Ampere+)
         nhwc = TorchNetwork(checkpoint, device="cuda:0", precision=chosen, channels_last=True)
         eager[f"batch_{most}_channels_last"] = eager_figures(nhwc, images, seconds, [most])[
@@ -327,6 +342,48 @@ def serving_check(
             triton[f"clients_{most}"]["images_per_s"] / eager[f"batch_{most}"]["images_per_s"], 3
         ),
     }
+
+
+def served_with_instances(
+    checkpoint: Path,
+    images: Sequence[bytes],
+    work: Path,
+    instances: int,
+    *,
+    precision: str,
+    cuda: bool,
+    clients: int,
+    seconds: float,
+) -> dict[str, float]:
+    """Served images/s and latency with ``clients`` concurrent clients, each composing
+    model at ``instances`` instances (a repository and a server of its own)."""
+    from maskops.serving.launcher import TritonServer
+    from maskops.serving.placement import Placement
+    from maskops.serving.protocol import EnsembleNames
+    from maskops.serving.repository import publish
+
+    repository = work / f"serving_repository_instances_{instances}"
+    publish(
+        checkpoint,
+        repository,
+        NAME,
+        net_backend="torch",
+        placement=Placement("gpu" if cuda else "cpu"),
+        precision=precision,
+        max_batch_size=8,
+        instances=instances,
+    )
+    with TritonServer(
+        repository,
+        models=EnsembleNames(NAME).load_order,
+        log_file=work / f"tritonserver_instances_{instances}.log",
+        startup_timeout_s=300,
+        python_bin=stub_python(work),
+    ) as server:
+        figures: dict[str, float] = served_figures(server.http_url, images, seconds, [clients])[
+            f"clients_{clients}"
+        ]
+    return figures
 
 
 def publish_all(
