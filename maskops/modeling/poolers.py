@@ -19,7 +19,10 @@ import functools
 import torch
 from torch import Tensor
 from torchvision.ops import MultiScaleRoIAlign, roi_align
+from torchvision.ops.boxes import box_area
 from torchvision.ops.poolers import LevelMapper, _filter_input, _setup_scales
+
+from .box_coder import values_in
 
 
 def _bilinear_taps(coords: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -178,6 +181,27 @@ def _by_level(levels: Tensor, num_levels: int) -> list[Tensor]:
     return list(torch.split(order, counts))
 
 
+class HostScalarLevelMapper(LevelMapper):
+    """torchvision's ``LevelMapper`` (FPN paper, eq. 1), its ``eps`` a Python float.
+
+    torchvision adds ``torch.tensor(eps, dtype=...)``, a tensor made from a Python number
+    at every call (two per training step: the box and mask poolers). On a GPU it stays on
+    the CPU, a scalar the kernel takes, so no copy; but a CPU run cannot tell it from one
+    (:attr:`maskops.training.host_reads.HostReadCounter.from_host`), and the host makes it
+    each time. The float is ``eps`` rounded to the boxes' dtype, the value that tensor
+    holds: the levels are the same.
+    """
+
+    def __call__(self, boxlists: list[Tensor]) -> Tensor:
+        """Per box of ``boxlists`` (per image ``[N_i, 4]`` xyxy), in their order: ``[sum
+        N_i]`` int64 level index, 0 for ``k_min``."""
+        s = torch.sqrt(torch.cat([box_area(boxlist) for boxlist in boxlists]))
+        (eps,) = values_in((self.eps,), s.dtype)
+        target_lvls = torch.floor(self.lvl0 + torch.log2(s / self.s0) + eps)
+        target_lvls = torch.clamp(target_lvls, min=self.k_min, max=self.k_max)
+        return (target_lvls.to(torch.int64) - self.k_min).to(torch.int64)
+
+
 class GatherMultiScaleRoIAlign(MultiScaleRoIAlign):
     """``MultiScaleRoIAlign`` with :func:`multiscale_roi_align` as its merge."""
 
@@ -189,8 +213,11 @@ class GatherMultiScaleRoIAlign(MultiScaleRoIAlign):
         scales: list[float] | None = getattr(self, "scales")  # noqa: B009
         mapper: LevelMapper | None = getattr(self, "map_levels")  # noqa: B009
         if scales is None or mapper is None:
-            scales, mapper = _setup_scales(
+            scales, levels = _setup_scales(
                 features, image_shapes, self.canonical_scale, self.canonical_level
+            )
+            mapper = HostScalarLevelMapper(
+                levels.k_min, levels.k_max, levels.s0, levels.lvl0, levels.eps
             )
             self.scales, self.map_levels = scales, mapper
         return multiscale_roi_align(

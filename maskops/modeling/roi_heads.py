@@ -43,6 +43,7 @@ from torchvision.ops import roi_align
 
 from maskops.mask_crops import MASK_ORIGINS
 
+from .box_coder import HostScalarBoxCoder
 from .nms import nms_by_group
 from .sampling import (
     SyncFreeSampler,
@@ -285,6 +286,7 @@ class SpecRoIHeads(RoIHeads):
             mask_head=mask_head,
             mask_predictor=mask_predictor,
         )
+        self.box_coder = HostScalarBoxCoder(bbox_reg_weights)
         self.proposal_matcher = RangeMatcher(
             fg_thresh=fg_thresh, bg_thresh_hi=bg_thresh_hi, bg_thresh_lo=bg_thresh_lo
         )

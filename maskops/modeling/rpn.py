@@ -12,7 +12,8 @@ sampled anchors with ``torch.where``: on a GPU, a dozen and more waits for the d
 image and step. Here the filtered-out boxes stay in NMS's input in a group of their own,
 matching and sampling are fixed-shape (:mod:`.sampling`) and run for the batch's images at
 once, and the losses are masked sums: one NMS per image and one read of the boxes kept,
-for the whole batch.
+for the whole batch. That read also brings back the check that every target box has a
+positive width and height (torchvision's, which the model made with a read of its own).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.models.detection.anchor_utils import AnchorGenerator
+from torchvision.models.detection.image_list import ImageList
 from torchvision.models.detection.rpn import RegionProposalNetwork
 from torchvision.ops import boxes as box_ops
 
+from .box_coder import HostScalarBoxCoder
 from .nms import nms_kept_mask
 from .sampling import SyncFreeMatcher, SyncFreeSampler, box_iou_batched, pad_boxes
 
@@ -35,6 +38,30 @@ targets in the RoI head (log of 0), so rpn_min_size 0 means torchvision's 1e-3 p
 OVERLAPS_AT_ONCE = 2**27
 """The most ground-truth/anchor overlaps the anchor matching computes at once (512 MiB in
 float32, a few times that with the matcher's temporaries)."""
+
+
+def degenerate_box_found(boxes: list[Tensor]) -> Tensor:
+    """Whether a box of ``boxes`` (per image ``[N_i, 4]`` xyxy) has no positive width or
+    height: a 0-dim bool on their device, read by the caller when it reads anyway."""
+    every = torch.cat(boxes)
+    return (every[:, 2:] <= every[:, :2]).any()
+
+
+def raise_for_degenerate_box(boxes: list[Tensor]) -> None:
+    """Fail naming the first image of ``boxes`` (per image ``[N_i, 4]`` xyxy) with a box
+    that has no positive width or height, and that box. Reads the device per image: it
+    runs once a check found one, before the run stops.
+
+    Raises:
+        ValueError: such a box, if any.
+    """
+    for index, image_boxes in enumerate(boxes):
+        flags = (image_boxes[:, 2:] <= image_boxes[:, :2]).any(dim=1)
+        if bool(flags.any()):
+            box = image_boxes[flags.nonzero()[0, 0]].tolist()
+            raise ValueError(
+                f"target {index}: every box must have a positive width and height, got {box}"
+            )
 
 
 class TrainTestRPN(RegionProposalNetwork):
@@ -67,6 +94,7 @@ class TrainTestRPN(RegionProposalNetwork):
         )
         self._nms_thresh = {"training": nms_thresh["training"], "testing": nms_thresh["testing"]}
         self.min_size = max(float(min_size), MIN_PROPOSAL_SIZE)
+        self.box_coder = HostScalarBoxCoder(weights=(1.0, 1.0, 1.0, 1.0))  # torchvision's
         self.proposal_matcher = SyncFreeMatcher(
             fg_iou_thresh, bg_iou_thresh, allow_low_quality_matches=True
         )
@@ -75,6 +103,9 @@ class TrainTestRPN(RegionProposalNetwork):
         """One NMS call for the batch's proposals instead of one per image: one read
         instead of B, and on a GPU B times the pairs to compare (a tuning switch,
         ``DeviceTuning.one_nms_per_batch``)."""
+        self._unchecked_boxes: list[Tensor] | None = None
+        """During a training :meth:`forward`, the targets' boxes until
+        :meth:`filter_proposals` reads their check with its counts."""
 
     @property
     def nms_thresh(self) -> float:
@@ -84,6 +115,36 @@ class TrainTestRPN(RegionProposalNetwork):
     def nms_thresh(self, value: float) -> None:
         """Assigning one threshold (as torchvision's ``__init__`` does) sets both modes."""
         self._nms_thresh = {"training": value, "testing": value}
+
+    def forward(
+        self,
+        images: ImageList,
+        features: dict[str, Tensor],
+        targets: list[dict[str, Tensor]] | None = None,
+    ) -> tuple[list[Tensor], dict[str, Tensor]]:
+        """torchvision's RPN: per image ``[P_i, 4]`` proposals, and the losses in training.
+
+        In training it also fails on a target box without a positive width and height
+        (:func:`raise_for_degenerate_box`), before a loss is computed from one: the check
+        is read with the boxes kept per image (:meth:`filter_proposals`), not on its own.
+
+        Args:
+            images: the batch ``[B, 3, H, W]`` and each image's ``(H, W)``.
+            features: FPN maps ``{"p{l}": [B, C, H_l, W_l]}``.
+            targets: training only: per image ``boxes`` ``[G_i, 4]`` xyxy.
+        """
+        if not self.training or targets is None:
+            return super().forward(images, features, targets)
+        self._unchecked_boxes = [t["boxes"] for t in targets]
+        try:
+            proposals, losses = super().forward(images, features, targets)
+            unchecked = self._unchecked_boxes
+        finally:
+            self._unchecked_boxes = None
+        if unchecked is not None and bool(degenerate_box_found(unchecked)):
+            # filter_proposals kept torchvision's code (traced or scripted): no read to join.
+            raise_for_degenerate_box(unchecked)
+        return proposals, losses
 
     def filter_proposals(
         self,
@@ -158,10 +219,27 @@ class TrainTestRPN(RegionProposalNetwork):
         best = torch.where(kept, scores, -1.0).topk(
             min(self.post_nms_top_n(), scores.shape[1]), dim=1
         )
-        counts = (best.values >= 0).sum(dim=1).tolist()  # the one read of the batch
+        counts = self._read_counts((best.values >= 0).sum(dim=1))  # the one read of the batch
         final_boxes = [boxes[i, best.indices[i, :n]] for i, n in enumerate(counts)]
         final_scores = [best.values[i, :n] for i, n in enumerate(counts)]
         return final_boxes, final_scores
+
+    def _read_counts(self, kept: Tensor) -> list[int]:
+        """``kept`` (``[B]`` int64, the boxes kept per image) on the host, and with it the
+        check of the targets' boxes that :meth:`forward` left pending, in the same copy.
+
+        Raises:
+            ValueError: a target box has no positive width or height.
+        """
+        boxes, self._unchecked_boxes = self._unchecked_boxes, None
+        if boxes is None:
+            counts: list[int] = kept.tolist()
+            return counts
+        found = degenerate_box_found(boxes).to(kept.device, kept.dtype)
+        *counts, degenerate = torch.cat([kept, found[None]]).tolist()
+        if degenerate:
+            raise_for_degenerate_box(boxes)
+        return counts
 
     def _usable(self, boxes: Tensor, scores: Tensor) -> Tensor:
         """``[K]`` bool: not smaller than ``min_size`` (torchvision's ``remove_small_boxes``)

@@ -10,8 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 from torchvision.ops import MultiScaleRoIAlign, roi_align
+from torchvision.ops.poolers import LevelMapper
 
-from maskops.modeling.poolers import GatherMultiScaleRoIAlign, _by_level, roi_align_by_gather
+from maskops.modeling.poolers import (
+    GatherMultiScaleRoIAlign,
+    HostScalarLevelMapper,
+    _by_level,
+    roi_align_by_gather,
+)
+from maskops.training.host_reads import HostReadCounter
 
 LEVELS = ["p2", "p3", "p4", "p5"]
 IMAGE = (256, 320)
@@ -139,3 +146,29 @@ def test_a_traced_pooler_follows_the_levels_of_other_boxes() -> None:
     with torch.no_grad():
         traced = torch.jit.trace(pool, (*feats.values(), traced_on), check_trace=False)
         torch.testing.assert_close(traced(*feats.values(), other), pool(*feats.values(), other))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_level_mapping_is_torchvisions_without_a_tensor_from_host_data(
+    dtype: torch.dtype,
+) -> None:
+    """Random boxes, and square ones whose side is the canonical 224 times a power of two,
+    on a level's boundary to within ``eps``: the levels torchvision's mapper gives."""
+    reference = LevelMapper(2, 5)
+    ours = HostScalarLevelMapper(2, 5)
+    random_boxes = boxes((300, 200), 400.0, seed=9)
+    sides = torch.tensor([56.0, 112.0, 224.0, 448.0, 896.0])
+    edge_sides = torch.cat([sides, sides * (1 - 1e-6), sides * (1 + 1e-6), sides * 0.999])
+    on_edges = torch.cat([torch.zeros(len(edge_sides), 2), edge_sides[:, None].expand(-1, 2)], 1)
+    for rois in [[b.to(dtype) for b in random_boxes], [on_edges.to(dtype)]]:
+        with HostReadCounter() as reads:
+            got = ours(rois)
+        assert reads.from_host == 0, reads.from_host_by_call
+        assert torch.equal(got, reference(rois))
+
+
+def test_a_pooler_maps_levels_with_python_scalars() -> None:
+    pooler = GatherMultiScaleRoIAlign(LEVELS, 7, 2)
+    pooler(features(0), boxes((3, 2), 100.0, seed=10), [IMAGE] * 2)
+    assert isinstance(pooler.map_levels, HostScalarLevelMapper)
+    assert (pooler.map_levels.k_min, pooler.map_levels.k_max) == (2, 5)

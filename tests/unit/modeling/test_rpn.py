@@ -158,3 +158,48 @@ def test_a_batch_without_ground_truth_has_only_negative_anchors(
     expected_labels, expected_matched = theirs.assign_targets_to_anchors(anchors, targets)
     for got, expected in zip(labels + matched, expected_labels + expected_matched, strict=True):
         assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("one_nms_per_batch", [False, True])
+def test_a_box_without_a_positive_size_fails_in_the_proposals_read(
+    tiny_config: Callable[..., MaskRCNNConfig], one_nms_per_batch: bool
+) -> None:
+    """The check rides on the read of the boxes kept (a training step's reads:
+    tests/unit/training/test_host_reads.py), and fails before the RPN's losses are computed
+    from the box (a log of 0)."""
+    model = build_model(tiny_config(), num_classes=4, image_size=(128, 128)).train()
+    model.rpn.one_nms_per_batch = one_nms_per_batch
+    images = [torch.rand(3, 128, 128), torch.rand(3, 128, 128)]
+    good = {"boxes": torch.tensor([[10.0, 10, 40, 40]]), "labels": torch.tensor([1])}
+    flat = {
+        "boxes": torch.tensor([[10.0, 10, 40, 40], [50, 20, 60, 20]]),
+        "labels": torch.tensor([1, 2]),
+    }
+    model.rpn.assign_targets_to_anchors = _must_not_run
+    with pytest.raises(ValueError, match=r"target 1: every box .* \[50\.0, 20\.0, 60\.0, 20\.0\]"):
+        model(images, [good, flat])
+    assert model.rpn._unchecked_boxes is None
+
+
+def _must_not_run(*args: object) -> None:
+    raise AssertionError("the RPN's targets were used before their check")
+
+
+def test_the_box_check_is_read_on_its_own_where_proposals_take_torchvisions_code(
+    tiny_config: Callable[..., MaskRCNNConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A traced forward keeps torchvision's proposal filtering, which reads nothing to add
+    the check to: the RPN then reads it after its losses."""
+    monkeypatch.setattr(TrainTestRPN, "filter_proposals", RegionProposalNetwork.filter_proposals)
+    model = build_model(tiny_config(), num_classes=4, image_size=(128, 128)).train()
+    images = [torch.rand(3, 128, 128)]
+    flat = {"boxes": torch.tensor([[50.0, 20, 40, 30]]), "labels": torch.tensor([2])}
+    with pytest.raises(ValueError, match=r"target 0: every box .* \[50\.0, 20\.0, 40\.0, 30\.0\]"):
+        model(images, [flat])
+    assert model.rpn._unchecked_boxes is None
+    good = {
+        "boxes": torch.tensor([[10.0, 10, 40, 40]]),
+        "labels": torch.tensor([1]),
+        "masks": torch.ones((1, 128, 128), dtype=torch.uint8),
+    }
+    assert set(model(images, [good])) >= {"loss_objectness", "loss_rpn_box_reg"}
