@@ -154,6 +154,14 @@ def test_profile_train_tiny(tmp_path: Path) -> None:
     assert 1000 < doc["operators"] < 5000 and doc["kernel_launches"] is None
 
 
+def test_bench_serving_steps_times_each_host_step_of_both_paths(tmp_path: Path) -> None:
+    out = tmp_path / "steps.json"
+    run_bench("bench_serving_steps.py", "--outputs", "synthetic", "--images", "2", "--rounds",
+              "2", "--out", str(out))  # fmt: skip
+    steps = _results(out)["ms_per_image"]
+    assert len(steps) >= 6 and all(row["median_ms"] > 0 for row in steps.values())
+
+
 def test_sync_sites_counts_only_synchronising_calls(tmp_path: Path) -> None:
     """On a CPU nothing synchronises; the data's own warnings (pycocotools' under numpy 2,
     one per mask decoded) are not counted as syncs."""

@@ -6,6 +6,7 @@ model runs here under a stand-in for Triton's python stub module."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import sys
 import time
@@ -15,10 +16,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from maskops.serving import EnsembleNames
 from maskops.serving.client import InvalidImage, _translate
 from maskops.serving.protocol import ImageLimits
+from maskops.serving.triton_models import maskops_serving_ops as ops
 from maskops.serving.triton_models.maskops_serving_ops import padded_rows
 from tests.support.pixel_limit import LIMIT, LIMITS, NAME, png, publish_limited
 
@@ -115,6 +118,29 @@ def test_images_within_the_limit_are_prepared(preprocess: Any) -> None:
     names = [name for name, _ in response.output_tensors]
     assert names == ["images", "scale", "orig_hw"]
     assert response.output_tensors[2][1].tolist() == [[30, 40], [800, 1000]]
+
+
+def test_each_image_is_written_into_its_row_of_the_batch(preprocess: Any) -> None:
+    """The model writes each network input straight into the batch it hands on (no stack
+    and copy): the rows, padding included, are what ``preprocess`` gives each image."""
+    rng = np.random.default_rng(0)
+    images = [png(40, 30), _photo_png(rng, 75, 20), _photo_png(rng, 13, 90)]
+    [response] = preprocess.execute([_request(*images)])
+    assert response.error is None
+    (_, batch), (_, scales), (_, sizes) = response.output_tensors
+    assert batch.dtype == np.float32 and batch.shape == (3, 3, *preprocess.image_size)
+    for i, data in enumerate(images):
+        image, scale, hw = ops.preprocess(data, preprocess.image_size)
+        np.testing.assert_array_equal(batch[i], image)
+        assert scales[i].tolist() == [np.float32(scale)] and sizes[i].tolist() == list(hw)
+
+
+def _photo_png(rng: np.random.Generator, width: int, height: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(
+        buffer, format="PNG"
+    )
+    return buffer.getvalue()
 
 
 def test_a_version_published_without_a_limit_decodes_as_before(preprocess: Any) -> None:

@@ -43,13 +43,16 @@ class TritonPythonModel:
 
     def _answer(self, request: Any) -> Any:
         encoded = ops.input_array(pb_utils, request, ops.IMAGE_BYTES)
+        # Each image is written straight into its row of the batch: stacking 13 MB network
+        # inputs (832x1344) and converting the stack cost two more copies of each.
+        images = np.empty((len(encoded), 3, *self.image_size), dtype=np.float32)
         try:
             prepared = [
-                self._prepare(item.tobytes(), f"image {i}") for i, item in enumerate(encoded)
+                self._prepare(item.tobytes(), f"image {i}", images[i])
+                for i, item in enumerate(encoded)
             ]
         except ops.ImageDecodeError as exc:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
-        images = np.stack([p[0] for p in prepared]).astype(np.float32)
         scales = np.array([[p[1]] for p in prepared], dtype=np.float32)
         sizes = np.array([p[2] for p in prepared], dtype=np.int32)
         return pb_utils.InferenceResponse(
@@ -60,11 +63,15 @@ class TritonPythonModel:
             ]
         )
 
-    def _prepare(self, data: bytes, name: str) -> tuple[np.ndarray, float, tuple[int, int]]:
+    def _prepare(
+        self, data: bytes, name: str, out: np.ndarray
+    ) -> tuple[np.ndarray, float, tuple[int, int]]:
+        """Decode and resize ``data`` into ``out`` (its network input); the scale and the
+        original size come back."""
         if self.limits.any():
             check_shape(data, self.limits, name=name)
         prepared: tuple[np.ndarray, float, tuple[int, int]] = ops.preprocess(
-            data, self.image_size, name=name
+            data, self.image_size, name=name, out=out
         )
         return prepared
 
