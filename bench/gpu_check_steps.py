@@ -295,6 +295,25 @@ def demo_data(ctx: Context) -> Path:
     return root
 
 
+TINY_HEADS: dict[str, Any] = {
+    "min_level": 3,
+    "max_level": 5,
+    "anchor_scale": 2.0,
+    "rpn_batch_size_per_im": 64,
+    "batch_size_per_im": 32,
+    "fast_rcnn_mlp_head_dim": 128,
+    "train_rpn_pre_nms_topn": 200,
+    "train_rpn_post_nms_topn": 100,
+    "test_rpn_pre_nms_topn": 100,
+    "test_rpn_post_nms_topn": 50,
+    "test_detections_per_image": 20,
+    "gt_mask_size": 28,
+    "mrcnn_resolution": 16,
+}
+"""tests/conftest.py's ``tiny_spec`` heads: FPN levels 3..5 for the demo shapes, small
+heads and sampling sizes (the defaults would make each step many times slower)."""
+
+
 def check_spec(ctx: Context, **overrides: Any) -> Any:
     """A small spec on the demo shards (tests/conftest.py's tiny_spec, scaled by ``sizes``):
     a warm-up, then a decay inside the resumed run's steps."""
@@ -325,19 +344,7 @@ def check_spec(ctx: Context, **overrides: Any) -> Any:
         },
         "maskrcnn_config": {
             "nlayers": s["nlayers"],
-            "min_level": 3,
-            "max_level": 5,
-            "anchor_scale": 2.0,
-            "rpn_batch_size_per_im": 64,
-            "batch_size_per_im": 32,
-            "fast_rcnn_mlp_head_dim": 128,
-            "train_rpn_pre_nms_topn": 200,
-            "train_rpn_post_nms_topn": 100,
-            "test_rpn_pre_nms_topn": 100,
-            "test_rpn_post_nms_topn": 50,
-            "test_detections_per_image": 20,
-            "gt_mask_size": 28,
-            "mrcnn_resolution": 16,
+            **TINY_HEADS,
         },
     }
     for key in ("data_config", "maskrcnn_config"):

@@ -358,21 +358,10 @@ def served_with_instances(
     """Served images/s and latency with ``clients`` concurrent clients, each composing
     model at ``instances`` instances (a repository and a server of its own)."""
     from maskops.serving.launcher import TritonServer
-    from maskops.serving.placement import Placement
     from maskops.serving.protocol import EnsembleNames
-    from maskops.serving.repository import publish
 
     repository = work / f"serving_repository_instances_{instances}"
-    publish(
-        checkpoint,
-        repository,
-        NAME,
-        net_backend="torch",
-        placement=Placement("gpu" if cuda else "cpu"),
-        precision=precision,
-        max_batch_size=8,
-        instances=instances,
-    )
+    publish_torch(checkpoint, repository, NAME, precision, cuda=cuda, instances=instances)
     with TritonServer(
         repository,
         models=EnsembleNames(NAME).load_order,
@@ -386,27 +375,43 @@ def served_with_instances(
     return figures
 
 
+def publish_torch(
+    checkpoint: Path,
+    repository: Path,
+    name: str,
+    precision: str,
+    *,
+    cuda: bool,
+    instances: int = 1,
+) -> None:
+    """``checkpoint`` in ``repository`` as ``name`` on the torch net backend, at
+    ``precision`` on the GPU or the CPU, batches of up to 8 (publish's repository writer,
+    as the API's publish job)."""
+    from maskops.serving.placement import Placement
+    from maskops.serving.repository import publish
+
+    publish(
+        checkpoint,
+        repository,
+        name,
+        net_backend="torch",
+        placement=Placement("gpu" if cuda else "cpu"),
+        precision=precision,
+        max_batch_size=8,
+        instances=instances,
+    )
+
+
 def publish_all(
     checkpoint: Path, repository: Path, models: dict[str, str], *, cuda: bool
 ) -> dict[str, Any]:
-    """Publish ``checkpoint`` with the torch net backend under each name at its precision
-    (publish's repository writer, as the API's publish job); each name's in-process
-    network on the same device and precision."""
-    from maskops.serving.placement import Placement
-    from maskops.serving.repository import publish
+    """Publish ``checkpoint`` under each name at its precision (:func:`publish_torch`);
+    each name's in-process network on the same device and precision."""
     from maskops.serving.torch_network import TorchNetwork
 
     networks = {}
     for name, precision in models.items():
-        publish(
-            checkpoint,
-            repository,
-            name,
-            net_backend="torch",
-            placement=Placement("gpu" if cuda else "cpu"),
-            precision=precision,
-            max_batch_size=8,
-        )
+        publish_torch(checkpoint, repository, name, precision, cuda=cuda)
         networks[name] = TorchNetwork(
             checkpoint, device="cuda:0" if cuda else "cpu", precision=precision
         )

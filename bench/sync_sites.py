@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpu_check_steps import TINY_HEADS
 from machine import start_run, write_results
 
 SOURCES = ("maskops", "torchvision")
@@ -55,19 +56,7 @@ def tiny_spec(root: Path, batch: int) -> Any:
                 "num_classes": 4,
                 "n_workers": 0,
             },
-            "maskrcnn_config": {
-                "nlayers": 10,
-                "min_level": 3,
-                "max_level": 5,
-                "anchor_scale": 2.0,
-                "rpn_batch_size_per_im": 64,
-                "batch_size_per_im": 32,
-                "fast_rcnn_mlp_head_dim": 128,
-                "train_rpn_pre_nms_topn": 200,
-                "train_rpn_post_nms_topn": 100,
-                "gt_mask_size": 28,
-                "mrcnn_resolution": 16,
-            },
+            "maskrcnn_config": {"nlayers": 10, **TINY_HEADS},
         }
     )
 

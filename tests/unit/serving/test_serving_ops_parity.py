@@ -19,13 +19,11 @@ what ``maskops.serving.processing`` (``read_image`` + ``resize_and_pad``;
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pycocotools.mask as mask_util
@@ -45,17 +43,6 @@ from tests.conftest import large_jpeg
 LABELS = LabelMap.from_coco_categories(
     [{"id": 3, "name": "square"}, {"id": 7, "name": "tri"}, {"id": 9, "name": "circle"}]
 )
-
-
-@pytest.fixture(scope="module")
-def ops() -> ModuleType:
-    """The ops file as the Triton models load it: by path, outside the maskops package."""
-    spec = importlib.util.spec_from_file_location("maskops_serving_ops_under_test", OPS_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _encode(array: np.ndarray, fmt: str = "PNG", mode: str | None = None, **save: object) -> bytes:
