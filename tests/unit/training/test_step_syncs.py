@@ -83,14 +83,18 @@ def test_a_bf16_step_waits_for_the_gpu_once_less_than_it_did(tiny_spec: Experime
     assert statistics.median(deferred[:-1]) <= statistics.median(every_step[:-1]) - 1
 
 
-def test_a_bf16_step_waits_a_few_times_and_about_once_per_image(
-    tiny_spec: ExperimentSpec,
-) -> None:
-    """On a CPU the step makes 4 calls that wait, plus an NMS per image; on a GPU an NMS
-    may wait twice (its kernel's result, then the count kept). The H200 counted 9 at
-    batch 2 and 4 before the box coding stopped copying its constants (4 of the 9)."""
+def test_a_bf16_step_waits_a_few_times_whatever_the_batch(tiny_spec: ExperimentSpec) -> None:
+    """On a CPU the step makes 4 calls that wait, plus an NMS per image; on a GPU the NMS
+    keeps its result on the device. An H200 counted 9 per step at batch 2 and at batch 4
+    (2026-11-28, bench/results/sync_sites_cuda.json), 4 of them the box coding's copies of
+    its constants, since removed: the count holds at most that and does not grow with the
+    batch."""
     if AmpSettings.for_device(torch.device("cuda"), enabled=True).dtype != torch.bfloat16:
         pytest.skip("no native bf16 on this GPU: fp16 runs with a loss scaler")
-    counts = _syncs_per_step(tiny_spec, period=6)[1:-1]
-    print(f"host syncs per step at batch {tiny_spec.train_batch_size}: {counts}")
-    assert max(counts) <= 5 + 2 * tiny_spec.train_batch_size
+    counts = {
+        batch: _syncs_per_step(tiny_spec.model_copy(update={"train_batch_size": batch}), 6)[1:-1]
+        for batch in (2, 4)
+    }
+    print(f"host syncs per step by batch: {counts}")
+    assert max(max(per_step) for per_step in counts.values()) <= 9
+    assert statistics.median(counts[4]) == statistics.median(counts[2])
