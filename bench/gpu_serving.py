@@ -13,10 +13,12 @@ on it; images go over HTTP through the ensemble (maskops.serving.client, what
 ``POST /infer`` calls); the answers are compared with in-process inference of the same
 checkpoint on the same device and precision (the same :class:`TorchNetwork` forward,
 the engine's torch pre- and post-processing) within the export's parity tolerances
-(fp32's, fp16's for autocast). Then, in the same run: images/s served with 1 and 8
+(fp32's, fp16's for autocast; under autocast an fp32 twin of the model is served beside
+it, and its comparison decides). Then, in the same run: images/s served with 1 and 8
 concurrent clients, p50/p99 latency of one client at batch 1, and in-process eager
 images/s at batch 1 and 8 and its batch-1 latency, each end to end (encoded bytes in,
-COCO results out); on CUDA also a ``channels_last`` tuning arm of the eager batch-8 run.
+COCO results out); tuning arms: the served rate with two instances of each composing
+model, and on CUDA a ``channels_last`` eager batch-8 run.
 """
 
 from __future__ import annotations
