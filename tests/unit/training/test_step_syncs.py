@@ -86,9 +86,9 @@ def test_a_bf16_step_waits_for_the_gpu_once_less_than_it_did(tiny_spec: Experime
 def test_a_bf16_step_waits_a_few_times_whatever_the_batch(tiny_spec: ExperimentSpec) -> None:
     """On a CPU the step makes 4 calls that wait, plus an NMS per image; on a GPU the NMS
     keeps its result on the device. An H200 counted 9 per step at batch 2 and at batch 4
-    (2026-11-28, bench/results/sync_sites_cuda.json), 4 of them the box coding's copies of
-    its constants, since removed: the count holds at most that and does not grow with the
-    batch."""
+    (2026-11-28, bench/results/sync_sites_cuda.json), 5 of them since removed (the box
+    coding's copies of its constants, the target-box check's own read): the count holds
+    at most that and does not grow with the batch."""
     if AmpSettings.for_device(torch.device("cuda"), enabled=True).dtype != torch.bfloat16:
         pytest.skip("no native bf16 on this GPU: fp16 runs with a loss scaler")
     counts = {
