@@ -157,7 +157,8 @@ def synthetic_outputs(
                 for _ in range(DETECTIONS)
             ]
         ).astype(np.float32)
-        outputs.append([boxes, scores, labels, masks, np.array([DETECTIONS], np.int32)])
+        counts = np.array([DETECTIONS], np.int32)
+        outputs.append([np.asarray(a) for a in (boxes, scores, labels, masks, counts)])
     return outputs
 
 
@@ -212,9 +213,9 @@ def steps(
     engine_kept = []
     for outs, (_, scale, hw) in zip(outputs, prepared, strict=True):
         output = processing.unpad_detections(*outs)
-        keep = output["scores"] >= SCORE_THRESHOLD
-        boxes = boxes_to_original(output["boxes"][keep], scale=scale, orig_hw=hw)
-        engine_kept.append((boxes, output["masks"][keep], hw))
+        kept = output["scores"] >= SCORE_THRESHOLD
+        in_image = boxes_to_original(output["boxes"][kept], scale=scale, orig_hw=hw)
+        engine_kept.append((in_image, output["masks"][kept], hw))
 
     def served_post(i: int) -> list[dict[str, Any]]:
         boxes, scores, labels, masks = ops.unpad(*outputs[i])
