@@ -206,9 +206,7 @@ def steps(
     for outs, scale, hw in zip(outputs, scales, sizes, strict=True):
         boxes, scores, _, masks = ops.unpad(*outs)
         keep = scores >= np.float32(SCORE_THRESHOLD)
-        original = boxes[keep] / np.float32(scale)
-        original[:, 0::2] = np.clip(original[:, 0::2], 0, np.float32(hw[1]))
-        original[:, 1::2] = np.clip(original[:, 1::2], 0, np.float32(hw[0]))
+        original = ops.boxes_to_original(boxes[keep], scale=scale, orig_hw=hw)
         served_kept.append((original, masks[keep], hw))
     engine_kept = []
     for outs, (_, scale, hw) in zip(outputs, prepared, strict=True):

@@ -730,6 +730,16 @@ def categories_from_label_map(entries: Sequence[dict[str, Any]]) -> list[tuple[i
     return [(int(e["id"]), str(e["name"])) for e in ordered]
 
 
+def boxes_to_original(boxes: np.ndarray, *, scale: float, orig_hw: tuple[int, int]) -> np.ndarray:
+    """``[N, 4]`` xyxy boxes of the network's frame in original pixels: divided by
+    ``scale`` and clipped to ``orig_hw``, in float32 as the engine's
+    ``maskops.evaluation.postprocess.boxes_to_original``."""
+    original = boxes / np.float32(scale)
+    original[:, 0::2] = np.clip(original[:, 0::2], 0, np.float32(orig_hw[1]))
+    original[:, 1::2] = np.clip(original[:, 1::2], 0, np.float32(orig_hw[0]))
+    return original
+
+
 def detections_to_coco(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -756,9 +766,7 @@ def detections_to_coco(
     kept_labels = labels[keep]
     if kept_labels.size and (kept_labels.min() < 1 or kept_labels.max() > len(categories)):
         raise ValueError(f"labels outside 1..{len(categories)} in the network output")
-    original = boxes[keep] / np.float32(scale)
-    original[:, 0::2] = np.clip(original[:, 0::2], 0, np.float32(orig_hw[1]))
-    original[:, 1::2] = np.clip(original[:, 1::2], 0, np.float32(orig_hw[0]))
+    original = boxes_to_original(boxes[keep], scale=scale, orig_hw=orig_hw)
     rles = paste_masks_rle(original, masks[keep], orig_hw, threshold=mask_threshold)
     xywh = original.copy()
     xywh[:, 2:] -= xywh[:, :2]
