@@ -164,6 +164,19 @@ def synthetic_outputs(
 
 # --------------------------------------------------------------------------- steps
 
+COMPARED = {
+    "preprocessing": (
+        "served preprocess model (1 image a request)",
+        "in-process preprocess_image",
+    ),
+    "postprocessing": (
+        "served postprocess model (1 image a request)",
+        "in-process unpad_detections + coco_results",
+    ),
+}
+"""The same work on both paths, the served (numpy, in Triton's python models) against
+the in-process (torch): the baseline each served step is measured against in one run."""
+
 
 def steps(
     work: Path, images: Sequence[bytes], outputs: Sequence[Sequence[np.ndarray]]
@@ -348,6 +361,11 @@ def main() -> int:
             for name, spread in zip(named, spreads, strict=True)
         },
     }
+    medians = {name.strip(): spread.median for name, spread in zip(named, spreads, strict=True)}
+    figures["served_vs_in_process"] = {
+        step: round(medians[served] / medians[engine], 3)
+        for step, (served, engine) in COMPARED.items()
+    }
     record = conditions.record()
     machine = record["machine"]
     print(
@@ -361,6 +379,8 @@ def main() -> int:
     for name, spread in zip(named, spreads, strict=True):
         low, high = min(spread.values) * per_image, max(spread.values) * per_image
         print(f"{name:<48} {spread.median * per_image:9.2f}  ({low:.2f} - {high:.2f})")
+    for step, ratio in figures["served_vs_in_process"].items():
+        print(f"{step}: the served model takes {ratio}x the in-process time")
     if args.out:
         write_results(args.out, figures, conditions)
     return 0

@@ -158,8 +158,11 @@ def test_bench_serving_steps_times_each_host_step_of_both_paths(tmp_path: Path) 
     out = tmp_path / "steps.json"
     run_bench("bench_serving_steps.py", "--outputs", "synthetic", "--images", "2", "--rounds",
               "2", "--out", str(out))  # fmt: skip
-    steps = _results(out)["ms_per_image"]
+    doc = _results(out)
+    steps = doc["ms_per_image"]
     assert len(steps) >= 6 and all(row["median_ms"] > 0 for row in steps.values())
+    assert set(doc["served_vs_in_process"]) == {"preprocessing", "postprocessing"}
+    assert all(ratio > 0 for ratio in doc["served_vs_in_process"].values())
 
 
 def test_sync_sites_counts_only_synchronising_calls(tmp_path: Path) -> None:
