@@ -94,8 +94,25 @@ def load_model(part: str, version_dir: Path) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     model = module.TritonPythonModel()
-    model.initialize({"model_repository": str(version_dir.parent), "model_version": "1"})
+    model.initialize(
+        {
+            "model_repository": str(version_dir.parent),
+            "model_version": "1",
+            "model_config": json.dumps(served_config(part)),
+        }
+    )
     return model
+
+
+def served_config(part: str) -> dict[str, Any]:
+    """What of its config.pbtxt (as Triton's JSON) the model reads: the preprocess
+    model's image output, of the torch network's type (the GPU check serves that one)."""
+    from maskops.serving.model_configs import image_type
+    from maskops.serving.protocol import NET_INPUT
+
+    if part != "preprocess":
+        return {}
+    return {"output": [{"name": NET_INPUT, "data_type": image_type("torch")}]}
 
 
 # --------------------------------------------------------------------------- inputs
@@ -258,8 +275,9 @@ def steps(
             pre_model.execute([r]) for r in pre_requests
         ],
         "  ops.load_rgb: JPEG decode": lambda: [ops.load_rgb(d, fit=IMAGE_SIZE) for d in images],
-        "  ops.resize_and_pad: resize, pad, /255": lambda: [
-            ops.resize_and_pad(image, IMAGE_SIZE, hw) for image, hw in decoded
+        "  ops.resize_and_pad: resize, pad (uint8, the torch network's input)": lambda: [
+            ops.resize_and_pad(image, IMAGE_SIZE, hw, out=np.empty((3, *IMAGE_SIZE), np.uint8))
+            for image, hw in decoded
         ],
         "served postprocess model (1 image a request)": lambda: [
             post_model.execute([r]) for r in post_requests

@@ -25,9 +25,13 @@ per step, with the same precision. Arms:
   (TF32 matmuls), ``u8`` (uint8 images, divided on the device), ``prefetch`` (the next
   batch copied on a side CUDA stream), ``compact`` (masks cropped to their boxes),
   ``compile`` (backbone and FPN under ``torch.compile``, default mode; its first step
-  compiles, inside the warm-up), ``nmsbatch`` (one RPN NMS call for the batch). Not run
-  by default; on a GPU, ``tuning_vs_default`` gives each one's images/s over the
-  default's, per round: above 1, the default loses (bench/gpu_check.py runs them).
+  compiles, inside the warm-up), ``nmsbatch`` (one RPN NMS call for the batch),
+  ``graphs`` (backbone and FPN under ``torch.compile``'s ``reduce-overhead`` mode: on a
+  GPU their forward and backward replay as CUDA graphs, two launches instead of hundreds).
+  Not run by default; on a GPU, ``tuning_vs_default`` gives each one's images/s over the
+  default's, per round: above 1, the default loses (bench/gpu_check.py runs them). A
+  variant arm that fails is recorded with its error under ``failed_arms`` and not run
+  again; the other arms go on.
 
 Enough images are generated that neither loader starts a second epoch (or restarts its
 workers) inside the run. Each arm runs in its own process (its peak RSS, or peak CUDA
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -100,6 +105,7 @@ VARIANTS = {
     "compact": DeviceTuning(compact_masks=True),
     "compile": DeviceTuning(compiled_backbone="default"),
     "nmsbatch": DeviceTuning(one_nms_per_batch=True),
+    "graphs": DeviceTuning(compiled_backbone="reduce-overhead"),
 }
 """maskops arms with one device switch flipped from its default."""
 VARIANT_ARMS = tuple(f"maskops-{p}-{v}" for p in ("fp32", "amp") for v in VARIANTS)
@@ -342,7 +348,11 @@ def child(args: argparse.Namespace) -> None:
 
 def run_arm(arm: str, root: Path, args: argparse.Namespace, recorded: dict[str, Any]) -> float:
     """One arm in a fresh process; its images/s (into ``recorded``: peak memory, the max
-    over rounds, and the mean loss of each round)."""
+    over rounds, and the mean loss of each round). A variant arm that fails gives NaN and
+    its error under ``recorded[arm]["failed"]`` (and is not run again); any other ends the
+    run."""
+    if "failed" in recorded.get(arm, {}):
+        return math.nan
     command = [sys.executable, __file__, "--arm", arm, "--root", str(root)]
     for key in (
         "nlayers",
@@ -369,7 +379,12 @@ def run_arm(arm: str, root: Path, args: argparse.Namespace, recorded: dict[str, 
     lines = [x for x in process.stdout.splitlines() if x.startswith("RESULT ")]
     if process.returncode != 0 or not lines:
         print(process.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"arm {arm} failed (exit {process.returncode})")
+        if arm.count("-") < 2:
+            raise SystemExit(f"arm {arm} failed (exit {process.returncode})")
+        error = process.stderr.strip().splitlines()[-1:] or ["no output"]
+        recorded.setdefault(arm, {})["failed"] = f"exit {process.returncode}: {error[0][:300]}"
+        print(f"{arm:17s} failed, not run again: {recorded[arm]['failed']}", flush=True)
+        return math.nan
     figures: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     for key in ("peak_rss_mb", "peak_cuda_mb"):
         if key in figures:
@@ -400,7 +415,7 @@ def tuning_ratios(spreads: dict[str, Spread]) -> dict[str, Any]:
     for arm, spread in spreads.items():
         _loop, precision, *variant = arm.split("-")
         base = spreads.get(f"maskops-{precision}")
-        if not variant or base is None:
+        if not variant or base is None or math.isnan(spread.median):
             continue
         per_round = [a / b for a, b in zip(spread.values, base.values, strict=True)]
         ratios[arm] = {
@@ -409,6 +424,13 @@ def tuning_ratios(spreads: dict[str, Spread]) -> dict[str, Any]:
             "per_round_max": round(max(per_round), 3),
         }
     return ratios
+
+
+def arm_summary(spread: Spread, recorded: dict[str, Any]) -> dict[str, Any]:
+    """An arm's images/s over the rounds and what it recorded; a failed arm's error alone."""
+    if "failed" in recorded:
+        return {"failed": recorded["failed"]}
+    return {**spread.summary("images_per_s"), **recorded}
 
 
 def parse_args() -> argparse.Namespace:
@@ -464,7 +486,8 @@ def main() -> None:
         "images": images_for(train_images(args)),
         "amp": {"dtype": str(amp.dtype), "scaler": amp.needs_scaler} if amp.enabled else None,
         "amp_skipped": amp.declined or None,
-        "arms": {a: {**spreads[a].summary("images_per_s"), **recorded.get(a, {})} for a in arms},
+        "arms": {a: arm_summary(spreads[a], recorded.get(a, {})) for a in arms},
+        "failed_arms": {a: recorded[a]["failed"] for a in arms if "failed" in recorded.get(a, {})},
         "maskops_vs_torchvision": {
             p: compare(spreads, p)
             for p in ("fp32", "amp")

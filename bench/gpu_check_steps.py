@@ -785,9 +785,8 @@ def bench_train(
     require(done.returncode == 0, f"bench_train.py failed: {done.stderr[-1500:]}")
     doc: dict[str, Any] = json.loads(out.read_text())
     ctx.state["arm_s"] = (time.monotonic() - started) / (len(arms) * doc["config"]["rounds"])
-    return {
-        k: doc[k] for k in ("config", "amp", "arms", "maskops_vs_torchvision", "tuning_vs_default")
-    }
+    kept = ("config", "amp", "arms", "maskops_vs_torchvision", "tuning_vs_default", "failed_arms")
+    return {k: doc[k] for k in kept if k in doc}
 
 
 def tuning_arms(ctx: Context) -> tuple[str, list[str]]:
@@ -819,8 +818,11 @@ def step_throughput_tuning(ctx: Context) -> dict[str, Any]:
     else:
         arms = [f"maskops-{precision}", *(f"maskops-{precision}-{v}" for v in variants)]
         figures = bench_train(ctx, arms, "throughput_tuning")
-    require(len(figures["tuning_vs_default"]) == len(variants), "a variant arm is missing")
-    return {"tuning_vs_default": figures["tuning_vs_default"], "arms": figures["arms"]}
+    failed = figures.get("failed_arms", {})
+    measured = len(figures["tuning_vs_default"]) + len(failed)
+    require(measured == len(variants), "a variant arm is missing", figures)
+    kept = {"tuning_vs_default": figures["tuning_vs_default"], "arms": figures["arms"]}
+    return {**kept, "failed_arms": failed} if failed else kept
 
 
 BATCH_SWEEP = (4, 8, 16)

@@ -18,7 +18,8 @@ it, and its comparison decides). Then, in the same run: images/s served with 1 a
 concurrent clients, p50/p99 latency of one client at batch 1, and in-process eager
 images/s at batch 1 and 8 and its batch-1 latency, each end to end (encoded bytes in,
 COCO results out); tuning arms: the served rate with two instances of each composing
-model, and on CUDA a ``channels_last`` eager batch-8 run.
+model, and on CUDA eager batch-8 runs with ``channels_last``, with the backbone compiled,
+and with it compiled to CUDA graphs (:data:`EAGER_ARMS`).
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def timed_calls(call: Callable[[int], int], clients: int, seconds: float) -> dic
     return {
         "images_per_s": round(sum(done) / elapsed, 2),
         "calls": len(latencies),
+        "mean_ms": round(sum(latencies) / max(len(latencies), 1), 2),
         "p50_ms": round(percentile(latencies, 50), 2),
         "p99_ms": round(percentile(latencies, 99), 2),
     }
@@ -203,11 +205,71 @@ def _binary_input(name: str, datatype: str, shape: list[int], size: int) -> dict
     }
 
 
+STAT_PARTS = ("queue", "compute_input", "compute_infer", "compute_output")
+"""The parts of a request's time in a Triton model (its statistics extension): waiting in
+the scheduler's queue, inputs copied in, the model's own execution, outputs copied out."""
+
+
+def triton_statistics(url: str) -> dict[str, dict[str, int]]:
+    """Triton's cumulative statistics of every loaded model (``GET /v2/models/stats``):
+    ``{model: {"requests", "executions", "inferences", "success_ns", "<part>_ns"...}}``
+    (requests: successful ones; executions: batches run; inferences: batch items)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{url}/v2/models/stats", timeout=30) as answer:
+        doc = json.loads(answer.read())
+    totals: dict[str, dict[str, int]] = {}
+    for model in doc.get("model_stats", []):
+        stats = model["inference_stats"]
+        row = totals.setdefault(model["name"], {})
+        counts = {
+            "requests": stats["success"]["count"],
+            "executions": model.get("execution_count", 0),
+            "inferences": model.get("inference_count", 0),
+            "success_ns": stats["success"]["ns"],
+            **{f"{part}_ns": stats[part]["ns"] for part in STAT_PARTS},
+        }
+        for key, value in counts.items():  # versions add up
+            row[key] = row.get(key, 0) + int(value)
+    return totals
+
+
+def time_in_server(
+    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], name: str = NAME
+) -> dict[str, dict[str, float]]:
+    """Where the requests to ensemble ``name`` spent their time between two
+    :func:`triton_statistics`, by part of the ensemble (``ensemble``, ``preprocess``,
+    ``net``, ``postprocess``): the requests served, the mean batch each part executed,
+    and per request the mean ms in the part (``total_ms``) and in each of
+    :data:`STAT_PARTS`. A client's latency less the ensemble's ``total_ms`` is the time
+    outside the server's models: HTTP, the client, and Triton's handing over."""
+    from maskops.serving.protocol import EnsembleNames
+
+    names = EnsembleNames(name)
+    parts = {"ensemble": name, **{model.rsplit(".", 1)[1]: model for model in names.parts}}
+    figures = {}
+    for part, model in parts.items():
+        zero = dict.fromkeys(after.get(model, {}), 0)
+        delta = {k: v - before.get(model, zero).get(k, 0) for k, v in after.get(model, {}).items()}
+        requests = delta.get("requests", 0)
+        if not requests:
+            continue
+        row = {
+            "requests": requests,
+            "mean_batch": round(delta["inferences"] / max(delta["executions"], 1), 2),
+            "total_ms": round(delta["success_ns"] / requests / 1e6, 3),
+        }
+        row.update({f"{p}_ms": round(delta[f"{p}_ns"] / requests / 1e6, 3) for p in STAT_PARTS})
+        figures[part] = row
+    return figures
+
+
 def served_figures(
     url: str, images: Sequence[bytes], seconds: float, concurrency: Sequence[int]
 ) -> dict[str, Any]:
     """Images/s with each count of concurrent clients of one image per call (Triton
-    batches them dynamically); each run's p50/p99 latency per call."""
+    batches them dynamically); each run's latency per call, and where the server spent
+    it (:func:`time_in_server`)."""
     figures = {}
     for count in concurrency:
         connections = [HttpClient(url) for _ in range(count)]
@@ -217,7 +279,10 @@ def served_figures(
             return 1
 
         call(0)  # warm: the first call of each model allocates
-        figures[f"clients_{count}"] = timed_calls(call, count, seconds)
+        before = triton_statistics(url)
+        run: dict[str, Any] = timed_calls(call, count, seconds)
+        run["in_server"] = time_in_server(before, triton_statistics(url))
+        figures[f"clients_{count}"] = run
     return figures
 
 
@@ -283,7 +348,7 @@ def serving_check(
 
     from maskops.serving.launcher import TritonServer
     from maskops.serving.protocol import EnsembleNames
-    from maskops.serving.torch_network import TorchNetwork, resolve_precision
+    from maskops.serving.torch_network import resolve_precision
 
     cuda = device == "cuda"
     chosen = resolve_precision(precision, torch.device("cuda", 0) if cuda else torch.device("cpu"))
@@ -328,11 +393,8 @@ def serving_check(
             seconds=seconds,
         )
     eager = eager_figures(networks[NAME], images, seconds, concurrency)
-    if cuda:  # a tuning arm: NHWC weights and input (the training default on Ampere+)
-        nhwc = TorchNetwork(checkpoint, device="cuda:0", precision=chosen, channels_last=True)
-        eager[f"batch_{most}_channels_last"] = eager_figures(nhwc, images, seconds, [most])[
-            f"batch_{most}"
-        ]
+    if cuda:
+        eager.update(eager_tuning_arms(checkpoint, images, chosen, seconds, most))
     return {
         "placement": placement,
         "parity": reports,
@@ -346,6 +408,34 @@ def serving_check(
     }
 
 
+EAGER_ARMS: dict[str, dict[str, Any]] = {
+    "channels_last": {"channels_last": True},
+    "compiled": {"compile_mode": "default"},
+    "graphs": {"compile_mode": "reduce-overhead"},
+}
+"""Tuning arms of the in-process network on a GPU (:class:`TorchNetwork`'s options): NHWC
+weights and input (the training default on Ampere and later); the backbone and FPN under
+``torch.compile``; and compiled to replay as CUDA graphs (TAO's image size is fixed)."""
+
+
+def eager_tuning_arms(
+    checkpoint: Path, images: Sequence[bytes], precision: str, seconds: float, batch: int
+) -> dict[str, Any]:
+    """In-process images/s at ``batch`` of each of :data:`EAGER_ARMS`, end to end (the
+    compiling arms compile in their warm-up call); an arm that fails gives its error."""
+    from maskops.serving.torch_network import TorchNetwork
+
+    figures: dict[str, Any] = {}
+    for arm, options in EAGER_ARMS.items():
+        try:
+            network = TorchNetwork(checkpoint, device="cuda:0", precision=precision, **options)
+            timed = eager_figures(network, images, seconds, [batch])[f"batch_{batch}"]
+        except Exception as exc:  # one arm's failure is its figure; the others go on
+            timed = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        figures[f"batch_{batch}_{arm}"] = timed
+    return figures
+
+
 def served_with_instances(
     checkpoint: Path,
     images: Sequence[bytes],
@@ -356,7 +446,7 @@ def served_with_instances(
     cuda: bool,
     clients: int,
     seconds: float,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Served images/s and latency with ``clients`` concurrent clients, each composing
     model at ``instances`` instances (a repository and a server of its own)."""
     from maskops.serving.launcher import TritonServer
@@ -371,7 +461,7 @@ def served_with_instances(
         startup_timeout_s=300,
         python_bin=stub_python(work),
     ) as server:
-        figures: dict[str, float] = served_figures(server.http_url, images, seconds, [clients])[
+        figures: dict[str, Any] = served_figures(server.http_url, images, seconds, [clients])[
             f"clients_{clients}"
         ]
     return figures

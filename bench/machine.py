@@ -68,6 +68,33 @@ OTHER_WORK_LIMIT = 0.25
 it runs before its figures are marked loaded."""
 
 
+def descendants_cpu_s() -> float:
+    """CPU seconds spent so far by this process's live descendants and the children they
+    waited for (``/proc``): a server it started and that server's workers, whose time
+    ``RUSAGE_CHILDREN`` holds only once each parent has waited for each child."""
+    parents: dict[int, int] = {}
+    seconds: dict[int, float] = {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(stat.parent.name)
+        # After the name: state, ppid, ...; utime, stime, cutime, cstime are 11 to 14.
+        parents[pid] = int(fields[1])
+        seconds[pid] = sum(int(value) for value in fields[11:15]) / ticks
+    own, found = {os.getpid()}, True
+    while found:
+        found = False
+        for pid, parent in parents.items():
+            if parent in own and pid not in own:
+                own.add(pid)
+                found = True
+    own.discard(os.getpid())
+    return sum(seconds[pid] for pid in own)
+
+
 @dataclass(frozen=True)
 class CpuClock:
     """Wall time, CPU time spent by every process (``/proc/stat``) and by this benchmark."""
@@ -77,7 +104,9 @@ class CpuClock:
     own_s: float
 
     @classmethod
-    def now(cls) -> CpuClock:
+    def now(cls, *, descendants: bool = False) -> CpuClock:
+        """The clocks now; ``descendants``: this process's live descendants count as its
+        own too (:func:`descendants_cpu_s`)."""
         with Path("/proc/stat").open() as stat:
             # user nice system idle iowait irq softirq steal: all but idle and iowait busy.
             ticks = [int(value) for value in stat.readline().split()[1:9]]
@@ -86,6 +115,8 @@ class CpuClock:
         for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
             usage = resource.getrusage(who)
             own += usage.ru_utime + usage.ru_stime
+        if descendants:
+            own += descendants_cpu_s()
         return cls(time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), own)
 
     def other_work_share(self, later: CpuClock) -> float:
@@ -107,12 +138,19 @@ class RunConditions:
     machine: dict[str, Any] = field(default_factory=describe_machine)
     load_before: list[float] = field(default_factory=load_average)
     clock: CpuClock = field(default_factory=CpuClock.now)
+    ended: CpuClock | None = None
+
+    def end_now(self) -> None:
+        """End the run's clock here, while processes it started and does not wait for
+        itself still run (a server and its workers): their time counts as the run's own,
+        not as other work."""
+        self.ended = CpuClock.now(descendants=True)
 
     def record(self) -> dict[str, Any]:
         """The run's conditions; loaded when the machine was busy as it started, or when
         other work took more than ``OTHER_WORK_LIMIT`` of the CPUs while it ran (the load
         average after a run counts the benchmark's own processes, so it cannot say)."""
-        other_share = self.clock.other_work_share(CpuClock.now())
+        other_share = self.clock.other_work_share(self.ended or CpuClock.now())
         return {
             "command": shlex.join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
             "machine": self.machine,

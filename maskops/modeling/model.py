@@ -60,6 +60,9 @@ MASK_HEAD_LAYERS = (256, 256, 256, 256)
 MASK_PREDICTOR_DIM = 256
 
 PRUNABLE_LAYER_PREFIXES = ("backbone.", "rpn.head.conv.")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""The ``torch.compile`` modes :meth:`SpecMaskRCNN.compile_backbone` takes
+(``reduce-overhead`` replays the compiled code as CUDA graphs on a GPU)."""
 """Module-name prefixes of the convs whose filters structured pruning may remove: the ResNet
 body and FPN, and the RPN head's shared conv. The RoI heads keep their widths."""
 
@@ -180,13 +183,19 @@ class SpecMaskRCNN(MaskRCNN):
         return self
 
     def compile_backbone(self, mode: str) -> SpecMaskRCNN:
-        """Compile the backbone and FPN in place with ``torch.compile`` in ``mode`` for one
-        input shape (``dynamic=False``: every training batch is ``[B, 3, *image_size]``; an
-        evaluation's batch size or the eval-mode batch norm compiles once more).
+        """Compile the backbone and FPN in place with ``torch.compile`` in ``mode`` (one of
+        :data:`COMPILE_MODES`) for one input shape (``dynamic=False``: every training batch
+        is ``[B, 3, *image_size]``; an evaluation's batch size or the eval-mode batch norm
+        compiles once more).
 
         In place (``nn.Module.compile``), so parameter names, checkpoints and the optimizer
         see the same module; the first step pays the compilation.
+
+        Raises:
+            ValueError: ``mode`` is not a compile mode.
         """
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"{mode!r} is not a torch.compile mode ({', '.join(COMPILE_MODES)})")
         self.backbone.compile(mode=mode, dynamic=False)
         return self
 

@@ -21,9 +21,14 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 def unit_range(images: Tensor) -> Tensor:
     """uint8 images (0..255) as float32 in 0..1, exactly as the data pipeline divides them
-    (:func:`maskops.data.transforms.resize_and_pad`); float images unchanged."""
+    (:func:`maskops.data.transforms.resize_and_pad`) on any device; float images unchanged.
+    """
     if images.dtype == torch.uint8:
-        return images.to(torch.float32).div_(255.0)
+        # A divisor on the images' device, not a Python number: CUDA divides by a host
+        # scalar as a product with its reciprocal, which misses the quotient by one unit in
+        # the last place for 126 of the 256 values.
+        divisor = torch.full((), 255.0, dtype=torch.float32, device=images.device)
+        return images.to(torch.float32).div_(divisor)
     return images
 
 

@@ -69,9 +69,17 @@ def _config(
     )
 
 
-def _net_tensors(meta: GraphMetadata) -> tuple[list[str], list[str]]:
+def image_type(net_backend: str) -> str:
+    """The data type of the network's input image (:data:`NET_INPUT`) on ``net_backend``:
+    UINT8 on the torch network, which divides by 255 on its device (a quarter of the 13 MB
+    an 832x1344 float image takes to hand from the preprocess model to the network and to
+    copy to a GPU); FP32 on the others, whose exported graph takes floats."""
+    return "TYPE_UINT8" if net_backend == "torch" else "TYPE_FP32"
+
+
+def _net_tensors(meta: GraphMetadata, net_backend: str) -> tuple[list[str], list[str]]:
     d, m = meta.max_detections, meta.mask_resolution
-    inputs = [_tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size))]
+    inputs = [_tensor(NET_INPUT, image_type(net_backend), (3, *meta.image_size))]
     types = ("TYPE_FP32", "TYPE_FP32", "TYPE_INT64", "TYPE_FP32", "TYPE_INT32")
     shapes: tuple[tuple[int, ...], ...] = ((d, 4), (d,), (d,), (d, m, m), (1,))
     outputs = [
@@ -138,12 +146,14 @@ def render_configs(
     ``placement`` says where the network runs (default: the CPU); ``engine_cache`` is
     the folder, as Triton sees it, where onnxruntime's TensorRT accelerator caches its
     engines (GPU placements of the onnxruntime backend; None: no cache); ``precision``
-    the torch backend's (default: the export's data type).
+    the torch backend's (default: the export's data type); ``max_queue_delay_us`` how
+    long the network's dynamic batcher waits to fill a batch (the processing models do
+    not wait: :func:`_processing_configs`).
     """
     placement = placement or Placement()
     batch = max_batch_size or meta.max_batch_size
     net_batch = network_batch_size(meta, net_backend, batch)
-    configs = _processing_configs(names, meta, batch, instances, max_queue_delay_us)
+    configs = _processing_configs(names, meta, batch, instances, net_backend)
     configs[names.net] = _net_config(
         names.net,
         meta,
@@ -162,22 +172,28 @@ def render_configs(
     return configs
 
 
-def _image_tensors(meta: GraphMetadata) -> list[str]:
+def _image_tensors(meta: GraphMetadata, net_backend: str) -> list[str]:
     """The preprocess model's outputs: the network's input, the scale, the original size."""
     return [
-        _tensor(NET_INPUT, "TYPE_FP32", (3, *meta.image_size)),
+        _tensor(NET_INPUT, image_type(net_backend), (3, *meta.image_size)),
         _tensor(SCALE, "TYPE_FP32", (1,)),
         _tensor(ORIG_HW, "TYPE_INT32", (2,)),
     ]
 
 
 def _processing_configs(
-    names: EnsembleNames, meta: GraphMetadata, batch: int, instances: int, delay_us: int
+    names: EnsembleNames, meta: GraphMetadata, batch: int, instances: int, net_backend: str
 ) -> dict[str, str]:
-    """The configs of the python preprocess and postprocess models."""
-    _, net_outputs = _net_tensors(meta)
-    image_outputs = _image_tensors(meta)
-    extra = _batching(delay_us) + _instances(instances)
+    """The configs of the python preprocess and postprocess models.
+
+    They batch with no queue delay: each works through its batch one image at a time, so
+    a fuller batch saves nothing, and waiting for one added the whole delay to every
+    request of a lone client (2 ms each, Triton's statistics on a CPU). Requests that
+    arrive while an instance is busy still queue and go in its next batch.
+    """
+    _, net_outputs = _net_tensors(meta, net_backend)
+    image_outputs = _image_tensors(meta, net_backend)
+    extra = _batching(0) + _instances(instances)
     return {
         names.preprocess: _config(
             names.preprocess,
@@ -251,7 +267,7 @@ def _net_config(
     accelerator: str,
 ) -> str:
     """The network model's config.pbtxt (``extra``: its instance_group)."""
-    net_inputs, net_outputs = _net_tensors(meta)
+    net_inputs, net_outputs = _net_tensors(meta, net_backend)
     if net_backend in ("python", "torch"):
         return _config(
             name,

@@ -45,7 +45,9 @@ published before, which clients still serve."""
 # graph's (maskops.export.graph.INPUT_NAME / OUTPUT_NAMES, checked equal by a unit test:
 # that module imports torch and onnx, this one cannot).
 NET_INPUT = "images"
-"""The network's input: FP32 ``[3, H, W]`` per item, RGB 0..1, resized and padded."""
+"""The network's input: ``[3, H, W]`` per item, resized and padded; FP32 RGB 0..1, or UINT8
+RGB 0..255 on the torch network, which divides by 255 itself (versions published before
+took FP32 there too)."""
 NET_OUTPUTS: tuple[str, ...] = ("boxes", "scores", "labels", "masks", "num_detections")
 """The network's outputs per item, padded to D rows: FP32 ``[D, 4]`` xyxy, FP32 ``[D]``,
 INT64 ``[D]`` (labels 1..K), FP32 ``[D, M, M]`` mask probabilities, INT32 ``[1]``."""

@@ -4,8 +4,10 @@ The ``torch`` network backend (``torch_network_model.py`` in Triton's python bac
 in-process reference it is checked against and bench/gpu_serving.py all run this one
 forward, so served and in-process detections come from the same code:
 
-- in: ``images`` float32 ``[N, 3, H, W]``, RGB 0..1, resized and padded by the preprocess
-  model (the network normalises);
+- in: ``images`` ``[N, 3, H, W]``, RGB, resized and padded by the preprocess model: uint8
+  0..255 (what the served preprocess model hands over: a quarter of the bytes to copy to
+  the device, divided by 255 there, bit for bit as on the host) or float32 0..1 (the
+  network normalises);
 - out: the exported graph's five padded tensors (:mod:`maskops.export.graph`):
   ``boxes`` float32 ``[N, D, 4]``, ``scores`` float32 ``[N, D]``, ``labels`` int64
   ``[N, D]``, ``masks`` float32 ``[N, D, M, M]`` probabilities, ``num_detections`` int32
@@ -78,7 +80,10 @@ class TorchNetwork:
     """A checkpoint in eval mode on ``device`` at ``precision`` (see module doc).
 
     Heavy: builds the model and moves it to the device. ``channels_last`` stores the
-    weights and input in NHWC (a tuning arm on GPUs).
+    weights and input in NHWC; ``compile_mode`` compiles the backbone and FPN with
+    ``torch.compile`` in that mode for each batch size it meets (``reduce-overhead``: as
+    CUDA graphs on a GPU; :meth:`SpecMaskRCNN.compile_backbone`), the first call of each
+    size paying the compilation. Both are tuning arms on GPUs, off by default.
     """
 
     def __init__(
@@ -88,15 +93,18 @@ class TorchNetwork:
         device: str | torch.device = "cpu",
         precision: str = "auto",
         channels_last: bool = False,
+        compile_mode: str | None = None,
     ) -> None:
         loaded = load_model(checkpoint, map_location="cpu")
         self.device = torch.device(device)
         self.precision = resolve_precision(precision, self.device)
         self.channels_last = channels_last
-        model: nn.Module = loaded.model.eval().to(self.device)
+        model = loaded.model.eval().to(self.device)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
-        self.model = model
+        if compile_mode is not None:
+            model = model.compile_backbone(compile_mode)
+        self.model: nn.Module = model
         image_size = loaded.spec.data_config.image_size
         self.info = NetworkInfo(
             spec=loaded.spec,
@@ -108,8 +116,13 @@ class TorchNetwork:
 
     @torch.inference_mode()
     def __call__(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``images`` ``[N, 3, H, W]`` (any device) -> the five padded outputs."""
-        images = images.to(self.device, torch.float32, non_blocking=True)
+        """``images`` ``[N, 3, H, W]`` uint8 or float (any device) -> the five padded
+        outputs."""
+        # To the device as they are: a uint8 batch is divided there, by the model's
+        # transform (``unit_range``).
+        images = images.to(self.device, non_blocking=True)
+        if images.is_floating_point():
+            images = images.float()
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         dtype = AUTOCAST_DTYPES.get(self.precision)

@@ -7,7 +7,8 @@ the other served models it imports torch and the maskops engine
 inference runs): only the Triton images that install the engine serve it (the ``torch``
 variant of services/triton/Dockerfile; ``maskops serve``, whose Python has it).
 
-Inputs: ``images`` FP32 ``[3, H, W]`` per batch item; outputs as the ONNX network's
+Inputs: ``images`` UINT8 ``[3, H, W]`` per batch item (FP32 in versions published before);
+outputs as the ONNX network's
 (:mod:`maskops.serving.protocol`). The images of all the requests Triton's dynamic batcher
 hands over together run as one batch and the rows go back to their requests. Tensors
 cross the stub by DLPack both ways (numpy 2 safe, and a GPU output is handed over

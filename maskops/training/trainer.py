@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from maskops.modeling import LOSS_NAMES
+from maskops.modeling.model import COMPILE_MODES
 from maskops.training.errors import NonFiniteLossError, SkippedStepsError
 from maskops.training.optim import l1_penalty
 from maskops.training.prefetch import Batch, move_batch
@@ -91,10 +92,6 @@ def trains_channels_last(device: torch.device, capability: tuple[int, int] | Non
     return tuple(capability) >= AMPERE_CAPABILITY
 
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-"""The ``torch.compile`` modes ``DeviceTuning.compiled_backbone`` may name."""
-
-
 @dataclass(frozen=True)
 class DeviceTuning:
     """How training feeds its device and lays out its tensors; None = the device's default.
@@ -127,7 +124,8 @@ class DeviceTuning:
     ``image_size`` frame, about 1 MB an instance at 832x1344; the mask head's targets are
     the same: :mod:`maskops.mask_crops`) and
     ``compiled_backbone`` (the backbone and FPN compiled by ``torch.compile`` for the one
-    padded ``image_size``, in that mode: one of :data:`COMPILE_MODES`; None = eager).
+    padded ``image_size``, in that mode: one of
+    :data:`maskops.modeling.model.COMPILE_MODES`; None = eager).
     ``one_nms_per_batch`` (also off until measured): the RPN's NMS runs once for the
     batch instead of once per image, one read of the device instead of one per image for
     B times the box pairs; the proposals are the same.

@@ -6,8 +6,10 @@ the rest of the suite); the published ones come from idle runs (bench/readme_tab
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -85,6 +87,28 @@ def test_other_processes_cpu_time_marks_a_run_loaded_and_its_own_does_not() -> N
     assert record["other_work_share"] > own_share + 0.3
 
 
+SERVER = (
+    "import os, subprocess, sys\n"
+    "workers = [subprocess.Popen([sys.executable, '-c', os.environ['SPIN']]) for _ in range({n})]\n"
+    "for worker in workers: worker.wait()"
+)
+
+
+def test_a_run_ended_while_its_server_runs_counts_the_servers_workers_as_its_own() -> None:
+    """A benchmark's server and the workers it starts (Triton's python stubs, say) are
+    not waited for by the benchmark: ended while they run, their time is the run's."""
+    run = machine.RunConditions(load_before=[0.0, 0.0, 0.0])
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER.format(n=os.cpu_count() or 1)],
+        env={**os.environ, "SPIN": SPIN.format(s=2.0)},
+    )
+    time.sleep(1.5)
+    as_other_work = run.record()["other_work_share"]
+    run.end_now()
+    server.wait()
+    assert run.record()["other_work_share"] < as_other_work - 0.25
+
+
 def test_bench_eval_tiny(tmp_path: Path) -> None:
     out = tmp_path / "eval.json"
     run_bench("bench_eval.py", "--images", "2", "--detections", "10", "--height", "128",
@@ -109,6 +133,26 @@ def test_bench_train_tiny(tmp_path: Path) -> None:
         assert arm["median_images_per_s"] > 0 and arm["peak_rss_mb"] > 0
         assert len(arm["mean_loss_by_round"]) == 1 and arm["mean_loss_by_round"][0] > 0
     assert doc["maskops_vs_torchvision"]["fp32"]["ratio"] > 0
+
+
+def test_a_variant_arm_that_fails_is_recorded_and_the_others_go_on(tmp_path: Path) -> None:
+    """A switch that cannot run on this device (a compile mode, say) costs its own arm,
+    once: its error is kept, it is not started again, and it gives no ratio."""
+    bench_train = load_bench_module("bench_train")
+    args = argparse.Namespace(nlayers=10, image_size=[128, 128], batch=1, steps=1, warmup=1,
+                              workers=0, threads=1, device="cpu", coco_shaped=False)  # fmt: skip
+    recorded: dict[str, Any] = {}
+    arm = "maskops-fp32-nosuch"  # no such switch: the arm's process fails at its start
+    assert math.isnan(bench_train.run_arm(arm, tmp_path, args, recorded))
+    assert recorded[arm]["failed"].startswith("exit 1: KeyError: 'nosuch'")
+    started = time.monotonic()
+    assert math.isnan(bench_train.run_arm(arm, tmp_path, args, recorded))
+    assert time.monotonic() - started < 0.5  # not run again
+    spreads = {"maskops-fp32": timing.Spread((2.0,)), arm: timing.Spread((math.nan,))}
+    assert bench_train.tuning_ratios(spreads) == {}
+    assert bench_train.arm_summary(spreads[arm], recorded[arm]) == recorded[arm]
+    with pytest.raises(SystemExit, match="arm maskops-fp32 failed"):  # not a variant: the end
+        bench_train.run_arm("maskops-fp32", tmp_path / "no-data", args, {})
 
 
 def test_coco_shaped_data_is_crowded_resized_and_flipped_alike(tmp_path: Path) -> None:
@@ -274,6 +318,26 @@ def test_bench_serving_tiny(tmp_path: Path) -> None:
         assert mode["capacity_images_per_s"] > 0
         assert [row["load"] for row in mode["open_loop"]] == [0.5, 0.8, 1.2]
         assert all(row["failures"] == 0 and row["requests"] == 3 for row in mode["open_loop"])
+
+
+def test_bench_served_overhead_serves_both_protocols_and_says_where_time_goes(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "overhead.json"
+    run_bench("bench_served_overhead.py", "--rounds", "1", "--requests", "1", "--image-size",
+              "128", "128", "--out", str(out))  # fmt: skip
+    doc = _results(out)
+    assert set(doc["overhead_ms"]) == {"current", "former"} and doc["former_over_current"] > 0
+    for arm in ("current", "former"):
+        assert doc["overhead_ms"][arm]["median_ms"] > 0
+        parts = doc["parts"][arm]
+        assert set(parts) == {"ensemble", "preprocess", "net", "postprocess"}
+        assert all(part["requests"] == 1 for part in parts.values())
+        assert parts["net"]["compute_infer_ms"] > 0
+    # The former configs make the processing models wait 2 ms for a batch that never fills.
+    former, current = doc["parts"]["former"], doc["parts"]["current"]
+    assert former["preprocess"]["queue_ms"] >= 1.9 and former["postprocess"]["queue_ms"] >= 1.9
+    assert current["preprocess"]["queue_ms"] < former["preprocess"]["queue_ms"]
 
 
 def test_bench_precision_measures_each_serving_arm_on_a_model_that_detects(

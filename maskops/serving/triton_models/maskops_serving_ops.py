@@ -404,12 +404,15 @@ def resize_and_pad(
 
     ``full_hw``: the original size when ``image`` was decoded reduced (see
     :func:`load_rgb`); the output size and the scale are those of the original.
-    ``out``: a float32 ``[3, *image_size]`` array to write into (a batch's row, say);
-    all of it is written. By default a new one.
+    ``out``: a ``[3, *image_size]`` array to write into (a batch's row, say), float32 for
+    values in 0..1 or uint8 for 0..255 (a quarter of the bytes; the torch network divides
+    by 255 on its device, bit for bit as here); all of it is written. By default a new
+    float32 one.
 
     Returns:
-        (``[3, image_size[0], image_size[1]]`` float32 in 0..1, zero-padded bottom/right;
-        ``scale``, which maps original pixel coordinates to the returned frame).
+        (``[3, image_size[0], image_size[1]]`` float32 in 0..1 or uint8, zero-padded
+        bottom/right; ``scale``, which maps original pixel coordinates to the returned
+        frame).
     """
     height, width = full_hw or (int(image.shape[0]), int(image.shape[1]))
     scale = fit_scale(height, width, image_size)
@@ -417,17 +420,22 @@ def resize_and_pad(
     if out is None:
         out = np.zeros((3, *image_size), dtype=np.float32)
     else:
-        if out.shape != (3, *image_size) or out.dtype != np.float32:
-            raise ValueError(f"out: float32 [3, {image_size[0]}, {image_size[1]}] expected")
-        out[:, new_h:] = 0.0
-        out[:, :new_h, new_w:] = 0.0
+        if out.shape != (3, *image_size) or out.dtype not in (np.float32, np.uint8):
+            raise ValueError(
+                f"out: float32 or uint8 [3, {image_size[0]}, {image_size[1]}] expected"
+            )
+        out[:, new_h:] = 0
+        out[:, :new_h, new_w:] = 0
     region = out[:, :new_h, :new_w]
     planes = image.transpose(2, 0, 1)
     if (new_h, new_w) != image.shape[:2]:
         planes = _resize_planes(image, (new_h, new_w), out=region)
-    # float32(v) / 255, as torch's uint8 -> float32 copy then division (in place where the
-    # resize wrote into ``region``).
-    np.divide(planes, np.float32(255.0), out=region, dtype=np.float32)
+    if out.dtype == np.uint8:
+        np.copyto(region, planes, casting="unsafe")  # whole values 0..255: exact
+    else:
+        # float32(v) / 255, as torch's uint8 -> float32 copy then division (in place where
+        # the resize wrote into ``region``).
+        np.divide(planes, np.float32(255.0), out=region, dtype=np.float32)
     return out, scale
 
 
@@ -438,9 +446,10 @@ def preprocess(
     name: str = "image",
     out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, tuple[int, int]]:
-    """Encoded image -> (float32 ``[3, H, W]`` network input, scale, original (h, w)).
+    """Encoded image -> (``[3, H, W]`` network input, scale, original (h, w)).
 
-    ``out``: where to write the network input (see :func:`resize_and_pad`).
+    ``out``: where to write the network input, float32 or uint8 (see
+    :func:`resize_and_pad`).
 
     Raises:
         ImageDecodeError: not a decodable JPEG/PNG (message names ``name``).
@@ -801,6 +810,24 @@ def encode_detections(results: Sequence[dict[str, Any]]) -> bytes:
 # BYTES tensors. DLPack does not go through that code: inputs are read and outputs handed
 # over by DLPack, and the ensemble's encoded image and answer travel as UINT8
 # (docs/architecture.md, "numpy 2 in the python backend").
+
+
+def output_dtype(model_config: dict[str, Any], name: str) -> type[np.uint8 | np.float32]:
+    """The numpy type of output ``name`` in a model's config (Triton's JSON of it, the
+    ``model_config`` argument of ``initialize``): uint8 for TYPE_UINT8, float32 for
+    TYPE_FP32.
+
+    Raises:
+        ValueError: no such output, or another type.
+    """
+    types: dict[str, type[np.uint8 | np.float32]] = {
+        "TYPE_UINT8": np.uint8,
+        "TYPE_FP32": np.float32,
+    }
+    for output in model_config.get("output", []):
+        if output.get("name") == name and output.get("data_type") in types:
+            return types[output["data_type"]]
+    raise ValueError(f"the model's config has no UINT8 or FP32 output {name!r}")
 
 
 def input_array(pb_utils: Any, request: Any, name: str) -> np.ndarray:

@@ -54,3 +54,15 @@ def test_checkpoint_loads_onto_cuda(
         (ref,) = model([image])
         (got,) = loaded.model([image.cuda()])
     torch.testing.assert_close(got["scores"].cpu(), ref["scores"], atol=1e-3, rtol=1e-3)
+
+
+def test_uint8_images_divide_on_the_gpu_exactly_as_on_the_host() -> None:
+    """Every uint8 value divided by 255 on the GPU (``unit_range``: the uint8 training
+    images and the torch network's served input) is the host's float32 quotient, to the
+    bit: a product with the reciprocal would miss it for 126 of the 256."""
+    from maskops.modeling.transform import unit_range
+
+    values = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16)
+    on_gpu = unit_range(values.cuda()).cpu()
+    assert torch.equal(on_gpu, values.to(torch.float32) / torch.tensor(255.0))
+    assert torch.equal(on_gpu, unit_range(values))

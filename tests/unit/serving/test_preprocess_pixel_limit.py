@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import json_format, text_format
 from PIL import Image
+from tritonclient.grpc import model_config_pb2
 
 from maskops.serving import EnsembleNames
 from maskops.serving.client import InvalidImage, _translate
@@ -79,8 +81,17 @@ def preprocess(repository: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     # model.py imports maskops_serving_ops from its own folder: not left for other tests.
     monkeypatch.delitem(sys.modules, "maskops_serving_ops")
     model = module.TritonPythonModel()
-    model.initialize({"model_repository": str(folder), "model_version": "1"})
+    model.initialize({**config_argument(folder), "model_repository": str(folder)})
     return model
+
+
+def config_argument(folder: Path) -> dict[str, str]:
+    """What Triton hands ``initialize`` of a model's config: its JSON, field names as in
+    the proto, and the version."""
+    text = (folder / "config.pbtxt").read_text()
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    as_json = json_format.MessageToJson(config, preserving_proto_field_name=True)
+    return {"model_config": as_json, "model_version": "1"}
 
 
 def _request(*images: bytes) -> dict[str, np.ndarray]:

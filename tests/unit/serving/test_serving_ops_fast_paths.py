@@ -114,8 +114,21 @@ def test_resize_and_pad_writes_all_of_a_given_output(ops) -> None:
         got, scale = ops.resize_and_pad(image, (64, 96), out=row)
         assert got is row and scale == want_scale
         np.testing.assert_array_equal(row, want)
-    with pytest.raises(ValueError, match="float32"):
+    with pytest.raises(ValueError, match="float32 or uint8"):
         ops.resize_and_pad(image, (64, 96), out=np.zeros((3, 64, 96), np.float64))
+
+
+def test_a_uint8_output_holds_the_float_outputs_pixels_before_the_division(ops) -> None:
+    """What the preprocess model hands the torch network: the same resized, padded pixels
+    as whole values, which divided by 255 in float32 are the float output to the bit."""
+    rng = np.random.default_rng(5)
+    for hw in ((256, 256), (300, 40), (64, 96), (1, 1), (640, 960)):
+        image = rng.integers(0, 256, (*hw, 3), dtype=np.uint8)
+        want, want_scale = ops.resize_and_pad(image, (64, 96))
+        row = np.full((3, 64, 96), 7, dtype=np.uint8)  # a batch row, not zeroed
+        got, scale = ops.resize_and_pad(image, (64, 96), out=row)
+        assert got is row and scale == want_scale
+        np.testing.assert_array_equal(row.astype(np.float32) / np.float32(255.0), want)
 
 
 # --------------------------------------------------------------------------- mask pasting
@@ -211,3 +224,12 @@ def test_runs_to_counts_equals_the_diff_of_its_boundaries(ops) -> None:
         want = want[:-1] if transitions.size and want[-1] == 0 else want
         assert counts.dtype == np.uint32
         np.testing.assert_array_equal(counts, want if transitions.size else [pixels])
+
+
+def test_the_preprocess_model_takes_its_image_type_from_its_config(ops) -> None:
+    config = {"output": [{"name": "scale", "data_type": "TYPE_FP32"}]}
+    config["output"].append({"name": "images", "data_type": "TYPE_UINT8"})
+    assert ops.output_dtype(config, "images") is np.uint8
+    assert ops.output_dtype(config, "scale") is np.float32
+    with pytest.raises(ValueError, match="no UINT8 or FP32 output 'orig_hw'"):
+        ops.output_dtype(config, "orig_hw")

@@ -59,3 +59,33 @@ def test_the_ensemble_carries_encoded_bytes_as_uint8(meta) -> None:
     assert (image.name, image.data_type, list(image.dims)) == ("image_bytes", uint8, [-1])
     assert [(t.data_type, list(t.dims)) for t in ensemble.output] == [(uint8, [-1])]
     assert preprocess.input[0].allow_ragged_batch
+
+
+@pytest.mark.parametrize(
+    ("backend", "image_type"),
+    [("torch", "TYPE_UINT8"), ("python", "TYPE_FP32"), ("onnxruntime", "TYPE_FP32")],
+)
+def test_the_image_is_handed_to_the_network_in_the_type_it_takes(
+    meta, backend: str, image_type: str
+) -> None:
+    """The torch network takes uint8 pixels and divides them on its device; an exported
+    graph takes floats. The preprocess model writes what its config says."""
+    names = EnsembleNames("m")
+    configs = render_configs(names, meta, net_backend=backend)  # type: ignore[arg-type]
+    preprocess = text_format.Parse(configs[names.preprocess], model_config_pb2.ModelConfig())
+    wanted = model_config_pb2.DataType.Value(image_type)
+    [image_out] = [t for t in preprocess.output if t.name == "images"]
+    assert image_out.data_type == wanted
+    assert [t.data_type for t in _net(configs).input if t.name == "images"] == [wanted]
+
+
+def test_the_processing_models_batch_without_waiting_and_the_network_waits(meta) -> None:
+    """A lone client's request goes through preprocess and postprocess at once; only the
+    network, whose batch runs as one, waits to fill it."""
+    names = EnsembleNames("m")
+    configs = render_configs(names, meta, net_backend="torch", max_queue_delay_us=1500)
+    for model in (names.preprocess, names.postprocess):
+        config = text_format.Parse(configs[model], model_config_pb2.ModelConfig())
+        assert config.HasField("dynamic_batching")
+        assert config.dynamic_batching.max_queue_delay_microseconds == 0
+    assert _net(configs).dynamic_batching.max_queue_delay_microseconds == 1500

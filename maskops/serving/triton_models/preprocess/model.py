@@ -1,14 +1,15 @@
 """``_<name>.preprocess``: encoded image bytes -> resized, padded float image + scale + size.
 
 Inputs (per batch item): ``image_bytes`` UINT8 ``[L]``, the encoded file (zero bytes may
-follow it). Outputs: ``images`` FP32
-``[3, H, W]`` (RGB 0..1, the graph normalises), ``scale`` FP32 ``[1]``, ``orig_hw`` INT32
-``[2]``. A request whose bytes do not decode, or whose image is beyond the limits in
-settings.json (written by publish from the API's own: ``max_image_pixels``,
-``max_image_side``, ``max_image_aspect``), gets an error naming the problem (the client
-turns it into ``InvalidImage``). The API checks those limits too, but a client may talk to
-Triton directly: a 13000 x 13000 PNG of 164 KB took 6.6 s and 2.2 GB to decode, and a
-69-byte PNG of 1 x 50,000,000 pixels tied up the model for a minute.
+follow it). Outputs: ``images`` ``[3, H, W]``, FP32 RGB 0..1 or UINT8 RGB 0..255, the type
+this model's config gives it (UINT8 for the torch network, which divides on its device:
+a quarter of the bytes to hand over and copy; the network normalises), ``scale`` FP32
+``[1]``, ``orig_hw`` INT32 ``[2]``. A request whose bytes do not decode, or whose image
+is beyond the limits in settings.json (written by publish from the API's own:
+``max_image_pixels``, ``max_image_side``, ``max_image_aspect``), gets an error naming the
+problem (the client turns it into ``InvalidImage``). The API checks those limits too, but
+a client may talk to Triton directly: a 13000 x 13000 PNG of 164 KB took 6.6 s and 2.2 GB
+to decode, and a 69-byte PNG of 1 x 50,000,000 pixels tied up the model for a minute.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class TritonPythonModel:
         self.image_size = (int(settings["image_size"][0]), int(settings["image_size"][1]))
         # Versions published before a limit was written have none but Pillow's own.
         self.limits = ImageLimits.from_settings(settings)
+        self.image_dtype = ops.output_dtype(json.loads(args["model_config"]), ops.NET_INPUT)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         return [self._answer(request) for request in requests]
@@ -45,7 +47,7 @@ class TritonPythonModel:
         encoded = ops.input_array(pb_utils, request, ops.IMAGE_BYTES)
         # Each image is written straight into its row of the batch: stacking 13 MB network
         # inputs (832x1344) and converting the stack cost two more copies of each.
-        images = np.empty((len(encoded), 3, *self.image_size), dtype=np.float32)
+        images = np.empty((len(encoded), 3, *self.image_size), dtype=self.image_dtype)
         try:
             prepared = [
                 self._prepare(item.tobytes(), f"image {i}", images[i])
