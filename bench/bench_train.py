@@ -26,8 +26,8 @@ per step, with the same precision. Arms:
   batch copied on a side CUDA stream), ``compact`` (masks cropped to their boxes),
   ``compile`` (backbone and FPN under ``torch.compile``, default mode; its first step
   compiles, inside the warm-up), ``nmsbatch`` (one RPN NMS call for the batch),
-  ``graphs`` (backbone and FPN under ``torch.compile``'s ``reduce-overhead`` mode: on a
-  GPU their forward and backward replay as CUDA graphs, two launches instead of hundreds).
+  ``graphs`` (the backbone and FPN's forward and backward captured once and replayed as
+  CUDA graphs: two launches a step instead of hundreds; CUDA only).
   Not run by default; on a GPU, ``tuning_vs_default`` gives each one's images/s over the
   default's, per round: above 1, the default loses (bench/gpu_check.py runs them). A
   variant arm that fails is recorded with its error under ``failed_arms`` and not run
@@ -105,7 +105,7 @@ VARIANTS = {
     "compact": DeviceTuning(compact_masks=True),
     "compile": DeviceTuning(compiled_backbone="default"),
     "nmsbatch": DeviceTuning(one_nms_per_batch=True),
-    "graphs": DeviceTuning(compiled_backbone="reduce-overhead"),
+    "graphs": DeviceTuning(graphed_backbone=True),
 }
 """maskops arms with one device switch flipped from its default."""
 VARIANT_ARMS = tuple(f"maskops-{p}-{v}" for p in ("fp32", "amp") for v in VARIANTS)

@@ -51,6 +51,7 @@ from maskops.training.distributed import (
     torchrun_env,
 )
 from maskops.training.errors import TrainingCancelled, TrainingError
+from maskops.training.graphed import graph_backbone
 from maskops.training.hooks import (
     BEST_FILE,
     BestCheckpointHook,
@@ -333,6 +334,8 @@ def _train(
     )
     start_step = _resume(run, checkpointer, resume_from, resumed)
     del resumed  # the model and optimizer hold what they need of it
+    if run.tuning.graphed_backbone:
+        _graph_backbone(run, model, amp)
     trainer = Trainer(
         model=_parallel(run, model),
         optimizer=optimizer,
@@ -454,6 +457,31 @@ def _resume(
     elif not restore_rank_state(run.results_dir, info.rank, start_step):
         logger.warning("rank %d: no RNG state of step %d, rank 0's used", info.rank, start_step)
     return start_step
+
+
+def _graph_backbone(run: _Run, model: nn.Module, amp: AmpSettings) -> None:
+    """``DeviceTuning.graphed_backbone``: the backbone and FPN as CUDA graphs, for the
+    spec's batch per GPU at its image size. One process, one micro-batch a step: under
+    several ranks DistributedDataParallel's gradient hooks have not been tried with the
+    graphs, and the gradients the backward graph returns live in its own buffers, which
+    a parameter's ``.grad`` may take as they are, so the next micro-batch's replay would
+    overwrite an accumulated gradient."""
+    if run.info.world_size > 1 or run.spec.accumulate_grad_steps > 1:
+        run.log(
+            "graphed_backbone: left off (%d ranks, %d micro-batches a step; one of each)",
+            run.info.world_size,
+            run.spec.accumulate_grad_steps,
+        )
+        return
+    height, width = run.spec.data_config.image_size
+    channels_last = bool(run.tuning.channels_last)
+    graph_backbone(
+        model.backbone,  # type: ignore[arg-type]
+        batch_shape=(run.spec.train_batch_size, 3, height, width),
+        memory_format=torch.channels_last if channels_last else torch.contiguous_format,
+        autocast_dtype=amp.dtype if amp.enabled else None,
+    )
+    run.log("graphed_backbone: the backbone and FPN replay as CUDA graphs")
 
 
 def _parallel(run: _Run, model: nn.Module) -> nn.Module:

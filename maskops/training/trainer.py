@@ -128,7 +128,11 @@ class DeviceTuning:
     :data:`maskops.modeling.model.COMPILE_MODES`; None = eager).
     ``one_nms_per_batch`` (also off until measured): the RPN's NMS runs once for the
     batch instead of once per image, one read of the device instead of one per image for
-    B times the box pairs; the proposals are the same.
+    B times the box pairs; the proposals are the same. ``graphed_backbone`` (also off
+    until measured; CUDA only, one process, no gradient accumulation): the backbone and
+    FPN's training forward and
+    backward captured once and replayed as CUDA graphs
+    (:func:`maskops.training.graphed.graph_backbone`); not with ``compiled_backbone``.
     """
 
     channels_last: bool | None = None
@@ -141,8 +145,11 @@ class DeviceTuning:
     compact_masks: bool | None = None
     compiled_backbone: str | None = None
     one_nms_per_batch: bool | None = None
+    graphed_backbone: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.compiled_backbone is not None and self.graphed_backbone:
+            raise ValueError("compiled_backbone and graphed_backbone: choose one")
         if self.compiled_backbone is not None and self.compiled_backbone not in COMPILE_MODES:
             raise ValueError(
                 f"compiled_backbone: {self.compiled_backbone!r} is not a torch.compile mode "
@@ -168,6 +175,7 @@ class DeviceTuning:
             compact_masks=bool(self.compact_masks),
             compiled_backbone=self.compiled_backbone,
             one_nms_per_batch=bool(self.one_nms_per_batch),
+            graphed_backbone=bool(self.graphed_backbone) and cuda,
         )
 
 

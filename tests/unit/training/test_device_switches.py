@@ -3,8 +3,8 @@
 ``prefetch_stream`` passes batches through on a CPU, so a run with it must compute exactly
 the losses of one without; ``compact_masks`` crops each mask to its box, and the mask head's
 targets, hence the losses, stay equal within float rounding; ``one_nms_per_batch`` keeps
-the same proposals. On a GPU the prefetcher's copy
-must overlap the compute stream's work (``gpu`` marked).
+the same proposals. On a GPU the prefetcher's copy must overlap the compute stream's work,
+and the backbone replayed as CUDA graphs trains to the eager losses (``gpu`` marked).
 """
 
 from __future__ import annotations
@@ -121,3 +121,34 @@ def test_the_next_batch_copies_while_the_compute_stream_is_busy() -> None:
     assert torch.equal(third[1][0]["boxes"].cpu(), host[2][1][0]["boxes"])
     with pytest.raises(StopIteration):
         next(prefetcher)
+
+
+def test_the_graphed_backbone_is_cudas_alone_and_never_beside_a_compiled_one() -> None:
+    from maskops.modeling import build_model
+    from maskops.spec.models import MaskRCNNConfig
+    from maskops.training.graphed import graph_backbone
+
+    on_cpu = DeviceTuning(graphed_backbone=True).resolve(torch.device("cpu"))
+    assert on_cpu.graphed_backbone is False
+    with pytest.raises(ValueError, match="choose one"):
+        DeviceTuning(graphed_backbone=True, compiled_backbone="default")
+    model = build_model(MaskRCNNConfig(nlayers=10), num_classes=3, image_size=(64, 64))
+    with pytest.raises(RuntimeError, match="on a CUDA device"):
+        graph_backbone(
+            model.backbone,
+            batch_shape=(1, 3, 64, 64),
+            memory_format=torch.contiguous_format,
+            autocast_dtype=None,
+        )
+
+
+@pytest.mark.gpu
+def test_a_run_with_the_graphed_backbone_trains_to_the_eager_losses(
+    short_spec: ExperimentSpec, default_losses: list[dict[str, float]], tmp_path: Path
+) -> None:
+    """The first step's losses come before any update (the capture's batch-norm changes
+    are undone); the second follows one update by the graphs' gradients."""
+    graphed = _losses(short_spec, tmp_path, DeviceTuning(graphed_backbone=True))
+    assert [list(step) for step in graphed] == [list(step) for step in default_losses]
+    for ours, theirs in zip(graphed, default_losses, strict=True):
+        assert ours == pytest.approx(theirs, rel=1e-3, abs=1e-5)
