@@ -60,11 +60,11 @@ MASK_HEAD_LAYERS = (256, 256, 256, 256)
 MASK_PREDICTOR_DIM = 256
 
 PRUNABLE_LAYER_PREFIXES = ("backbone.", "rpn.head.conv.")
+"""Module-name prefixes of the convs whose filters structured pruning may remove: the ResNet
+body and FPN, and the RPN head's shared conv. The RoI heads keep their widths."""
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 """The ``torch.compile`` modes :meth:`SpecMaskRCNN.compile_backbone` takes
 (``reduce-overhead`` replays the compiled code as CUDA graphs on a GPU)."""
-"""Module-name prefixes of the convs whose filters structured pruning may remove: the ResNet
-body and FPN, and the RPN head's shared conv. The RoI heads keep their widths."""
 
 
 def prunable_convs(model: nn.Module) -> dict[str, nn.Conv2d]:

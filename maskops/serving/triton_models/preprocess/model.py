@@ -1,4 +1,4 @@
-"""``_<name>.preprocess``: encoded image bytes -> resized, padded float image + scale + size.
+"""``_<name>.preprocess``: encoded image bytes -> resized, padded image + scale + size.
 
 Inputs (per batch item): ``image_bytes`` UINT8 ``[L]``, the encoded file (zero bytes may
 follow it). Outputs: ``images`` ``[3, H, W]``, FP32 RGB 0..1 or UINT8 RGB 0..255, the type
