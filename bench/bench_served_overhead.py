@@ -11,8 +11,8 @@ names, served by one real Triton server:
   pixels (four times the bytes to hand over between the models' processes) and a 2 ms
   queue delay on the preprocess and postprocess models too.
 
-One client sends the demo data's 256x256 JPEGs one at a time, ``--requests`` per arm per round,
-arms alternated over ``--rounds`` rounds (bench/timing.py). Each request's time outside
+One client sends the demo data's 256x256 JPEGs one at a time, ``--requests`` per arm and
+round, arms alternated over ``--rounds`` rounds (bench/timing.py). Each request's time outside
 the network's own execution is the client's latency less the network's ``compute_infer``
 (Triton's statistics, bench/gpu_serving.py's ``time_in_server``): decoding, resizing,
 handing tensors between the models' processes, queueing, pasting, JSON and HTTP. That
