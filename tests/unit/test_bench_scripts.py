@@ -320,24 +320,62 @@ def test_bench_serving_tiny(tmp_path: Path) -> None:
         assert all(row["failures"] == 0 and row["requests"] == 3 for row in mode["open_loop"])
 
 
-def test_bench_served_overhead_serves_both_protocols_and_says_where_time_goes(
-    tmp_path: Path,
+def test_the_former_configs_differ_from_publishs_in_the_image_type_and_the_waits(
+    tmp_path: Path, tiny_checkpoint: Path
 ) -> None:
-    out = tmp_path / "overhead.json"
-    run_bench("bench_served_overhead.py", "--rounds", "1", "--requests", "1", "--image-size",
-              "128", "128", "--out", str(out))  # fmt: skip
-    doc = _results(out)
-    assert set(doc["overhead_ms"]) == {"current", "former"} and doc["former_over_current"] > 0
-    for arm in ("current", "former"):
-        assert doc["overhead_ms"][arm]["median_ms"] > 0
-        parts = doc["parts"][arm]
-        assert set(parts) == {"ensemble", "preprocess", "net", "postprocess"}
-        assert all(part["requests"] == 1 for part in parts.values())
-        assert parts["net"]["compute_infer_ms"] > 0
-    # The former configs make the processing models wait 2 ms for a batch that never fills.
-    former, current = doc["parts"]["former"], doc["parts"]["current"]
-    assert former["preprocess"]["queue_ms"] >= 1.9 and former["postprocess"]["queue_ms"] >= 1.9
-    assert current["preprocess"]["queue_ms"] < former["preprocess"]["queue_ms"]
+    """bench_served_overhead's baseline: publish's configs with float images and 2 ms waits
+    in the processing models (its Triton run is timed by hand: bench/results)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from maskops.serving import EnsembleNames
+
+    overhead = load_bench_module("bench_served_overhead")
+    gpu_serving = load_bench_module("gpu_serving")
+    for name in ("now", "before"):
+        gpu_serving.publish_torch(tiny_checkpoint, tmp_path, name, "fp32", cuda=False)
+    overhead.as_formerly_published(tmp_path, "before")
+
+    def config(model: str) -> Any:
+        text = (tmp_path / model / "config.pbtxt").read_text()
+        return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+    def image_types(name: str) -> list[str]:
+        names = EnsembleNames(name)
+        tensors = [*config(names.preprocess).output, *config(names.net).input]
+        return [model_config_pb2.DataType.Name(t.data_type) for t in tensors if t.name == "images"]
+
+    def waits(name: str) -> list[int]:
+        parts = EnsembleNames(name).parts
+        return [config(part).dynamic_batching.max_queue_delay_microseconds for part in parts]
+
+    assert image_types("now") == ["TYPE_UINT8"] * 2 and image_types("before") == ["TYPE_FP32"] * 2
+    assert waits("now") == [0, 2000, 0] and waits("before") == [2000, 2000, 2000]
+    with pytest.raises(RuntimeError, match="no queue delay of 0"):
+        overhead.as_formerly_published(tmp_path, "before")  # already rewritten
+
+
+def test_time_in_server_is_each_parts_time_per_request_between_two_readings() -> None:
+    gpu_serving = load_bench_module("gpu_serving")
+    ms = 1_000_000
+    parts = {"ensemble": "m", **{p: f"_m.{p}" for p in ("preprocess", "net", "postprocess")}}
+    before = {model: dict.fromkeys(("requests", "executions", "inferences"), 3)
+              for model in parts.values()}  # fmt: skip
+    for row in before.values():
+        row.update({f"{p}_ns": 5 * ms for p in (*gpu_serving.STAT_PARTS, "success")})
+    after = {
+        model: {"requests": 7, "executions": 5, "inferences": 7, "success_ns": 45 * ms,
+                **{f"{p}_ns": (5 + 4 * (i + 1)) * ms for i, p in enumerate(gpu_serving.STAT_PARTS)}}
+        for model in parts.values()
+    }  # fmt: skip
+    figures = gpu_serving.time_in_server(before, after, "m")
+    assert set(figures) == set(parts)
+    # 4 requests in 2 batches; 40 ms in all, 10 a request; each part 4(i + 1) ms in all.
+    assert figures["net"] == {
+        "requests": 4, "mean_batch": 2.0, "total_ms": 10.0, "queue_ms": 1.0,
+        "compute_input_ms": 2.0, "compute_infer_ms": 3.0, "compute_output_ms": 4.0,
+    }  # fmt: skip
+    assert gpu_serving.time_in_server(after, after, "m") == {}  # no request in between
 
 
 def test_bench_precision_measures_each_serving_arm_on_a_model_that_detects(

@@ -80,6 +80,13 @@ def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path)
     assert all(
         row["median_images_per_s"] > 0 for row in figures["throughput_batch"]["batches"].values()
     )
+    # Served through the real Triton: where each run's requests spent their time in it.
+    served = figures["serving_torch"]["served"]
+    for run in (served["clients_1"], served["clients_2"]):
+        parts = run["in_server"]
+        assert set(parts) == {"ensemble", "preprocess", "net", "postprocess"}
+        assert parts["ensemble"]["requests"] == run["calls"]
+        assert 0 < parts["net"]["compute_infer_ms"] < parts["ensemble"]["total_ms"]
     profile = figures["train_profile"]
     assert profile["steps"] == 1 and profile["gpu_busy_fraction"] is None  # no GPU to be busy
     assert "aten::convolution_backward" in {name for name, _ in profile["top_cpu_ops"]}
