@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -92,8 +93,6 @@ class Arm:
 
 def median_parts(parts: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Each part's figures, the median over the rounds."""
-    import statistics
-
     return {
         part: {
             key: round(statistics.median(p[part][key] for p in parts), 3) for key in parts[0][part]

@@ -249,8 +249,8 @@ def time_in_server(
     parts = {"ensemble": name, **{model.rsplit(".", 1)[1]: model for model in names.parts}}
     figures = {}
     for part, model in parts.items():
-        zero = dict.fromkeys(after.get(model, {}), 0)
-        delta = {k: v - before.get(model, zero).get(k, 0) for k, v in after.get(model, {}).items()}
+        earlier = before.get(model, {})
+        delta = {k: v - earlier.get(k, 0) for k, v in after.get(model, {}).items()}
         requests = delta.get("requests", 0)
         if not requests:
             continue
