@@ -40,8 +40,8 @@ from gpu_serving import (
     HttpClient,
     publish_torch,
     random_checkpoint,
+    settled_statistics,
     time_in_server,
-    triton_statistics,
 )
 from machine import RunConditions, start_run, write_results
 from timing import alternate
@@ -81,12 +81,13 @@ class Arm:
 
     def overhead_ms(self, requests: int) -> float:
         """Send ``requests`` images one at a time; their mean ms outside the network."""
-        before = triton_statistics(self.url)
+        before = settled_statistics(self.url, self.name)
         started = time.perf_counter()
         for index in range(requests):
             self.client.infer(self.images[index % len(self.images)])
         latency_ms = (time.perf_counter() - started) * 1000 / requests
-        parts = time_in_server(before, triton_statistics(self.url), self.name)
+        after = settled_statistics(self.url, self.name, since=before, requests=requests)
+        parts = time_in_server(before, after, self.name)
         self.parts.append(parts)
         return latency_ms - parts["net"]["compute_infer_ms"]
 

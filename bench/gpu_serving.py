@@ -234,6 +234,44 @@ def triton_statistics(url: str) -> dict[str, dict[str, int]]:
     return totals
 
 
+STATISTICS_WAIT_S = 10.0
+"""The longest :func:`settled_statistics` waits for Triton's statistics to catch up."""
+
+
+def settled_statistics(
+    url: str,
+    name: str = NAME,
+    *,
+    since: dict[str, dict[str, int]] | None = None,
+    requests: int = 0,
+) -> dict[str, dict[str, int]]:
+    """:func:`triton_statistics` once they count the answers already received: a backend
+    reports a request's statistics after sending its response, so a reading right after
+    an answer can miss it. With ``since``, waits until ensemble ``name`` and each of its
+    parts count ``requests`` more successful requests than there; without, until two
+    readings 0.25 s apart agree. After :data:`STATISTICS_WAIT_S`, the last reading."""
+    from maskops.serving.protocol import EnsembleNames
+
+    models = [name, *EnsembleNames(name).parts]
+
+    def caught_up(reading: dict[str, dict[str, int]], since: dict[str, dict[str, int]]) -> bool:
+        def count(stats: dict[str, dict[str, int]], model: str) -> int:
+            return stats.get(model, {}).get("requests", 0)
+
+        return all(count(reading, m) >= count(since, m) + requests for m in models)
+
+    deadline = time.monotonic() + STATISTICS_WAIT_S
+    reading = triton_statistics(url)
+    while time.monotonic() < deadline:
+        if since is not None and caught_up(reading, since):
+            break
+        time.sleep(0.25)
+        reading, earlier = triton_statistics(url), reading
+        if since is None and reading == earlier:
+            break
+    return reading
+
+
 def time_in_server(
     before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], name: str = NAME
 ) -> dict[str, dict[str, float]]:
@@ -279,9 +317,10 @@ def served_figures(
             return 1
 
         call(0)  # warm: the first call of each model allocates
-        before = triton_statistics(url)
+        before = settled_statistics(url)
         run: dict[str, Any] = timed_calls(call, count, seconds)
-        run["in_server"] = time_in_server(before, triton_statistics(url))
+        after = settled_statistics(url, since=before, requests=run["calls"])
+        run["in_server"] = time_in_server(before, after)
         figures[f"clients_{count}"] = run
     return figures
 

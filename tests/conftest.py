@@ -270,7 +270,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_spec: Experim
     return result.checkpoint
 
 
-TRAINED_MODEL_STEPS = 160
+TRAINED_MODEL_STEPS = 100
 
 
 @dataclass(frozen=True)
@@ -287,10 +287,11 @@ class TrainedModel:
 def trained_model(tmp_path_factory: pytest.TempPathFactory) -> TrainedModel:
     """The demo walk's recipe (``maskops_serve.demo``: resnet10 from scratch, 128 px, its
     dataset of 160 train / 40 val images) cut to ``TRAINED_MODEL_STEPS`` steps in fp32
-    (under a minute on 2 idle cores; mask AP about 0.4), far enough to detect: its mask AP
-    is checked below. For assertions that only mean something on a model that detects,
-    such as the INT8 export's mask AP drop; everything else uses tiny_checkpoint. Trained
-    once per run: under ``./dev test``'s two processes the second waits for the first's.
+    (42 s on 2 idle cores, mask AP 0.31: a 2-core Intel Xeon, 2026-11-28; 160 steps took
+    69 s to 0.40), far enough to detect: its mask AP is checked below. For assertions
+    that only mean something on a model that detects, such as the INT8 export's mask AP
+    drop; everything else uses tiny_checkpoint. Trained once per run: under
+    ``./dev test``'s two processes the second waits for the first's.
     """
     from filelock import FileLock
 

@@ -378,6 +378,49 @@ def test_time_in_server_is_each_parts_time_per_request_between_two_readings() ->
     assert gpu_serving.time_in_server(after, after, "m") == {}  # no request in between
 
 
+def test_settled_statistics_wait_for_the_answers_the_statistics_lag() -> None:
+    """Triton reports a request's statistics after its answer: a reading waits until every
+    part counts the requests sent, or until two readings agree."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    gpu_serving = load_bench_module("gpu_serving")
+    models = ["m", "_m.preprocess", "_m.net", "_m.postprocess"]
+    readings: list[int] = []
+    caught_up_at = 3  # the reading from which the postprocess model counts all 5 requests
+
+    class Stats(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            readings.append(1)
+            lagging = "_m.postprocess" if len(readings) < caught_up_at else None
+            body = json.dumps({"model_stats": [{
+                "name": model, "execution_count": 1, "inference_count": 1,
+                "inference_stats": {part: {"count": 4 if model == lagging else 5, "ns": 0}
+                                    for part in ("success", *gpu_serving.STAT_PARTS)},
+            } for model in models]}).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stats)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        since = {model: {"requests": 3} for model in models}
+        after = gpu_serving.settled_statistics(url, "m", since=since, requests=2)
+        assert len(readings) == 3 and after["_m.postprocess"]["requests"] == 5
+        readings.clear()
+        caught_up_at = 2
+        assert gpu_serving.settled_statistics(url, "m")["_m.postprocess"]["requests"] == 5
+        assert len(readings) == 3  # changed at the second reading, agreed at the third
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_bench_precision_measures_each_serving_arm_on_a_model_that_detects(
     tmp_path: Path, trained_model: Any
 ) -> None:
