@@ -129,8 +129,10 @@ GROUPS = (
     # Three TensorRT engine builds, where TensorRT is installed, take most of the 240 s.
     Group("serving", ("eval_parity", "export_onnx", "tensorrt"), 240, 180),
     # The torch backend in the real Triton: skipped without the tritonserver wheel, which
-    # travels in a call of its own (SERVING_WHEEL).
-    Group("triton_serving", ("serving_torch",), 240, 300),
+    # travels in a call of its own (SERVING_WHEEL), so it may take most of that call's
+    # budget (118 s on an H200 before its tuning arms, which skip what the time left
+    # cannot afford).
+    Group("triton_serving", ("serving_torch",), 420, 300),
     Group(
         "throughput",
         # The batch sweep before the switches: larger batches are the lever the host's
@@ -410,8 +412,9 @@ def child_environment(site: Path | None, *, device: str) -> dict[str, str]:
 
 def run_group(group: Group, args: argparse.Namespace, env: dict[str, str], deadline: float) -> None:
     """Run ``group`` in a child (which records each of its steps). Of the steps it left
-    unrecorded (a crash, the time limit), the one it was running is recorded failed and
-    those it never started skipped."""
+    unrecorded or still running (a crash, the time limit), the one it was running is
+    recorded failed, with the figures it recorded so far, and those it never started
+    skipped."""
     cap = group.tiny_cap_s if args.tiny else group.cap_s
     timeout = max(1.0, min(cap, deadline - time.monotonic()))
     command = [sys.executable, str(BENCH / "gpu_check_steps.py"), "--group", group.name]
@@ -426,14 +429,17 @@ def run_group(group: Group, args: argparse.Namespace, env: dict[str, str], deadl
         process.wait()
         returncode = f"timed out after {timeout:.0f} s"
     recorded = json.loads(args.out.read_text())["steps"]
-    unrecorded = [step for step in group.steps if step not in recorded]
-    if not unrecorded:
+    status = {step: recorded.get(step, {}).get("status", "running") for step in group.steps}
+    unfinished = [step for step in group.steps if status[step] == "running"]
+    if not unfinished:
         return
-    running, *never_started = unrecorded
+    running, *never_started = unfinished
     why = returncode if isinstance(returncode, str) else f"exit status {returncode}"
     error = f"the {group.name} process ended before this step finished ({why})"
     seconds = round(time.monotonic() - started, 1)
-    record_step(args.out, running, {"status": "failed", "seconds": seconds, "error": error})
+    failed = {"status": "failed", "seconds": seconds, "error": error}
+    so_far = recorded.get(running, {}).get("figures")
+    record_step(args.out, running, failed | ({"figures": so_far} if so_far else {}))
     for step in never_started:
         note = f"not started: the {group.name} process ended during {running} ({why})"
         record_step(args.out, step, {"status": "skipped", "seconds": 0.0, "note": note})

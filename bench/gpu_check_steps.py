@@ -928,13 +928,24 @@ def step_train_profile(ctx: Context) -> dict[str, Any]:
     return {"config": vars(args), **figures}
 
 
+SERVING_MARGIN_S = 15.0
+"""Seconds the serving step keeps in hand after its last tuning arm (the step's checks,
+recording, the server's stop)."""
+
+
+def record_unfinished(out: Path, name: str, figures: dict[str, Any]) -> None:
+    """Record step ``name`` as still running with the figures so far: should its process
+    be killed at the group's time limit, bench/gpu_check.py keeps them with the failure."""
+    record_step(out, name, {"status": "running", "seconds": 0.0, "figures": figures})
+
+
 def step_serving_torch(ctx: Context) -> dict[str, Any]:
     """A checkpoint on the torch network backend in the real Triton (the
     nvidia-pytriton wheel's, which ``maskops serve`` runs), against in-process inference
     on the same device and precision (bench/gpu_serving.py)."""
     import importlib.util
 
-    from gpu_serving import random_checkpoint, serving_check
+    from gpu_serving import SERVED_ARMS, random_checkpoint, serving_check
 
     if importlib.util.find_spec("pytriton") is None:
         raise StepSkipped("no nvidia-pytriton: carry the serving wheels (--prepare-serving)")
@@ -952,7 +963,9 @@ def step_serving_torch(ctx: Context) -> dict[str, Any]:
         work=work,
         seconds=seconds,
         concurrency=concurrency,
-        instance_arms=(2,),
+        served_arms=tuple(SERVED_ARMS),
+        time_left=lambda: ctx.remaining() - SERVING_MARGIN_S,
+        progress=lambda so_far: record_unfinished(ctx.out, "serving_torch", so_far),
     )
     figures = {"model": f"resnet{nlayers}-FPN {size[0]}x{size[1]}, random weights", **figures}
     reports = figures["parity"].values()

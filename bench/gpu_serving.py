@@ -18,20 +18,24 @@ it, and its comparison decides). Then, in the same run: images/s served with 1 a
 concurrent clients, p50/p99 latency of one client at batch 1, and in-process eager
 images/s at batch 1 and 8 and its batch-1 latency, each end to end (encoded bytes in,
 COCO results out); tuning arms: the served rate with two instances of each composing
-model, and on CUDA eager batch-8 runs with ``channels_last``, with the backbone compiled,
-and with it compiled to CUDA graphs (:data:`EAGER_ARMS`).
+model, and on CUDA with the network's outputs copied to host memory in the network
+model (:data:`SERVED_ARMS`), and eager batch-8 runs with ``channels_last``, with the
+backbone compiled, and with it compiled to CUDA graphs (:data:`EAGER_ARMS`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -367,7 +371,9 @@ def serving_check(
     seconds: float = 5.0,
     concurrency: Sequence[int] = (1, 8),
     exact_twin: bool | None = None,
-    instance_arms: Sequence[int] = (),
+    served_arms: Sequence[str] = (),
+    time_left: Callable[[], float] = lambda: math.inf,
+    progress: Callable[[dict[str, Any]], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Publish, serve, compare and time (see module doc); returns the figures, each
     served model's comparison under ``parity`` (``asserted``: the fp32 ones decide).
@@ -379,29 +385,96 @@ def serving_check(
     inference exactly; the autocast comparison is recorded (``exact_twin``: whether to
     publish the twin, by default where the precision is not fp32). ``concurrency``: the
     served clients and the eager batch sizes measured (the largest pair gives the
-    served/eager ratio). ``instance_arms``: tuning arms, each a server of its own whose
-    composing models run that many instances (processes; on a GPU, per GPU), measured at
-    the most clients: one instance of each model does its host work one batch at a time,
-    while the GPU waits."""
+    served/eager ratio). ``served_arms``: the names in :data:`SERVED_ARMS` to measure (on
+    a CPU, those that change anything there); on CUDA every :data:`EAGER_ARMS` too, all
+    in :data:`TUNING_ORDER`, each only if ``time_left()`` (seconds) affords its estimate.
+    ``progress`` gets the figures so far after each phase: what a run cut short keeps."""
     import torch
 
-    from maskops.serving.launcher import TritonServer
-    from maskops.serving.protocol import EnsembleNames
     from maskops.serving.torch_network import resolve_precision
 
     cuda = device == "cuda"
     chosen = resolve_precision(precision, torch.device("cuda", 0) if cuda else torch.device("cpu"))
     twin = chosen != "fp32" if exact_twin is None else exact_twin
     models = {NAME: chosen, EXACT_NAME: "fp32"} if twin else {NAME: chosen}
-    repository = work / "serving_repository"
-    networks = publish_all(checkpoint, repository, models, cuda=cuda)
+    networks = publish_all(checkpoint, work / "serving_repository", models, cuda=cuda)
+    figures = served_and_compared(networks, models, images, work, seconds, concurrency)
+    progress(figures)
+    most = max(concurrency)
+    eager = eager_figures(networks[NAME], images, seconds, concurrency)
+    served_rate = figures["served"][f"clients_{most}"]["images_per_s"]
+    figures["in_process_eager"] = eager
+    figures[f"served_vs_eager_at_{most}"] = round(
+        served_rate / eager[f"batch_{most}"]["images_per_s"], 3
+    )
+    progress(figures)
+    planned = planned_arms(
+        checkpoint, images, work, served_arms, cuda=cuda, precision=chosen, seconds=seconds,
+        batch=most,
+    )  # fmt: skip
+    for section, key, estimate_s, measure in planned:
+        left = time_left()
+        if left >= estimate_s:
+            figures[section][key] = measure()
+        else:
+            figures[section][key] = {"skipped": f"{left:.0f} s left, {estimate_s:.0f} s needed"}
+        progress(figures)
+    return figures
+
+
+Measure = Callable[[], dict[str, Any]]
+
+
+def planned_arms(
+    checkpoint: Path,
+    images: Sequence[bytes],
+    work: Path,
+    served_arms: Sequence[str],
+    *,
+    cuda: bool,
+    precision: str,
+    seconds: float,
+    batch: int,
+) -> list[tuple[str, str, float, Measure]]:
+    """The tuning arms :func:`serving_check` runs, in :data:`TUNING_ORDER`: for each, the
+    section and key of its figures, the seconds it is taken to need, and its measure."""
+    planned: list[tuple[str, str, float, Measure]] = []
+    for kind, arm in TUNING_ORDER:
+        if kind == "served" and arm in served_arms and (cuda or not SERVED_ARMS[arm].cuda_only):
+            served = functools.partial(
+                served_arm, checkpoint, images, work, arm, precision=precision, cuda=cuda,
+                clients=batch, seconds=seconds,
+            )  # fmt: skip
+            key = f"clients_{batch}_{arm}"
+            planned.append(("served", key, SERVED_ARMS[arm].estimate_s, served))
+        elif kind == "eager" and cuda:
+            eager = functools.partial(eager_arm, checkpoint, images, arm, precision, seconds, batch)
+            key = f"batch_{batch}_{arm}"
+            planned.append(("in_process_eager", key, EAGER_ARMS[arm].estimate_s, eager))
+    return planned
+
+
+def served_and_compared(
+    networks: dict[str, Any],
+    models: dict[str, str],
+    images: Sequence[bytes],
+    work: Path,
+    seconds: float,
+    concurrency: Sequence[int],
+) -> dict[str, Any]:
+    """Serve the published ``models`` (name: precision) from one Triton: where it placed
+    them, each one's answers against its in-process ``networks``' (``parity``;
+    ``passed``: the fp32 comparisons decide), and the first one's served rates."""
+    from maskops.serving.launcher import TritonServer
+    from maskops.serving.protocol import EnsembleNames
+
     # One image a call on both sides: the same batch shapes, so autocast's kernels match.
     references = {
         name: [in_process(network, [image])[0] for image in images]
         for name, network in networks.items()
     }
     with TritonServer(
-        repository,
+        work / "serving_repository",
         models=[part for name in models for part in EnsembleNames(name).load_order],
         log_file=work / "tritonserver.log",
         startup_timeout_s=300,
@@ -416,94 +489,135 @@ def serving_check(
             ).to_json()
             for name in models
         }
-        triton = served_figures(server.http_url, images, seconds, concurrency)
+        served = served_figures(server.http_url, images, seconds, concurrency)
     for report in reports.values():
         report["asserted"] = report["data_type"] == "fp32"
-    most = max(concurrency)
-    for count in instance_arms:
-        triton[f"clients_{most}_instances_{count}"] = served_with_instances(
-            checkpoint,
-            images,
-            work,
-            count,
-            precision=chosen,
-            cuda=cuda,
-            clients=most,
-            seconds=seconds,
-        )
-    eager = eager_figures(networks[NAME], images, seconds, concurrency)
-    if cuda:
-        eager.update(eager_tuning_arms(checkpoint, images, chosen, seconds, most))
     return {
         "placement": placement,
         "parity": reports,
         "passed": all(r["passed"] for r in reports.values() if r["asserted"]),
         "detections": sum(len(r) for r in references[NAME]),
-        "served": triton,
-        "in_process_eager": eager,
-        f"served_vs_eager_at_{most}": round(
-            triton[f"clients_{most}"]["images_per_s"] / eager[f"batch_{most}"]["images_per_s"], 3
-        ),
+        "served": served,
     }
 
 
-EAGER_ARMS: dict[str, dict[str, Any]] = {
-    "channels_last": {"channels_last": True},
-    "compiled": {"compile_mode": "default"},
-    "graphs": {"compile_mode": "reduce-overhead"},
+@dataclass(frozen=True)
+class EagerArm:
+    """A tuning arm of the in-process network: :class:`TorchNetwork`'s options."""
+
+    options: dict[str, Any]
+    estimate_s: float
+    """Seconds it is taken to need on a GPU (compiling included), to skip it in time."""
+
+
+EAGER_ARMS: dict[str, EagerArm] = {
+    "channels_last": EagerArm({"channels_last": True}, 30.0),
+    "compiled": EagerArm({"compile_mode": "default"}, 120.0),
+    "graphs": EagerArm({"compile_mode": "reduce-overhead"}, 120.0),
 }
-"""Tuning arms of the in-process network on a GPU (:class:`TorchNetwork`'s options): NHWC
-weights and input (the training default on Ampere and later); the backbone and FPN under
-``torch.compile``; and compiled to replay as CUDA graphs (TAO's image size is fixed)."""
+"""Tuning arms of the in-process network on a GPU: NHWC weights and input (the training
+default on Ampere and later); the backbone and FPN under ``torch.compile``; and compiled
+to replay as CUDA graphs (TAO's image size is fixed). The compiling arms' estimates are
+guesses until a GPU run times them."""
 
 
-def eager_tuning_arms(
-    checkpoint: Path, images: Sequence[bytes], precision: str, seconds: float, batch: int
+def eager_arm(
+    checkpoint: Path, images: Sequence[bytes], arm: str, precision: str, seconds: float, batch: int
 ) -> dict[str, Any]:
-    """In-process images/s at ``batch`` of each of :data:`EAGER_ARMS`, end to end (the
-    compiling arms compile in their warm-up call); an arm that fails gives its error."""
+    """In-process images/s at ``batch`` of :data:`EAGER_ARMS` ``arm`` on the GPU, end to
+    end (a compiling arm compiles in its warm-up call); an arm that fails gives its
+    error."""
     from maskops.serving.torch_network import TorchNetwork
 
-    figures: dict[str, Any] = {}
-    for arm, options in EAGER_ARMS.items():
-        try:
-            network = TorchNetwork(checkpoint, device="cuda:0", precision=precision, **options)
-            timed = eager_figures(network, images, seconds, [batch])[f"batch_{batch}"]
-        except Exception as exc:  # one arm's failure is its figure; the others go on
-            timed = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        figures[f"batch_{batch}_{arm}"] = timed
-    return figures
+    options = EAGER_ARMS[arm].options
+    try:
+        network = TorchNetwork(checkpoint, device="cuda:0", precision=precision, **options)
+        timed: dict[str, Any] = eager_figures(network, images, seconds, [batch])[f"batch_{batch}"]
+    except Exception as exc:  # one arm's failure is its figure; the others go on
+        timed = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return timed
 
 
-def served_with_instances(
+@dataclass(frozen=True)
+class ServedArm:
+    """A served tuning arm: how its ensemble is published."""
+
+    instances: int = 1
+    """Instances of each composing model (processes; on a GPU, per GPU)."""
+    net_settings: dict[str, Any] = field(default_factory=dict)
+    """Added to the network model's settings.json."""
+    cuda_only: bool = False
+    """Changes nothing on a CPU."""
+    estimate_s: float = 60.0
+    """Seconds it is taken to need on a GPU (a server's start and loads, then the calls)."""
+
+
+SERVED_ARMS: dict[str, ServedArm] = {
+    "instances_2": ServedArm(instances=2),
+    "host_outputs": ServedArm(net_settings={"outputs_via_host": True}, cuda_only=True),
+}
+"""Served tuning arms. ``instances_2``: one instance of each model does its host work one
+batch at a time while the GPU waits. ``host_outputs``: the network copies a batch's
+outputs to host memory in one go, where the CPU postprocess model reads them, instead of
+handing each request's over as GPU tensors (through the python backend's CUDA memory
+pool, then Triton's copy to the host)."""
+
+
+TUNING_ORDER: tuple[tuple[str, str], ...] = (
+    ("served", "host_outputs"),
+    ("eager", "channels_last"),
+    ("eager", "compiled"),
+    ("eager", "graphs"),
+    ("served", "instances_2"),
+)
+"""The tuning arms of :data:`SERVED_ARMS` and :data:`EAGER_ARMS` in the order they run,
+the likeliest to pay first: a run short of time skips the last."""
+
+
+def served_arm(
     checkpoint: Path,
     images: Sequence[bytes],
     work: Path,
-    instances: int,
+    arm: str,
     *,
     precision: str,
     cuda: bool,
     clients: int,
     seconds: float,
 ) -> dict[str, Any]:
-    """Served images/s and latency with ``clients`` concurrent clients, each composing
-    model at ``instances`` instances (a repository and a server of its own)."""
+    """Served images/s and latency of :data:`SERVED_ARMS` ``arm`` with ``clients``
+    concurrent clients (a repository and a server of its own); an arm that fails gives
+    its error."""
     from maskops.serving.launcher import TritonServer
     from maskops.serving.protocol import EnsembleNames
 
-    repository = work / f"serving_repository_instances_{instances}"
-    publish_torch(checkpoint, repository, NAME, precision, cuda=cuda, instances=instances)
-    with TritonServer(
-        repository,
-        models=EnsembleNames(NAME).load_order,
-        log_file=work / f"tritonserver_instances_{instances}.log",
-        startup_timeout_s=300,
-        python_bin=stub_python(work),
-    ) as server:
-        figures: dict[str, Any] = served_figures(server.http_url, images, seconds, [clients])[
-            f"clients_{clients}"
-        ]
+    options = SERVED_ARMS[arm]
+    repository = work / f"serving_repository_{arm}"
+    try:
+        publish_torch(
+            checkpoint, repository, NAME, precision, cuda=cuda, instances=options.instances
+        )
+        add_net_settings(repository, NAME, options.net_settings)
+        with TritonServer(
+            repository,
+            models=EnsembleNames(NAME).load_order,
+            log_file=work / f"tritonserver_{arm}.log",
+            startup_timeout_s=300,
+            python_bin=stub_python(work),
+        ) as server:
+            run = served_figures(server.http_url, images, seconds, [clients])
+    except Exception as exc:  # one arm's failure is its figure; the others go on
+        return {"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    figures: dict[str, Any] = run[f"clients_{clients}"]
     return figures
+
+
+def add_net_settings(repository: Path, name: str, settings: dict[str, Any]) -> None:
+    """Merge ``settings`` into the settings.json of every version of ``name``'s network."""
+    from maskops.serving.protocol import EnsembleNames
+
+    for path in (repository / EnsembleNames(name).net).glob("*/settings.json"):
+        path.write_text(json.dumps(json.loads(path.read_text()) | settings))
 
 
 def publish_torch(

@@ -23,7 +23,7 @@ tolerances (cuDNN's TF32 default keeps 10 bits of mantissa, as few as fp16).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +132,16 @@ class TorchNetwork:
         ):
             outputs = self.model(list(images))
         return pad_outputs(outputs, self.info.max_detections)
+
+
+def to_host(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``tensors`` in host memory, values unchanged: device tensors are all queued for
+    copying (into page-locked memory, so no copy waits for the one before), then the
+    host waits once for their streams; host tensors come back as they are."""
+    copies = [t.to("cpu", non_blocking=True) for t in tensors]
+    for device in {t.device for t in tensors if t.is_cuda}:
+        torch.cuda.current_stream(device).synchronize()
+    return copies
 
 
 @contextmanager

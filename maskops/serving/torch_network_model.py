@@ -1,7 +1,8 @@
 """``_<name>.net`` on the ``torch`` network backend: the checkpoint run by PyTorch.
 
 Publish copies this file as the network's ``model.py``, next to ``model.pth`` (the train
-or prune job's checkpoint) and ``settings.json`` (``precision``, ``channels_last``). Unlike
+or prune job's checkpoint) and ``settings.json`` (``precision``; optional
+``channels_last``, and ``outputs_via_host``, see below). Unlike
 the other served models it imports torch and the maskops engine
 (:class:`maskops.serving.torch_network.TorchNetwork`, the same forward in-process
 inference runs): only the Triton images that install the engine serve it (the ``torch``
@@ -12,7 +13,9 @@ outputs as the ONNX network's
 (:mod:`maskops.serving.protocol`). The images of all the requests Triton's dynamic batcher
 hands over together run as one batch and the rows go back to their requests. Tensors
 cross the stub by DLPack both ways (numpy 2 safe, and a GPU output is handed over
-without a copy to host memory here).
+without a copy to host memory here). With ``outputs_via_host`` a GPU instance copies the
+batch's outputs to host memory in one go instead (:func:`to_host`), where the CPU
+postprocess model reads them: bench/gpu_serving.py measures both ways on a GPU.
 
 Device: a ``KIND_GPU`` instance runs on its GPU (``cuda:<device id>``), a ``KIND_CPU``
 one on the CPU; the network is built once, in ``initialize``, and Triton's log says where
@@ -29,7 +32,7 @@ import torch
 import triton_python_backend_utils as pb_utils
 
 from maskops.serving.protocol import NET_INPUT, NET_OUTPUTS
-from maskops.serving.torch_network import TorchNetwork
+from maskops.serving.torch_network import TorchNetwork, to_host
 
 
 def instance_device(args: dict[str, Any]) -> str:
@@ -56,10 +59,11 @@ class TritonPythonModel:
             channels_last=bool(settings.get("channels_last", False)),
         )
         self.where = f"{args.get('model_name')} instance {args.get('model_instance_name')}"
-        self.gpu_outputs = device.startswith("cuda")
+        self.gpu_outputs = device.startswith("cuda") and not settings.get("outputs_via_host")
+        via_host = ", outputs via host memory" if settings.get("outputs_via_host") else ""
         pb_utils.Logger.log_info(
             f"{self.where}: torch {torch.__version__} on {device}, "
-            f"precision {self.network.precision}"
+            f"precision {self.network.precision}{via_host}"
         )
 
     def execute(self, requests: list[Any]) -> list[Any]:
@@ -69,6 +73,8 @@ class TritonPythonModel:
         ]
         sizes = [int(item.shape[0]) for item in per_request]
         outputs = self.network(torch.cat(per_request))
+        if not self.gpu_outputs:
+            outputs = tuple(to_host(outputs))
         responses = []
         for rows in zip(*(out.split(sizes) for out in outputs), strict=True):
             tensors = [
@@ -80,8 +86,8 @@ class TritonPythonModel:
 
     def _hand_over(self, name: str, tensor: torch.Tensor) -> Any:
         """``tensor`` as an output by DLPack; a GPU tensor stays on the GPU unless this
-        Triton's stub cannot take one (then every later output goes through host memory,
-        which the log says once)."""
+        Triton's stub cannot take one (then every later batch's outputs go through host
+        memory, which the log says once)."""
         if tensor.is_cuda and not self.gpu_outputs:
             tensor = tensor.cpu()
         try:

@@ -378,6 +378,39 @@ def test_time_in_server_is_each_parts_time_per_request_between_two_readings() ->
     assert gpu_serving.time_in_server(after, after, "m") == {}  # no request in between
 
 
+def test_a_served_arms_network_settings_join_what_publish_wrote(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    gpu_serving = load_bench_module("gpu_serving")
+    gpu_serving.publish_torch(tiny_checkpoint, tmp_path, "m", "fp32", cuda=False)
+    arm = gpu_serving.SERVED_ARMS["host_outputs"]
+    gpu_serving.add_net_settings(tmp_path, "m", arm.net_settings)
+    settings = json.loads((tmp_path / "_m.net" / "1" / "settings.json").read_text())
+    assert settings["outputs_via_host"] is True and settings["precision"] == "fp32"
+    assert arm.cuda_only and not gpu_serving.SERVED_ARMS["instances_2"].cuda_only
+
+
+def test_the_serving_checks_tuning_arms_run_likeliest_first_and_on_a_cpu_only_what_acts_there(
+    tmp_path: Path,
+) -> None:
+    gpu_serving = load_bench_module("gpu_serving")
+    every = tuple(gpu_serving.SERVED_ARMS)
+
+    def planned(cuda: bool) -> list[tuple[str, str]]:
+        arms = gpu_serving.planned_arms(tmp_path, [], tmp_path, every, cuda=cuda,
+                                        precision="fp32", seconds=1.0, batch=8)  # fmt: skip
+        return [(section, key) for section, key, estimate_s, _ in arms if estimate_s > 0]
+
+    assert planned(cuda=True) == [
+        ("served", "clients_8_host_outputs"),
+        ("in_process_eager", "batch_8_channels_last"),
+        ("in_process_eager", "batch_8_compiled"),
+        ("in_process_eager", "batch_8_graphs"),
+        ("served", "clients_8_instances_2"),
+    ]
+    assert planned(cuda=False) == [("served", "clients_8_instances_2")]
+
+
 def test_settled_statistics_wait_for_the_answers_the_statistics_lag() -> None:
     """Triton reports a request's statistics after its answer: a reading waits until every
     part counts the requests sent, or until two readings agree."""

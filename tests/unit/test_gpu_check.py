@@ -82,6 +82,9 @@ def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path)
     )
     # Served through the real Triton: where each run's requests spent their time in it.
     served = figures["serving_torch"]["served"]
+    # The served arms that act on a CPU ran (a failed arm is recorded, not raised).
+    assert served["clients_2_instances_2"]["images_per_s"] > 0, served["clients_2_instances_2"]
+    assert "clients_2_host_outputs" not in served  # CUDA only
     for run in (served["clients_1"], served["clients_2"]):
         parts = run["in_server"]
         assert set(parts) == {"ensemble", "preprocess", "net", "postprocess"}
@@ -113,6 +116,23 @@ def test_a_group_past_its_time_is_recorded_failed_and_earlier_steps_stay(
         "not started: the training process ended during train_amp (timed out after 1 s)"
     )
     assert json.loads(out.read_text())["passed"] is False
+
+
+def test_a_step_killed_at_its_time_keeps_the_figures_it_recorded_so_far(tmp_path: Path) -> None:
+    """As the serving step records its figures after each phase (``record_unfinished``)."""
+    out = tmp_path / "results.json"
+    steps = load_bench_module("gpu_check_steps")
+    steps.record_unfinished(out, "serving_torch", {"parity": {"passed": True}})
+    assert json.loads(out.read_text())["passed"]  # running is not failed
+    group = gpu_check.Group("triton_serving", ("serving_torch",), 1, 1)
+    args = Namespace(tiny=True, out=out, work=tmp_path, device="cpu")
+    env = gpu_check.child_environment(None, device="cpu")
+    gpu_check.run_group(group, args, env, deadline=time.monotonic() + 60)
+    doc = json.loads(out.read_text())
+    step = doc["steps"]["serving_torch"]
+    assert step["status"] == "failed" and "timed out after 1 s" in step["error"]
+    assert step["figures"] == {"parity": {"passed": True}}
+    assert doc["passed"] is False and doc["failed_steps"] == ["serving_torch"]
 
 
 def test_the_children_see_maskops_sources_and_a_cpu_run_sees_no_gpu(tmp_path: Path) -> None:
