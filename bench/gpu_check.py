@@ -165,7 +165,8 @@ def update_results(path: Path, change: Callable[[dict[str, Any]], None]) -> None
 
 
 def record_step(path: Path, name: str, result: dict[str, Any]) -> None:
-    """One step's outcome (``status`` passed | failed | skipped, ``seconds``, figures)."""
+    """One step's outcome (``status`` passed | failed | skipped, ``seconds``, figures), or
+    the figures of a step still running (``status`` running)."""
 
     def change(doc: dict[str, Any]) -> None:
         doc.setdefault("steps", {})[name] = result
@@ -174,6 +175,9 @@ def record_step(path: Path, name: str, result: dict[str, Any]) -> None:
         doc["passed"] = all(r["status"] != "failed" for r in steps)
 
     update_results(path, change)
+    if result["status"] == "running":
+        print(f"[gpu_check] {name}: figures so far recorded", flush=True)
+        return
     status = result["status"].upper()
     detail = result.get("error") or result.get("note") or ""
     print(
