@@ -144,6 +144,14 @@ def boxes_to_original(
     return out
 
 
+def has_area(boxes: torch.Tensor) -> torch.Tensor:
+    """``[N]`` bool: which ``[N, 4]`` xyxy boxes, clipped to the image, keep some area. A
+    detection wholly in the input's padding is clipped to the image's edge and keeps
+    none: nothing of it is in the image, so it is not reported (as detectron2's
+    ``detector_postprocess`` drops empty boxes)."""
+    return (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+
+
 def detections_to_coco(
     output: Mapping[str, torch.Tensor],
     *,
@@ -166,7 +174,8 @@ def detections_to_coco(
         scale: the ``resize_and_pad`` factor of this image.
         orig_hw: ``(height, width)`` of the original image.
         label_map: maps training labels back to dataset category ids.
-        score_threshold: detections scoring below this are dropped.
+        score_threshold: detections scoring below this are dropped, and so are those
+            whose box, clipped to the image, has no area (:func:`has_area`).
         include_mask: add ``segmentation`` when the output has ``masks``.
         mask_threshold: mask probability above which a pixel is foreground.
 
@@ -177,10 +186,10 @@ def detections_to_coco(
         masks are present and ``include_mask`` is true.
     """
     scores = output["scores"].detach().to("cpu", torch.float32)
-    keep = scores >= score_threshold
-    scores = scores[keep]
+    boxes = boxes_to_original(output["boxes"].detach().cpu(), scale=scale, orig_hw=orig_hw)
+    keep = (scores >= score_threshold) & has_area(boxes)
+    scores, boxes = scores[keep], boxes[keep]
     labels = output["labels"].detach().to("cpu")[keep].tolist()
-    boxes = boxes_to_original(output["boxes"].detach().cpu()[keep], scale=scale, orig_hw=orig_hw)
     rles: list[RLE] | None = None
     if include_mask and "masks" in output:
         rles = paste_masks_rle(

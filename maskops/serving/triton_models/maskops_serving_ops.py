@@ -767,15 +767,20 @@ def detections_to_coco(
     to ``orig_hw``) in float32 as the engine does; masks are pasted at those boxes.
 
     Returns:
-        Per kept detection (``score >= score_threshold``): ``image_id`` 0,
+        Per kept detection (``score >= score_threshold``, and a box with some area once
+        clipped): ``image_id`` 0,
         ``category_id``, ``category_name``, ``bbox`` ``[x, y, w, h]``, ``score``,
         ``segmentation`` (compressed RLE of the original image size).
     """
-    keep = scores >= np.float32(score_threshold)
+    original = boxes_to_original(boxes, scale=scale, orig_hw=orig_hw)
+    # A box wholly in the padding is clipped to the image's edge, with no area: dropped,
+    # as the engine's detections_to_coco drops it.
+    has_area = (original[:, 2] > original[:, 0]) & (original[:, 3] > original[:, 1])
+    keep = (scores >= np.float32(score_threshold)) & has_area
     kept_labels = labels[keep]
     if kept_labels.size and (kept_labels.min() < 1 or kept_labels.max() > len(categories)):
         raise ValueError(f"labels outside 1..{len(categories)} in the network output")
-    original = boxes_to_original(boxes[keep], scale=scale, orig_hw=orig_hw)
+    original = original[keep]
     rles = paste_masks_rle(original, masks[keep], orig_hw, threshold=mask_threshold)
     xywh = original.copy()
     xywh[:, 2:] -= xywh[:, :2]

@@ -89,13 +89,19 @@ def test_detections_to_coco_maps_frame_labels_and_threshold() -> None:
     label_map = LabelMap.from_coco_categories([{"id": 90, "name": "b"}, {"id": 3, "name": "a"}])
     scale = 0.5  # a 200x300 original resized to 100x150 then padded
     output = {
-        # In the resized frame; the second box reaches into the padding (x up to 160).
+        # In the resized frame; the second box reaches into the padding (x up to 160), the
+        # last lies wholly in it: clipped to the image's edge it has no area, and is dropped.
         "boxes": torch.tensor(
-            [[10.0, 20.0, 30.0, 60.0], [100.0, 0.0, 160.0, 40.0], [0.0, 0.0, 5.0, 5.0]]
+            [
+                [10.0, 20.0, 30.0, 60.0],
+                [100.0, 0.0, 160.0, 40.0],
+                [0.0, 0.0, 5.0, 5.0],
+                [155.0, 10.0, 170.0, 30.0],
+            ]
         ),
-        "labels": torch.tensor([1, 2, 1]),
-        "scores": torch.tensor([0.9, 0.7, 0.2]),
-        "masks": torch.ones(3, 1, 28, 28),
+        "labels": torch.tensor([1, 2, 1, 2]),
+        "scores": torch.tensor([0.9, 0.7, 0.2, 0.8]),
+        "masks": torch.ones(4, 1, 28, 28),
     }
     results = detections_to_coco(
         output,
