@@ -82,12 +82,14 @@ def network_config(url: str) -> dict[str, str]:
 
 
 def in_process(network: Any, images: Sequence[bytes]) -> list[list[dict[str, Any]]]:
-    """COCO results of the eager network on ``images``, all of them as one batch."""
+    """COCO results of the eager network on ``images``, all of them as one batch, the
+    pixels carried to its device as uint8, as the served preprocess model hands them over."""
     import torch
 
     from maskops.serving.processing import coco_results, preprocess_image, unpad_detections
 
-    prepared = [preprocess_image(data, network.info.image_size) for data in images]
+    size = network.info.image_size
+    prepared = [preprocess_image(data, size, keep_uint8=True) for data in images]
     batch = torch.stack([torch.from_numpy(image) for image, _, _ in prepared])
     outputs = [out.cpu().numpy() for out in network(batch)]
     return [

@@ -291,8 +291,8 @@ def _read_batch(
     warn: Callable[[str], None],
 ) -> tuple[list[tuple[int, Image.Image, float]], list[torch.Tensor]]:
     """The readable images of ``indices``: ``(index, upright RGB image, scale)`` and the
-    network inputs (``[3, H, W]`` float 0..1, resized and padded); unreadable ones are
-    reported and skipped."""
+    network inputs (``[3, H, W]`` uint8, resized and padded; the predictor divides them);
+    unreadable ones are reported and skipped."""
     batch: list[tuple[int, Image.Image, float]] = []
     inputs: list[torch.Tensor] = []
     for index in indices:
@@ -302,7 +302,7 @@ def _read_batch(
             summary.skipped.append((paths[index], str(exc)))
             warn(f"skipped {exc}")
             continue
-        tensor, scale = resize_and_pad(pil_to_tensor(image), image_size)
+        tensor, scale = resize_and_pad(pil_to_tensor(image), image_size, keep_uint8=True)
         batch.append((index, image, scale))
         inputs.append(tensor)
     return batch, inputs

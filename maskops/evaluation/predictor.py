@@ -31,10 +31,13 @@ probabilities over each box."""
 class Predictor(Protocol):
     """Runs detection on a batch.
 
-    Called with a list of float32 ``[3, H, W]`` images in 0..1, already
-    ``resize_and_pad``-ed to the model's image size; returns one :data:`Output` per image,
-    on the CPU. A predictor that only takes one input size (an exported graph) says so
-    with an ``image_size`` attribute ``(H, W)``; see :func:`check_input_size`.
+    Called with a list of ``[3, H, W]`` images, already ``resize_and_pad``-ed to the
+    model's image size: uint8 in 0..255 (``keep_uint8``: a quarter of the bytes to move to
+    a device, where they are divided by 255 exactly as the host would,
+    :func:`maskops.modeling.transform.unit_range`) or float32 in 0..1; returns one
+    :data:`Output` per image, on the CPU. A predictor that only takes one input size (an
+    exported graph) says so with an ``image_size`` attribute ``(H, W)``; see
+    :func:`check_input_size`.
     """
 
     def __call__(self, images: Sequence[torch.Tensor]) -> list[Output]: ...

@@ -135,7 +135,7 @@ def image_dir_batches(
                 image = load_rgb(image_dir / str(entry["file_name"]))
             except ImageReadError as exc:
                 raise EvaluationError(f"-i {image_dir}: {exc}") from None
-            tensor, scale = resize_and_pad(pil_to_tensor(image), data.image_size)
+            tensor, scale = resize_and_pad(pil_to_tensor(image), data.image_size, keep_uint8=True)
             images.append(tensor)
             targets.append(
                 {"image_id": int(entry["id"]), "scale": scale, "orig_size": image.size[::-1]}

@@ -31,6 +31,7 @@ from maskops.export.graph import (
     read_metadata,
 )
 from maskops.export.tao_layout import TAO_OUTPUT_NAMES, decode_tao_outputs, tao_input
+from maskops.modeling.transform import unit_range
 from maskops.serving.triton_models.maskops_serving_ops import run_batched
 
 Output = dict[str, torch.Tensor]
@@ -110,7 +111,7 @@ class GraphPredictor:
         outputs: list[Output] = []
         for start in range(0, len(images), self.batch_size):
             chunk = images[start : start + self.batch_size]
-            batch = torch.stack([image.detach().to("cpu", torch.float32) for image in chunk])
+            batch = torch.stack([unit_range(image.detach().cpu()).float() for image in chunk])
             # The served network's batching rule (a static graph's last run is filled).
             padded = run_batched(self.run_padded, batch.numpy(), self.metadata.batch_size)
             outputs.extend(unpad(padded, index) for index in range(len(chunk)))

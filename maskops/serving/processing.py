@@ -23,24 +23,26 @@ from maskops.serving.protocol import decode_detections, encode_detections
 
 
 def preprocess_image(
-    data: bytes, image_size: tuple[int, int], *, name: str = "image"
+    data: bytes, image_size: tuple[int, int], *, name: str = "image", keep_uint8: bool = False
 ) -> tuple[np.ndarray, float, tuple[int, int]]:
     """Decode an encoded image and prepare it for the graph.
 
     Args:
         data: JPEG/PNG bytes.
         image_size: the export's (H, W).
+        keep_uint8: the pixels as uint8 0..255, as the served preprocess model hands them
+            to the torch network (which divides them exactly as here).
 
     Returns:
-        (float32 ``[3, H, W]`` in 0..1, resized keeping aspect ratio and padded; the
-        resize scale; the original (height, width)).
+        (float32 ``[3, H, W]`` in 0..1 (uint8 0..255 with ``keep_uint8``), resized keeping
+        aspect ratio and padded; the resize scale; the original (height, width)).
 
     Raises:
         maskops.evaluation.ImageReadError: not a decodable image (message names ``name``).
     """
     image = read_image(data, name=name)
     orig_hw = (int(image.shape[1]), int(image.shape[2]))
-    tensor, scale = resize_and_pad(image, image_size)
+    tensor, scale = resize_and_pad(image, image_size, keep_uint8=keep_uint8)
     return tensor.numpy(), float(scale), orig_hw
 
 

@@ -98,6 +98,28 @@ def test_onnx_predictor_has_the_eager_call_shape(fp32_export, tiny_checkpoint):
         predictor([torch.rand(3, 64, 64)])
 
 
+def test_predictors_answer_uint8_pixels_as_the_same_pixels_divided_by_255(
+    fp32_export, tiny_checkpoint
+):
+    """What evaluation and inference now hand over (``keep_uint8``): the same detections,
+    to the bit, as the float images the host divided."""
+    from maskops.evaluation.predictor import load_predictor
+
+    generator = torch.Generator().manual_seed(7)
+    pixels = [torch.randint(0, 256, (3, 128, 128), dtype=torch.uint8, generator=generator)]
+    pixels.append(pixels[0].flip(-1))
+    floats = [image.float().div_(255.0) for image in pixels]
+    for predictor in (
+        OnnxPredictor(fp32_export.onnx_path),
+        load_predictor(tiny_checkpoint).predictor,
+    ):
+        wanted = predictor(floats)
+        assert sum(len(want["scores"]) for want in wanted) > 0
+        for got, want in zip(predictor(pixels), wanted, strict=True):
+            assert got.keys() == want.keys()
+            assert all(torch.equal(got[key], want[key]) for key in got), type(predictor)
+
+
 def test_evaluate_accepts_the_onnx_file(fp32_export, tiny_spec, tiny_checkpoint):
     from maskops.evaluation import run_evaluation
 
