@@ -50,7 +50,7 @@ import onnxruntime as ort
 import pycocotools.mask as mask_util
 import torch
 from api_process import start_api
-from machine import start_run, write_results
+from machine import RunConditions, start_run, write_results
 from PIL import Image
 from timing import Spread, alternated_seconds
 from torchvision.models.detection.roi_heads import paste_masks_in_image
@@ -394,8 +394,16 @@ def infer_under_load(
 
 
 def bench_triton(
-    onnx_path: Path, reps: int, clients: int, seconds: float, open_loop_requests: int
+    onnx_path: Path,
+    reps: int,
+    clients: int,
+    seconds: float,
+    open_loop_requests: int,
+    conditions: RunConditions,
 ) -> dict[str, Any]:
+    """In-process, Triton and ``POST /infer`` latency alternated, ``/infer`` under load
+    with and without dynamic batching, and a cold start; the run's clock ends while the
+    server runs (``conditions.end_now``), so its workers count as the run's own."""
     from maskops.serving import EnsembleNames, publish
     from maskops.serving import client as triton
     from maskops.serving.launcher import TritonServer
@@ -446,6 +454,7 @@ def bench_triton(
             triton.roll_out(url, "bench_cold")
             triton.infer_images(url, "bench_cold", [data])
             cold_start_s = time.perf_counter() - cold_start
+            conditions.end_now()
     figures = {
         "in_process": latency(local, 1),
         "triton": latency(remote, 1),
@@ -510,7 +519,12 @@ def main() -> None:
             results["postprocess"].append(bench_postprocess(tuple(hw), args.detections, args.reps))
         if not args.no_triton and first_onnx is not None:
             results["triton"] = bench_triton(
-                first_onnx, args.reps, args.clients, args.seconds, args.open_loop_requests
+                first_onnx,
+                args.reps,
+                args.clients,
+                args.seconds,
+                args.open_loop_requests,
+                conditions,
             )
     name = (
         "bench_serving"
