@@ -27,6 +27,7 @@ from maskops.serving import client as triton
 from maskops.serving.launcher import TritonServer, free_port
 from maskops.serving.processing import coco_results, preprocess_image
 from tests.conftest import PeakRss, large_jpeg
+from tests.support.bench import load_bench_module
 
 pytestmark = pytest.mark.integration
 
@@ -116,39 +117,6 @@ def test_infer_returns_coco_results_matching_in_process(
     assert answers[-1] and answers[-1][0]["segmentation"]["size"] == [197, 301]
 
 
-def _net_counts(url: str) -> tuple[int, int]:
-    """(images run, graph runs) of the network model so far, from Triton's statistics (a
-    backend reports a request's statistics after sending its response, so they can lag
-    the ensemble's answer: see :func:`_settled_net_counts`)."""
-    import tritonclient.http as httpclient
-
-    client = httpclient.InferenceServerClient(url)
-    try:
-        stats = client.get_inference_statistics(EnsembleNames(NAME).net)["model_stats"]
-    finally:
-        client.close()
-    return (
-        sum(int(s["inference_count"]) for s in stats),
-        sum(int(s["execution_count"]) for s in stats),
-    )
-
-
-def _settled_net_counts(url: str, images: int | None = None) -> tuple[int, int]:
-    """:func:`_net_counts` once the network's statistics have caught up with the answers
-    already received: once they count ``images`` images, or else once two reads 0.25 s
-    apart agree (at most 10 s)."""
-    deadline = time.monotonic() + 10.0
-    counts = _net_counts(url)
-    while time.monotonic() < deadline:
-        if images is not None and counts[0] >= images:
-            break
-        time.sleep(0.25)
-        counts, before = _net_counts(url), counts
-        if images is None and counts == before:
-            break
-    return counts
-
-
 def test_concurrent_requests_run_as_one_batch_with_the_same_detections(
     server, val_images, resized_image
 ):
@@ -156,11 +124,15 @@ def test_concurrent_requests_run_as_one_batch_with_the_same_detections(
     runs them in batches of several images, and every image gets what it gets alone."""
     images = [*val_images, resized_image] * 2
     alone = [triton.infer_images(server.http_url, NAME, [image])[0] for image in images]
-    images_before, runs_before = _settled_net_counts(server.http_url)
+    # Triton's statistics once they count the answers received (they can lag them).
+    statistics = load_bench_module("gpu_serving").settled_statistics
+    before = statistics(server.http_url, NAME)
     together = triton.infer_images(server.http_url, NAME, images)
-    images_run, runs = _settled_net_counts(server.http_url, images_before + len(images))
-    assert images_run - images_before == len(images)
-    assert runs - runs_before < len(images), "no two requests shared a network run"
+    after = statistics(server.http_url, NAME, since=before, requests=len(images))
+    net = EnsembleNames(NAME).net
+    assert after[net]["inferences"] - before[net]["inferences"] == len(images)
+    runs = after[net]["executions"] - before[net]["executions"]
+    assert runs < len(images), "no two requests shared a network run"
     assert sum(len(want) for want in alone) > 0
     for got, want in zip(together, alone, strict=True):
         assert len(got) == len(want)
