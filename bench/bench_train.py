@@ -26,6 +26,7 @@ per step, with the same precision. Arms:
   batch copied on a side CUDA stream), ``compact`` (masks cropped to their boxes),
   ``compile`` (backbone and FPN under ``torch.compile``, default mode; its first step
   compiles, inside the warm-up), ``nmsbatch`` (one RPN NMS call for the batch),
+  ``segnms`` (every image's and FPN level's RPN NMS settled side by side),
   ``graphs`` (the backbone and FPN's forward and backward captured once and replayed as
   CUDA graphs: two launches a step instead of hundreds; CUDA only).
   Not run by default; on a GPU, ``tuning_vs_default`` gives each one's images/s over the
@@ -105,6 +106,7 @@ VARIANTS = {
     "compact": DeviceTuning(compact_masks=True),
     "compile": DeviceTuning(compiled_backbone="default"),
     "nmsbatch": DeviceTuning(one_nms_per_batch=True),
+    "segnms": DeviceTuning(segmented_nms=True),
     "graphs": DeviceTuning(graphed_backbone=True),
 }
 """maskops arms with one device switch flipped from its default."""

@@ -27,7 +27,7 @@ from torchvision.models.detection.rpn import RegionProposalNetwork
 from torchvision.ops import boxes as box_ops
 
 from .box_coder import HostScalarBoxCoder
-from .nms import nms_kept_mask
+from .nms import greedy_nms_by_segment, nms_kept_mask
 from .sampling import SyncFreeMatcher, SyncFreeSampler, box_iou_batched, pad_boxes
 
 MIN_PROPOSAL_SIZE = 1e-3
@@ -103,6 +103,10 @@ class TrainTestRPN(RegionProposalNetwork):
         """One NMS call for the batch's proposals instead of one per image: one read
         instead of B, and on a GPU B times the pairs to compare (a tuning switch,
         ``DeviceTuning.one_nms_per_batch``)."""
+        self.segmented_nms = False
+        """Each (image, level)'s NMS settled side by side (:func:`greedy_nms_by_segment`)
+        instead of one NMS call per image (a tuning switch,
+        ``DeviceTuning.segmented_nms``)."""
         self._unchecked_boxes: list[Tensor] | None = None
         """During a training :meth:`forward`, the targets' boxes until
         :meth:`filter_proposals` reads their check with its counts."""
@@ -202,7 +206,9 @@ class TrainTestRPN(RegionProposalNetwork):
             ]
         )
         levels = levels[top_n_idx]
-        if self.one_nms_per_batch:  # each image's levels are groups of one call
+        if self.segmented_nms:
+            kept = self._kept_by_segment(boxes, scores, num_anchors_per_level)
+        elif self.one_nms_per_batch:  # each image's levels are groups of one call
             groups = batch_idx * len(num_anchors_per_level) + levels
             flat_boxes, flat_scores = boxes.reshape(-1, 4), scores.reshape(-1)
             usable = self._usable(flat_boxes, flat_scores)
@@ -223,6 +229,33 @@ class TrainTestRPN(RegionProposalNetwork):
         final_boxes = [boxes[i, best.indices[i, :n]] for i, n in enumerate(counts)]
         final_scores = [best.values[i, :n] for i, n in enumerate(counts)]
         return final_boxes, final_scores
+
+    def _kept_by_segment(
+        self, boxes: Tensor, scores: Tensor, num_anchors_per_level: list[int]
+    ) -> Tensor:
+        """``[B, K]`` bool, the boxes NMS keeps of :meth:`filter_proposals`' top-n (``[B, K,
+        4]`` and ``[B, K]``: level after level, each level's by decreasing score), every
+        (image, level) a segment of :func:`greedy_nms_by_segment`, padded to the longest
+        level's count with a box that is never usable."""
+        counts = [min(self.pre_nms_top_n(), n) for n in num_anchors_per_level]
+        total, offsets = boxes.shape[1], torch.arange(max(counts), device=boxes.device)
+        # Index tensors made on the device from Python numbers (no host data to copy over);
+        # a level's padding points at column ``total``, the unusable box appended.
+        columns = torch.stack(
+            [
+                torch.where(offsets < count, offsets + sum(counts[:level]), total)
+                for level, count in enumerate(counts)
+            ]
+        )  # [levels, longest]
+        usable = self._usable(boxes.reshape(-1, 4), scores.reshape(-1)).view_as(scores)
+        usable = torch.cat([usable, torch.zeros_like(usable[:, :1])], dim=1)
+        boxes = torch.cat([boxes, torch.zeros_like(boxes[:, :1])], dim=1)
+        by_segment = greedy_nms_by_segment(
+            boxes[:, columns].flatten(0, 1), usable[:, columns].flatten(0, 1), self.nms_thresh
+        )
+        kept = torch.zeros_like(usable)
+        kept[:, columns] = by_segment.view(usable.shape[0], *columns.shape)  # padding: False
+        return kept[:, :total]
 
     def _read_counts(self, kept: Tensor) -> list[int]:
         """``kept`` (``[B]`` int64, the boxes kept per image) on the host, and with it the

@@ -408,6 +408,7 @@ def _build_model(run: _Run, *, load_checkpoint: bool) -> nn.Module:
     if run.tuning.compiled_backbone:
         model.compile_backbone(run.tuning.compiled_backbone)  # type: ignore[operator]
     model.rpn.one_nms_per_batch = bool(run.tuning.one_nms_per_batch)  # type: ignore[union-attr]
+    model.rpn.segmented_nms = bool(run.tuning.segmented_nms)  # type: ignore[union-attr]
     return model
 
 

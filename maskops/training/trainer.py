@@ -128,7 +128,11 @@ class DeviceTuning:
     :data:`maskops.modeling.model.COMPILE_MODES`; None = eager).
     ``one_nms_per_batch`` (also off until measured): the RPN's NMS runs once for the
     batch instead of once per image, one read of the device instead of one per image for
-    B times the box pairs; the proposals are the same. ``graphed_backbone`` (also off
+    B times the box pairs; the proposals are the same. ``segmented_nms`` (also off until
+    measured; not with ``one_nms_per_batch``): every (image, FPN level)'s NMS settled side
+    by side (:func:`maskops.modeling.nms.greedy_nms_by_segment`), where one NMS call per
+    image gathers its kept boxes in one GPU thread block, box after box (12 ms of a 122 ms
+    step on an H200); the proposals are the same. ``graphed_backbone`` (also off
     until measured; CUDA only, one process, no gradient accumulation): the backbone and
     FPN's training forward and
     backward captured once and replayed as CUDA graphs
@@ -146,8 +150,11 @@ class DeviceTuning:
     compiled_backbone: str | None = None
     one_nms_per_batch: bool | None = None
     graphed_backbone: bool | None = None
+    segmented_nms: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.one_nms_per_batch and self.segmented_nms:
+            raise ValueError("one_nms_per_batch and segmented_nms: choose one")
         if self.compiled_backbone is not None and self.graphed_backbone:
             raise ValueError("compiled_backbone and graphed_backbone: choose one")
         if self.compiled_backbone is not None and self.compiled_backbone not in COMPILE_MODES:
@@ -176,6 +183,7 @@ class DeviceTuning:
             compiled_backbone=self.compiled_backbone,
             one_nms_per_batch=bool(self.one_nms_per_batch),
             graphed_backbone=bool(self.graphed_backbone) and cuda,
+            segmented_nms=bool(self.segmented_nms),
         )
 
 

@@ -76,6 +76,10 @@ def test_training_proposals_are_torchvisions(
             ours.filter_proposals(proposals, objectness, shapes, LEVELS)[0], boxes, strict=True
         )
     )
+    ours.one_nms_per_batch, ours.segmented_nms = False, True  # each (image, level) a segment
+    segmented = ours.filter_proposals(proposals, objectness, shapes, LEVELS)
+    together = zip(segmented[0] + segmented[1], boxes + scores, strict=True)
+    assert all(torch.equal(a, b) for a, b in together)
     if post_nms == 400:
         assert all(b.shape[0] < 230 for b in boxes)  # fewer kept than the top-n allows
     for got, expected in zip(boxes + scores, expected_boxes + expected_scores, strict=True):
@@ -92,11 +96,13 @@ def test_inference_on_a_gpu_proposes_what_torchvision_does(
     proposals = torch.stack([_integer_boxes(sum(LEVELS), generator) for _ in range(2)]).cuda()
     objectness = torch.randn((2 * sum(LEVELS), 1), generator=generator).cuda()
     shapes = [(128, 128), (96, 128)]
-    got = ours.filter_proposals(proposals, objectness, shapes, LEVELS)
     expected = RegionProposalNetwork.filter_proposals(ours, proposals, objectness, shapes, LEVELS)
-    for part, reference in zip(got, expected, strict=True):
-        assert [t.shape for t in part] == [t.shape for t in reference]
-        assert all(torch.equal(a, b) for a, b in zip(part, reference, strict=True))
+    for segmented in (False, True):  # and with each (image, level) a segment of its own
+        ours.segmented_nms = segmented
+        got = ours.filter_proposals(proposals, objectness, shapes, LEVELS)
+        for part, reference in zip(got, expected, strict=True):
+            assert [t.shape for t in part] == [t.shape for t in reference]
+            assert all(torch.equal(a, b) for a, b in zip(part, reference, strict=True))
 
 
 def _anchor_targets() -> tuple[list[Tensor], list[dict[str, Tensor]]]:

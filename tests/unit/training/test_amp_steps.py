@@ -54,25 +54,33 @@ def test_device_tuning_defaults_and_switches(
 ) -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     # Fused SGD, TF32 matmuls, uint8 images, the prefetch stream, compact masks, the
-    # compiled backbone, one NMS per batch and the graphed backbone: off unless asked.
-    off = (False, False, False, False, False, None, False, False)
+    # compiled backbone, one NMS per batch, the graphed backbone and the segmented NMS:
+    # off unless asked.
+    off = (False, False, False, False, False, None, False, False, False)
     assert DeviceTuning().resolve(cpu) == DeviceTuning(True, False, False, *off)
     # channels_last from Ampere on, where fp32 (TF32) and bf16 convolutions use tensor cores.
     expected = DeviceTuning(channels_last, True, False, *off)
     assert DeviceTuning().resolve(cuda, capability) == expected
     assert trains_channels_last(cuda, capability) is channels_last
     flipped = DeviceTuning(
-        not channels_last, False, False, True, True, True, True, True, "default", True, False
-    )
+        not channels_last, False, False, True, True, True, True, True, "default", True, False,
+        False,
+    )  # fmt: skip
     assert flipped.resolve(cuda, capability) == flipped
     graphed = DeviceTuning(graphed_backbone=True)
     assert graphed.resolve(cuda, capability).graphed_backbone is True
+    segmented = DeviceTuning(segmented_nms=True)
+    on_cuda = segmented.resolve(cuda, capability)
+    assert segmented.resolve(cpu).segmented_nms is on_cuda.segmented_nms is True
+    with pytest.raises(ValueError, match="choose one"):
+        DeviceTuning(one_nms_per_batch=True, segmented_nms=True)
     assert DeviceTuning(cudnn_benchmark=True).resolve(cuda, capability).cudnn_benchmark is True
     # Pinning, cuDNN and TF32 are CUDA's: asked for on a CPU they stay off. The prefetcher
     # passes batches through there, so its path runs on a CPU too.
     asked = DeviceTuning(False, True, True, True, True, True, True, True, "max-autotune", True)
     on_cpu = DeviceTuning(False, False, False, True, False, True, True, True, "max-autotune", True)
-    assert asked.resolve(cpu) == DeviceTuning(**{**vars(on_cpu), "graphed_backbone": False})
+    off_on_cpu = {"graphed_backbone": False, "segmented_nms": False}
+    assert asked.resolve(cpu) == DeviceTuning(**{**vars(on_cpu), **off_on_cpu})
     assert graphed.resolve(cpu).graphed_backbone is False  # CUDA graphs are CUDA's
     assert not trains_channels_last(torch.device("meta"))
     with pytest.raises(ValueError, match=r"compiled_backbone: 'fast' is not a torch\.compile mode"):

@@ -2,9 +2,10 @@
 
 ``prefetch_stream`` passes batches through on a CPU, so a run with it must compute exactly
 the losses of one without; ``compact_masks`` crops each mask to its box, and the mask head's
-targets, hence the losses, stay equal within float rounding; ``one_nms_per_batch`` keeps
-the same proposals. On a GPU the prefetcher's copy must overlap the compute stream's work,
-and the backbone replayed as CUDA graphs trains to the eager losses (``gpu`` marked).
+targets, hence the losses, stay equal within float rounding; ``one_nms_per_batch`` and
+``segmented_nms`` keep the same proposals. On a GPU the prefetcher's copy must overlap the
+compute stream's work, and the backbone replayed as CUDA graphs trains to the eager losses
+(``gpu`` marked).
 """
 
 from __future__ import annotations
@@ -93,6 +94,15 @@ def test_a_run_with_one_nms_per_batch_trains_to_the_same_losses(
     batched = _losses(short_spec, tmp_path, DeviceTuning(one_nms_per_batch=True))
     assert len(batched) == STEPS
     for ours, theirs in zip(batched, default_losses, strict=True):
+        assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
+
+
+def test_a_run_with_segmented_nms_trains_to_the_same_losses(
+    short_spec: ExperimentSpec, default_losses: list[dict[str, float]], tmp_path: Path
+) -> None:
+    segmented = _losses(short_spec, tmp_path, DeviceTuning(segmented_nms=True))
+    assert len(segmented) == STEPS
+    for ours, theirs in zip(segmented, default_losses, strict=True):
         assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
 
 
