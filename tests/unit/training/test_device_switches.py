@@ -88,21 +88,19 @@ def test_a_run_on_compact_masks_trains_to_the_same_losses(
         assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-6)
 
 
-def test_a_run_with_one_nms_per_batch_trains_to_the_same_losses(
-    short_spec: ExperimentSpec, default_losses: list[dict[str, float]], tmp_path: Path
+@pytest.mark.parametrize(
+    "nms", [DeviceTuning(one_nms_per_batch=True), DeviceTuning(segmented_nms=True)],
+    ids=["one_nms_per_batch", "segmented_nms"],
+)  # fmt: skip
+def test_a_run_with_the_rpn_nms_done_another_way_trains_to_the_same_losses(
+    short_spec: ExperimentSpec,
+    default_losses: list[dict[str, float]],
+    tmp_path: Path,
+    nms: DeviceTuning,
 ) -> None:
-    batched = _losses(short_spec, tmp_path, DeviceTuning(one_nms_per_batch=True))
-    assert len(batched) == STEPS
-    for ours, theirs in zip(batched, default_losses, strict=True):
-        assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
-
-
-def test_a_run_with_segmented_nms_trains_to_the_same_losses(
-    short_spec: ExperimentSpec, default_losses: list[dict[str, float]], tmp_path: Path
-) -> None:
-    segmented = _losses(short_spec, tmp_path, DeviceTuning(segmented_nms=True))
-    assert len(segmented) == STEPS
-    for ours, theirs in zip(segmented, default_losses, strict=True):
+    losses = _losses(short_spec, tmp_path, nms)
+    assert len(losses) == STEPS
+    for ours, theirs in zip(losses, default_losses, strict=True):
         assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
 
 
