@@ -827,19 +827,19 @@ TUNING_PRIORITY = (
 )
 """The switches ``throughput_tuning`` measures first when the time left affords a round of
 some of them only: those not yet measured on a GPU (and any switch not listed here), then
-those one H200 round found
-ahead or level (compact masks 1.08x, the compiled backbone 1.03x, TF32 1.00x, uint8 0.99x),
-then the losers, the defaults' own flips last (cuDNN benchmark 0.11x)."""
+those one H200 round found ahead or level (compact masks 1.08x, the compiled backbone
+1.03x, TF32 1.00x, uint8 0.99x), then the losers, the defaults' own flips last (cuDNN
+benchmark 0.11x)."""
 
 
-def affordable_variants(ctx: Context, variants: list[str]) -> list[str]:
+def affordable_variants(ctx: Context, variants: list[str]) -> tuple[list[str], float]:
     """``variants`` in :data:`TUNING_PRIORITY` order, as many as one round beside the
-    default arm fits in the time left (at the seconds an arm is taken to need)."""
+    default arm fits in the time left, and the seconds an arm is taken to need."""
     rank = {name: index for index, name in enumerate(TUNING_PRIORITY)}
     ranked = sorted(variants, key=lambda name: rank.get(name, -1))  # a new switch first
     arm_s = float(ctx.state.get("arm_s", ARM_S_ESTIMATE))
     fits = int((ctx.remaining() - 20) // arm_s) - 1  # less the default arm
-    return ranked[: max(fits, 0)]
+    return ranked[: max(fits, 0)], arm_s
 
 
 def step_throughput_tuning(ctx: Context) -> dict[str, Any]:
@@ -847,9 +847,8 @@ def step_throughput_tuning(ctx: Context) -> dict[str, Any]:
     if ctx.tiny and "throughput_train" in ctx.state:
         figures, measured_now = ctx.state["throughput_train"], variants
     else:
-        measured_now = affordable_variants(ctx, variants)
+        measured_now, arm_s = affordable_variants(ctx, variants)
         if not measured_now:
-            arm_s = float(ctx.state.get("arm_s", ARM_S_ESTIMATE))
             raise StepSkipped(
                 f"{ctx.remaining():.0f} s left, about {arm_s:.0f} s an arm: too little for "
                 "the default and one switch"

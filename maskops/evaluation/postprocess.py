@@ -31,6 +31,7 @@ from maskops.serving.triton_models.maskops_serving_ops import (
     RLE,
     compress_counts,
     crop_to_counts,
+    has_area,
     runs_to_counts,
 )
 
@@ -144,14 +145,6 @@ def boxes_to_original(
     return out
 
 
-def has_area(boxes: torch.Tensor) -> torch.Tensor:
-    """``[N]`` bool: which ``[N, 4]`` xyxy boxes, clipped to the image, keep some area. A
-    detection wholly in the input's padding is clipped to the image's edge and keeps
-    none: nothing of it is in the image, so it is not reported (as detectron2's
-    ``detector_postprocess`` drops empty boxes)."""
-    return (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
-
-
 def detections_to_coco(
     output: Mapping[str, torch.Tensor],
     *,
@@ -175,7 +168,7 @@ def detections_to_coco(
         orig_hw: ``(height, width)`` of the original image.
         label_map: maps training labels back to dataset category ids.
         score_threshold: detections scoring below this are dropped, and so are those
-            whose box, clipped to the image, has no area (:func:`has_area`).
+            whose box, clipped to the image, has no area (the serving ops' ``has_area``).
         include_mask: add ``segmentation`` when the output has ``masks``.
         mask_threshold: mask probability above which a pixel is foreground.
 
@@ -187,7 +180,7 @@ def detections_to_coco(
     """
     scores = output["scores"].detach().to("cpu", torch.float32)
     boxes = boxes_to_original(output["boxes"].detach().cpu(), scale=scale, orig_hw=orig_hw)
-    keep = (scores >= score_threshold) & has_area(boxes)
+    keep = (scores >= score_threshold) & torch.from_numpy(has_area(boxes.numpy()))
     scores, boxes = scores[keep], boxes[keep]
     labels = output["labels"].detach().to("cpu")[keep].tolist()
     rles: list[RLE] | None = None

@@ -59,11 +59,12 @@ class TritonPythonModel:
             channels_last=bool(settings.get("channels_last", False)),
         )
         self.where = f"{args.get('model_name')} instance {args.get('model_instance_name')}"
-        self.gpu_outputs = device.startswith("cuda") and not settings.get("outputs_via_host")
-        via_host = ", outputs via host memory" if settings.get("outputs_via_host") else ""
+        via_host = bool(settings.get("outputs_via_host", False))
+        self.gpu_outputs = device.startswith("cuda") and not via_host
         pb_utils.Logger.log_info(
             f"{self.where}: torch {torch.__version__} on {device}, "
-            f"precision {self.network.precision}{via_host}"
+            f"precision {self.network.precision}"
+            + (", outputs via host memory" if via_host else "")
         )
 
     def execute(self, requests: list[Any]) -> list[Any]:

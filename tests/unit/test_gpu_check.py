@@ -173,9 +173,10 @@ def test_throughput_steps_skip_what_the_time_left_cannot_afford(tmp_path: Path) 
     assert steps.affordable_rounds(timed, arms, 2) == (1, 10.0)
     # The switches: as many as one round affords beside the default arm, new ones first.
     variants = ["nopin", "compact", "segnms", "newswitch", "graphs"]
-    assert steps.affordable_variants(timed, variants) == ["newswitch"]  # 2 arms' time
+    assert steps.affordable_variants(timed, variants) == (["newswitch"], 10.0)  # 2 arms
     timed.deadline = time.monotonic() + 20 + 4 * 10.0 + 5
-    assert steps.affordable_variants(timed, variants) == ["newswitch", "graphs", "segnms"]
+    three = ["newswitch", "graphs", "segnms"]
+    assert steps.affordable_variants(timed, variants) == (three, 10.0)
     for name in ("throughput_train", "throughput_inference", "throughput_tuning"):
         steps.run_step(name, context(15))
         recorded = json.loads(out.read_text())["steps"][name]

@@ -749,6 +749,14 @@ def boxes_to_original(boxes: np.ndarray, *, scale: float, orig_hw: tuple[int, in
     return original
 
 
+def has_area(boxes: np.ndarray) -> np.ndarray:
+    """``[N]`` bool: which ``[N, 4]`` xyxy boxes, clipped to the image, keep some area. A
+    detection wholly in the input's padding is clipped to the image's edge and keeps
+    none: nothing of it is in the image, so it is not reported (as detectron2's
+    ``detector_postprocess`` drops empty boxes)."""
+    return (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+
+
 def detections_to_coco(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -768,15 +776,12 @@ def detections_to_coco(
 
     Returns:
         Per kept detection (``score >= score_threshold``, and a box with some area once
-        clipped): ``image_id`` 0,
+        clipped: :func:`has_area`): ``image_id`` 0,
         ``category_id``, ``category_name``, ``bbox`` ``[x, y, w, h]``, ``score``,
         ``segmentation`` (compressed RLE of the original image size).
     """
     original = boxes_to_original(boxes, scale=scale, orig_hw=orig_hw)
-    # A box wholly in the padding is clipped to the image's edge, with no area: dropped,
-    # as the engine's detections_to_coco drops it.
-    has_area = (original[:, 2] > original[:, 0]) & (original[:, 3] > original[:, 1])
-    keep = (scores >= np.float32(score_threshold)) & has_area
+    keep = (scores >= np.float32(score_threshold)) & has_area(original)
     kept_labels = labels[keep]
     if kept_labels.size and (kept_labels.min() < 1 or kept_labels.max() > len(categories)):
         raise ValueError(f"labels outside 1..{len(categories)} in the network output")
