@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,3 +44,27 @@ def wait_until(condition: Callable[[], object], *, timeout_s: float, what: str) 
             return
         time.sleep(0.1)
     raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def run_ranks(command: list[str], results_dir: Path, *, timeout_s: float) -> str:
+    """Run ``command`` (one that trains into ``results_dir`` on torchrun's ranks) to its end;
+    its stdout and stderr together. AssertionError when it fails, and when it runs past
+    ``timeout_s``: then each live rank first writes every thread's Python stack (SIGABRT,
+    under ``PYTHONFAULTHANDLER``) into that output, which says where a hung run waits."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    ) as run:
+        try:
+            output = run.communicate(timeout=timeout_s)[0]
+        except subprocess.TimeoutExpired:
+            for pid in rank_pids(results_dir).values():
+                os.kill(pid, signal.SIGABRT)
+            time.sleep(5)
+            os.killpg(run.pid, signal.SIGKILL)
+            output = run.communicate()[0]
+            said = output.decode(errors="replace")[-12000:]
+            raise AssertionError(f"not ended within {timeout_s} s; its output:\n{said}") from None
+    said = output.decode(errors="replace")
+    assert run.returncode == 0, said[-3000:]
+    return said

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from maskops_core.workers import rank_offers
 from tests.integration.api.conftest import Worker, wait_for
 from tests.integration.api.test_reliability import _reconcile
 from tests.integration.api.test_workflow import create_experiment, register_demo
-from tests.support.ranks import rank_pids, wait_until
+from tests.support.ranks import rank_pids, run_ranks, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -103,13 +102,8 @@ def _assert_the_weights_of_the_cli_run(
 
 def _train_with_the_cli(spec: Path, cli_dir: Path) -> Path:
     maskops = Path(sys.executable).with_name("maskops")
-    cli = subprocess.run(
-        [str(maskops), "train", "-e", str(spec), "-d", str(cli_dir), "--gpus", "2"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert cli.returncode == 0, cli.stderr[-3000:]
+    command = [str(maskops), "train", "-e", str(spec), "-d", str(cli_dir), "--gpus", "2"]
+    run_ranks(command, cli_dir, timeout_s=300)
     return cli_dir
 
 
