@@ -18,9 +18,10 @@ it, and its comparison decides). Then, in the same run: images/s served with 1 a
 concurrent clients, p50/p99 latency of one client at batch 1, and in-process eager
 images/s at batch 1 and 8 and its batch-1 latency, each end to end (encoded bytes in,
 COCO results out); tuning arms: the served rate with two instances of each composing
-model, and on CUDA with the network's outputs copied to host memory in the network
-model (:data:`SERVED_ARMS`), and eager batch-8 runs with ``channels_last``, with the
-backbone compiled, and with it compiled to CUDA graphs (:data:`EAGER_ARMS`).
+model, with four of the preprocess and postprocess models, and on CUDA with the network's
+outputs copied to host memory in the network model (:data:`SERVED_ARMS`), and eager
+batch-8 runs with ``channels_last``, with the backbone compiled, and with it compiled to
+CUDA graphs (:data:`EAGER_ARMS`).
 """
 
 from __future__ import annotations
@@ -545,7 +546,9 @@ class ServedArm:
     """A served tuning arm: how its ensemble is published."""
 
     instances: int = 1
-    """Instances of each composing model (processes; on a GPU, per GPU)."""
+    """Instances of the network model (processes; on a GPU, per GPU)."""
+    processing_instances: int = 1
+    """Instances of the preprocess and postprocess models each (processes on the CPU)."""
     net_settings: dict[str, Any] = field(default_factory=dict)
     """Added to the network model's settings.json."""
     cuda_only: bool = False
@@ -555,18 +558,22 @@ class ServedArm:
 
 
 SERVED_ARMS: dict[str, ServedArm] = {
-    "instances_2": ServedArm(instances=2),
+    "instances_2": ServedArm(instances=2, processing_instances=2),
+    "processing_4": ServedArm(processing_instances=4),
     "host_outputs": ServedArm(net_settings={"outputs_via_host": True}, cuda_only=True),
 }
 """Served tuning arms. ``instances_2``: one instance of each model does its host work one
-batch at a time while the GPU waits. ``host_outputs``: the network copies a batch's
-outputs to host memory in one go, where the CPU postprocess model reads them, instead of
-handing each request's over as GPU tensors (through the python backend's CUDA memory
-pool, then Triton's copy to the host)."""
+batch at a time while the GPU waits. ``processing_4``: the preprocess and postprocess
+models decode and encode one image at a time each, on one core, while the network runs a
+batch at once. ``host_outputs``: the network copies a batch's outputs to host memory in
+one go, where the CPU postprocess model reads them, instead of handing each request's over
+as GPU tensors (through the python backend's CUDA memory pool, then Triton's copy to the
+host)."""
 
 
 TUNING_ORDER: tuple[tuple[str, str], ...] = (
     ("served", "host_outputs"),
+    ("served", "processing_4"),
     ("eager", "channels_last"),
     ("eager", "compiled"),
     ("eager", "graphs"),
@@ -597,7 +604,13 @@ def served_arm(
     repository = work / f"serving_repository_{arm}"
     try:
         publish_torch(
-            checkpoint, repository, NAME, precision, cuda=cuda, instances=options.instances
+            checkpoint,
+            repository,
+            NAME,
+            precision,
+            cuda=cuda,
+            instances=options.instances,
+            processing_instances=options.processing_instances,
         )
         add_net_settings(repository, NAME, options.net_settings)
         with TritonServer(
@@ -630,6 +643,7 @@ def publish_torch(
     *,
     cuda: bool,
     instances: int = 1,
+    processing_instances: int = 1,
 ) -> None:
     """``checkpoint`` in ``repository`` as ``name`` on the torch net backend, at
     ``precision`` on the GPU or the CPU, batches of up to 8 (publish's repository writer,
@@ -646,6 +660,7 @@ def publish_torch(
         precision=precision,
         max_batch_size=8,
         instances=instances,
+        processing_instances=processing_instances,
     )
 
 

@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
             engine_cache_root=options.triton_engine_cache,
             triton_tensorrt_version=options.triton_tensorrt_version,
             max_batch_size=options.max_batch_size,
+            instances=options.instances,
+            processing_instances=options.processing_instances,
             precision=options.precision,
             image_limits=ImageLimits(
                 max_image_pixels=options.max_image_pixels,

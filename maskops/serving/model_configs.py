@@ -10,6 +10,7 @@ parameters are :mod:`maskops.serving.protocol`'s.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from maskops.serving.placement import Placement, tensorrt_accelerator
@@ -33,6 +34,16 @@ if TYPE_CHECKING:
 
 class PublishError(ValueError):
     """The export cannot be published (missing file, bad name, not a maskops export)."""
+
+
+@dataclass(frozen=True)
+class InstanceCounts:
+    """How many instances of each model Triton runs (its ``instance_group`` counts)."""
+
+    network: int = 1
+    """The network's (per GPU on GPUs)."""
+    processing: int = 1
+    """The preprocess and postprocess models' each, processes on the CPU."""
 
 
 def _dims(values: tuple[int, ...] | list[int]) -> str:
@@ -135,7 +146,7 @@ def render_configs(
     *,
     net_backend: NetBackend = "python",
     max_batch_size: int | None = None,
-    instances: int = 1,
+    instances: InstanceCounts | None = None,
     max_queue_delay_us: int = 2000,
     placement: Placement | None = None,
     engine_cache: str | None = None,
@@ -143,23 +154,24 @@ def render_configs(
 ) -> dict[str, str]:
     """``{triton model name: config.pbtxt text}`` for the four models.
 
-    ``placement`` says where the network runs (default: the CPU); ``engine_cache`` is
+    ``placement`` says where the network runs (default: the CPU), ``instances`` how many
+    instances of each model Triton runs (default: one each); ``engine_cache`` is
     the folder, as Triton sees it, where onnxruntime's TensorRT accelerator caches its
     engines (GPU placements of the onnxruntime backend; None: no cache); ``precision``
     the torch backend's (default: the export's data type); ``max_queue_delay_us`` how
     long the network's dynamic batcher waits to fill a batch (the processing models do
     not wait: :func:`_processing_configs`).
     """
-    placement = placement or Placement()
+    placement, instances = placement or Placement(), instances or InstanceCounts()
     batch = max_batch_size or meta.max_batch_size
     net_batch = network_batch_size(meta, net_backend, batch)
-    configs = _processing_configs(names, meta, batch, instances, net_backend)
+    configs = _processing_configs(names, meta, batch, instances.processing, net_backend)
     configs[names.net] = _net_config(
         names.net,
         meta,
         net_backend=net_backend,
         net_batch=net_batch,
-        extra=placement.instance_group(instances)
+        extra=placement.instance_group(instances.network)
         + _net_parameters(net_backend, placement.device, precision or meta.data_type),
         max_queue_delay_us=max_queue_delay_us,
         accelerator=(

@@ -108,6 +108,19 @@ class PublishOptions:
         "max_batch_size of every model of the ensemble (default: the export's "
         "--max_batch_size)",
     )
+    instances: int = option(
+        1,
+        help="instances of the network model (processes, for the python and torch "
+        "backends), on each GPU with --device gpu",
+        ge=1,
+    )
+    processing_instances: int = option(
+        1,
+        help="instances of the pre- and post-processing models, each a process on the "
+        "CPU: each works through its batches one image at a time, so more instances "
+        "decode and encode more images at once",
+        ge=1,
+    )
     max_image_pixels: int | None = option(
         None, help="most pixels (width x height) of an image", group=IMAGE_LIMITS
     )

@@ -76,6 +76,7 @@ from maskops.export.tensorrt_rules import check_tensorrt_graph, describe
 from maskops.serving.engines import TRITON_TENSORRT_VERSION, EngineError, check_engine
 from maskops.serving.model_configs import (
     NET_BACKENDS,
+    InstanceCounts,
     NetBackend,
     PublishError,
     network_batch_size,
@@ -318,6 +319,7 @@ def publish(
     engine_cache_root: str = ENGINE_CACHE_ROOT,
     max_batch_size: int | None = None,
     instances: int = 1,
+    processing_instances: int = 1,
     image_limits: ImageLimits | None = None,
     activate: Callable[[int], None] | None = None,
     precision: str = "auto",
@@ -340,7 +342,9 @@ def publish(
         engine_cache_root: where each Triton process keeps the engines the TensorRT
             accelerator builds, as Triton sees it (see :data:`ENGINE_CACHE_ROOT`).
         max_batch_size: Triton max_batch_size (default: the export's).
-        instances: model instances per composing model (per GPU on GPUs).
+        instances: the network's model instances (per GPU on GPUs).
+        processing_instances: the preprocess and postprocess models' instances (each a
+            process on the CPU).
         image_limits: the preprocess model refuses larger images from their header,
             before decoding (the API's own limits: it may be called directly); None: none
             but Pillow's.
@@ -359,6 +363,11 @@ def publish(
             history, or the repository could not be written (then it is unchanged).
     """
     _check_name(name)
+    if min(instances, processing_instances) < 1:
+        raise PublishError(
+            f"instances {instances}, processing_instances {processing_instances}: "
+            "each model needs at least one instance"
+        )
     placement = placement or Placement()
     backend = _chosen_backend(net_backend, placement)
     onnx_path, meta = _source_metadata(Path(export), backend, label_map, spec, max_batch_size)
@@ -376,7 +385,8 @@ def publish(
     history = read_history(repository / name / "versions.json")
     version = next_version(repository, names)
     cache = engine_cache_folder(engine_cache_root, names.net, version)
-    configs = _version_configs(names, meta, network, placement, cache, max_batch_size, instances)
+    counts = InstanceCounts(network=instances, processing=processing_instances)
+    configs = _version_configs(names, meta, network, placement, cache, max_batch_size, counts)
     history.append(_history_entry(version, onnx_path, meta, network, placement))
     files = _version_files(names, meta, network, image_limits)
     write_version(repository, names, version, files, configs, history, meta, activate)
@@ -391,7 +401,7 @@ def _version_configs(
     placement: Placement,
     cache: str,
     max_batch_size: int | None,
-    instances: int,
+    instances: InstanceCounts,
 ) -> dict[str, str]:
     """The ensemble's configs for a new version whose network is ``network``."""
     return render_configs(

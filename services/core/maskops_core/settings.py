@@ -89,6 +89,11 @@ class Settings(BaseSettings):
     ``torch`` (a train or prune job's checkpoint run by PyTorch in the python backend, for
     GPU hosts without TensorRT); ``auto``: onnxruntime on GPUs, python on CPUs
     (docs/operations.md#gpu-serving)."""
+    triton_instances: int = Field(default=1, ge=1)
+    """Instances of each published network (per GPU on GPUs): ``instance_group`` count."""
+    triton_processing_instances: int = Field(default=1, ge=1)
+    """Instances of each published model's preprocess and postprocess models, processes
+    on the CPU: more decode and encode more images at once."""
     triton_precision: Precision = "auto"
     """The ``torch`` network backend's precision: ``auto`` is bf16 autocast on GPUs with
     native bf16, fp16 on other GPUs, fp32 on the CPU."""

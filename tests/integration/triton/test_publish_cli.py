@@ -2,7 +2,8 @@
 
 The same sequence the publish job runs (``maskops.serving.rollout``): the version is
 loaded on every ``--triton_url`` inside the publish, so a replica that cannot load it
-undoes the publish; ``--max_image_pixels`` reaches the preprocess model.
+undoes the publish; ``--max_image_pixels`` reaches the preprocess model, and
+``--processing_instances`` the instance counts Triton loads.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tritonclient.http as httpclient
 from PIL import Image
 
 from maskops.cli.main import main
 from maskops.serving import client as triton
 from maskops.serving import existing_versions
 from maskops.serving.launcher import TritonServer, free_port
+from maskops.serving.protocol import EnsembleNames
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +47,7 @@ def publish(exported: Path, repository: Path, *urls: str) -> int:
     flags = [arg for url in urls for arg in ("--triton_url", url)]
     return main(
         ["publish", "-m", str(exported), "-n", NAME, "--repository", str(repository),
-         "--max_image_pixels", "10000", *flags]
+         "--max_image_pixels", "10000", "--processing_instances", "2", *flags]
     )  # fmt: skip
 
 
@@ -61,6 +64,18 @@ def test_publish_serves_on_every_replica_or_on_none(
     assert f"{urls[0]}: serves version 1" in capsys.readouterr().out
     for url in urls:
         assert triton.model_states(url, NAME) == {"1": "READY"}
+        assert _instance_counts(url) == {"preprocess": 2, "net": 1, "postprocess": 2}
         assert triton.infer_images(url, NAME, [png(96)])[0] is not None  # 9,216 pixels
         with pytest.raises(triton.InvalidImage, match="pixels"):
             triton.infer_images(url, NAME, [png(101)])  # 10,201 pixels: over the limit
+
+
+def _instance_counts(url: str) -> dict[str, int]:
+    """``{part: instances}`` of the configs Triton loaded for NAME's composing models."""
+    names = EnsembleNames(NAME)
+    with httpclient.InferenceServerClient(url.removeprefix("http://")) as client:
+        configs = {part: client.get_model_config(part) for part in names.parts}
+    return {
+        part.rsplit(".", 1)[1]: sum(group["count"] for group in config["instance_group"])
+        for part, config in configs.items()
+    }

@@ -167,6 +167,8 @@ def test_publish_rejects_bad_input(tmp_path, fake_export):
     tao = fake_onnx_export(tmp_path / "tao.onnx", "batch", output_layout="tao")
     with pytest.raises(PublishError, match=r"'tao' output layout .* --output_layout maskops"):
         publish(tao, tmp_path / "r", "m")
+    with pytest.raises(PublishError, match="processing_instances 0: each model needs"):
+        publish(fake_export, tmp_path / "r", "m", processing_instances=0)
     assert not (tmp_path / "r").exists()
 
 
@@ -181,6 +183,14 @@ def test_publish_cli(tmp_path, fake_export, capsys):
     assert cli_main(["publish", "-m", str(tmp_path / "x.onnx"), "-n", "cli"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no such export" in err[0]
+    repository = ["--repository", str(tmp_path / "r")]
+    counts = ["--instances", "2", "--processing_instances", "3"]
+    assert cli_main(["publish", "-m", str(fake_export), "-n", "cli", *repository, *counts]) == 0
+    names = EnsembleNames("cli")
+    read = {m: _config(tmp_path / "r" / m / "config.pbtxt") for m in names.parts}
+    assert [g.count for g in read[names.net].instance_group] == [2]
+    assert [g.count for g in read[names.preprocess].instance_group] == [3]
+    assert [g.count for g in read[names.postprocess].instance_group] == [3]
 
 
 def _jpeg(height: int, width: int) -> bytes:

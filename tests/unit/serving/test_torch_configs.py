@@ -13,6 +13,7 @@ from tritonclient.grpc import model_config_pb2
 
 from maskops.export.graph import read_metadata
 from maskops.serving import EnsembleNames, render_configs
+from maskops.serving.model_configs import InstanceCounts
 from maskops.serving.placement import Placement
 from maskops.serving.protocol import NET_PARAMETERS
 from tests.support.fake_export import fake_onnx_export
@@ -89,3 +90,14 @@ def test_the_processing_models_batch_without_waiting_and_the_network_waits(meta)
         assert config.HasField("dynamic_batching")
         assert config.dynamic_batching.max_queue_delay_microseconds == 0
     assert _net(configs).dynamic_batching.max_queue_delay_microseconds == 1500
+
+
+def test_the_network_and_the_processing_models_take_their_own_instance_counts(meta) -> None:
+    names = EnsembleNames("m")
+    counts = InstanceCounts(network=2, processing=3)
+    configs = render_configs(names, meta, net_backend="torch", instances=counts)
+    read = {m: text_format.Parse(c, model_config_pb2.ModelConfig()) for m, c in configs.items()}
+    assert [g.count for g in read[names.net].instance_group] == [2]
+    for model in (names.preprocess, names.postprocess):
+        (group,) = read[model].instance_group
+        assert (group.kind, group.count) == (model_config_pb2.ModelInstanceGroup.KIND_CPU, 3)

@@ -1,5 +1,5 @@
-"""Publish jobs take where Triton runs the network, and where it caches TensorRT engines,
-from the worker's settings."""
+"""Publish jobs take where Triton runs the network, where it caches TensorRT engines and
+how many instances of each model it runs from the worker's settings."""
 
 from __future__ import annotations
 
@@ -26,3 +26,14 @@ def test_the_engine_cache_defaults_to_the_triton_images_root() -> None:
 def test_an_operators_engine_cache_is_written_into_the_configs() -> None:
     settings = Settings(triton_engine_cache="/srv/trt")
     assert _options(settings)["engine_cache_root"] == "/srv/trt"
+
+
+def test_the_instance_counts_come_from_the_operators_environment(monkeypatch) -> None:
+    assert (_options(Settings())["instances"], _options(Settings())["processing_instances"]) == (
+        1,
+        1,
+    )
+    monkeypatch.setenv("MASKOPS_TRITON_INSTANCES", "2")
+    monkeypatch.setenv("MASKOPS_TRITON_PROCESSING_INSTANCES", "4")
+    options = _options(Settings())
+    assert (options["instances"], options["processing_instances"]) == (2, 4)

@@ -85,7 +85,7 @@ def _net_backend(settings: Settings) -> str:
 
 def _network_options(ctx: JobContext) -> dict[str, Any]:
     """The publish arguments of the operator's Triton settings (where the network runs,
-    on which backend, the TensorRT an engine must match)."""
+    on which backend, the TensorRT an engine must match, how many instances)."""
     from maskops.serving.placement import ENGINE_CACHE_ROOT, Placement
 
     settings = ctx.settings
@@ -99,6 +99,8 @@ def _network_options(ctx: JobContext) -> dict[str, Any]:
         "triton_tensorrt_version": settings.triton_tensorrt_version or None,
         "engine_cache_root": settings.triton_engine_cache or ENGINE_CACHE_ROOT,
         "precision": settings.triton_precision,
+        "instances": settings.triton_instances,
+        "processing_instances": settings.triton_processing_instances,
     }
 
 
