@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import socket
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -127,6 +129,28 @@ def postgres_url() -> str:
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     return _require(REDIS_URL, 6379, "Redis")
+
+
+DISK_NEEDED_BYTES = 7 * 1024**3
+"""Free space a run needs in pytest's temporary folder: at most 5.6 GB are there at once
+(docs/architecture.md#development)."""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop before any test where the disk cannot hold a run: on a full disk dozens of
+    tests fail on whatever they write, none saying why."""
+    if hasattr(session.config, "workerinput"):
+        return  # the controlling process checked
+    folder = Path(session.config.option.basetemp or tempfile.gettempdir())
+    while not folder.exists():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if free < DISK_NEEDED_BYTES:
+        pytest.exit(
+            f"{free / 1024**3:.1f} GiB free in {folder}: the tests need "
+            f"{DISK_NEEDED_BYTES / 1024**3:.0f} GiB there (pytest's temporary folders)",
+            returncode=1,
+        )
 
 
 # Tests on the one Postgres database and Redis (each test empties them first): all live here.
