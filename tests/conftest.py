@@ -11,7 +11,6 @@ import os
 import pickle
 import shutil
 import socket
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,9 +140,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     tests fail on whatever they write, none saying why."""
     if hasattr(session.config, "workerinput"):
         return  # the controlling process checked
-    folder = Path(session.config.option.basetemp or tempfile.gettempdir())
-    while not folder.exists():
-        folder = folder.parent
+    # Made now, as it would be for the first test: making it removes earlier runs' folders.
+    factory: pytest.TempPathFactory = session.config._tmp_path_factory  # type: ignore[attr-defined]
+    folder = factory.getbasetemp()
     free = shutil.disk_usage(folder).free
     if free < DISK_NEEDED_BYTES:
         pytest.exit(
