@@ -404,10 +404,10 @@ def test_the_serving_checks_tuning_arms_run_likeliest_first_and_on_a_cpu_only_wh
     assert planned(cuda=True) == [
         ("served", "clients_8_host_outputs"),
         ("served", "clients_8_processing_4"),
-        ("in_process_eager", "batch_8_channels_last"),
         ("in_process_eager", "batch_8_compiled"),
         ("in_process_eager", "batch_8_graphs"),
         ("served", "clients_8_instances_2"),
+        ("in_process_eager", "batch_8_channels_last"),
     ]
     assert planned(cuda=False) == [
         ("served", "clients_8_processing_4"),
