@@ -3,21 +3,18 @@ while it arrives or while it is extracted is a 507 naming the data root's disk (
 500, nor a 422 "corrupt archive"), leaves nothing behind, and ``/readyz`` reports the disk
 while it is short of space.
 
-The data root is a real 2 MiB tmpfs, mounted in a mount namespace of the test's own
-(``unshare --user --map-root-user --mount``: no privileges needed where unprivileged
-user namespaces are allowed), so every ``ENOSPC`` is the kernel's.
+The data root is a real 2 MiB tmpfs (tests/support/tmpfs.py), so every ``ENOSPC`` is the
+kernel's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.support.tmpfs import run_on_tmpfs
 
 CHILD = r"""
 import io, json, os, sys, zipfile
@@ -62,24 +59,12 @@ print(json.dumps(out))
 
 
 def test_a_full_disk_is_507_and_readyz_says_so(tmp_path: Path) -> None:
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        pytest.skip("needs util-linux's unshare")
     root = tmp_path / "data"
     root.mkdir()
     (tmp_path / "child.py").write_text(CHILD)
-    command = (
-        f"mount -t tmpfs -o size=2m tmpfs {root} && "
-        f"exec {sys.executable} {tmp_path / 'child.py'} {root} {tmp_path}"
-    )
+    command = f"{sys.executable} {tmp_path / 'child.py'} {root} {tmp_path}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [unshare, "--user", "--map-root-user", "--mount", "sh", "-c", command],
-        capture_output=True, text=True, env=env, cwd=Path(__file__).parents[3], timeout=120,
-    )  # fmt: skip
-    refused = done.stderr.startswith("unshare:") or "mount: " in done.stderr
-    if done.returncode != 0 and refused and "{" not in done.stdout:
-        pytest.skip(f"no tmpfs can be mounted here: {done.stderr.strip()[-300:]}")
+    done = run_on_tmpfs(root, "2m", command, env=env, cwd=Path(__file__).parents[3], timeout_s=120)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["ready"] == 200
