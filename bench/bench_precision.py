@@ -151,7 +151,13 @@ def main() -> None:
     args = parser.parse_args()
     conditions = start_run(require_idle=args.require_idle)
     torch.manual_seed(0)
-    work = Path(tempfile.mkdtemp(prefix="bench_precision_"))
+    with tempfile.TemporaryDirectory(prefix="bench_precision_") as work:
+        figures = measure(args, Path(work))
+    write_results(args.out, figures, conditions)
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Accuracy and latency of each serving arm, its exports written under ``work``."""
     checkpoint = args.checkpoint or train_walk_model(work, args.steps)
     loaded = load_model(checkpoint)
     arms = serving_arms(checkpoint, loaded, work)
@@ -179,7 +185,7 @@ def main() -> None:
         "native_bf16": native_bf16,
         "arms": rows,
     }
-    write_results(args.out, figures, conditions)
+    return figures
 
 
 if __name__ == "__main__":
