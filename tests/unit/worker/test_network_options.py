@@ -29,10 +29,8 @@ def test_an_operators_engine_cache_is_written_into_the_configs() -> None:
 
 
 def test_the_instance_counts_come_from_the_operators_environment(monkeypatch) -> None:
-    assert (_options(Settings())["instances"], _options(Settings())["processing_instances"]) == (
-        1,
-        1,
-    )
+    defaults = _options(Settings())
+    assert (defaults["instances"], defaults["processing_instances"]) == (1, 1)
     monkeypatch.setenv("MASKOPS_TRITON_INSTANCES", "2")
     monkeypatch.setenv("MASKOPS_TRITON_PROCESSING_INSTANCES", "4")
     options = _options(Settings())
