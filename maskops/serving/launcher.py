@@ -114,7 +114,8 @@ class TritonServer:
             (``maskops.serving.control.restricted_api_argument``), or None for a server
             whose model control is open to whoever reaches ``host``.
         backend_dir: where the prepared backends live (default: a per-user cache folder).
-        log_file: server stdout/stderr go here (default: a temporary file).
+        log_file: server stdout/stderr go here (default: a temporary file, removed when
+            the server stops cleanly and kept, for its log, after a failed start or a crash).
         python_bin: the folder whose ``python3`` the python backend's stub runs (default:
             this interpreter's); the stub's interpreter ignores ``PYTHONPATH``, so what the
             models import must be on that Python's own path.
@@ -151,6 +152,8 @@ class TritonServer:
         self.python_bin = python_bin
         self._process: subprocess.Popen[bytes] | None = None
         self._log_handle: object | None = None
+        self._temporary_log = False
+        self._failed = False
 
     @property
     def http_url(self) -> str:
@@ -185,6 +188,7 @@ class TritonServer:
         try:
             self._wait_ready()
         except BaseException:
+            self._failed = True
             self.stop()
             raise
         return self
@@ -202,6 +206,8 @@ class TritonServer:
             handle, name = tempfile.mkstemp(prefix="maskops-triton-", suffix=".log")
             os.close(handle)
             self.log_file = Path(name)
+            self._temporary_log = True
+        self._failed = False
         log = self.log_file.open("ab")
         self._log_handle = log
         # Its own session: the python backend stubs join the server's process group, which
@@ -239,14 +245,14 @@ class TritonServer:
             if self._process.poll() is not None:
                 raise TritonLaunchError(
                     f"tritonserver exited with code {self._process.returncode} during start; "
-                    f"last log lines:\n{self.log_tail()}"
+                    f"last lines of {self.log_file}:\n{self.log_tail()}"
                 )
             if self.is_ready():
                 return
             time.sleep(0.2)
         raise TritonLaunchError(
             f"tritonserver not ready after {self.startup_timeout_s:.0f} s; "
-            f"last log lines:\n{self.log_tail()}"
+            f"last lines of {self.log_file}:\n{self.log_tail()}"
         )
 
     def log_tail(self, lines: int = 30) -> str:
@@ -261,19 +267,27 @@ class TritonServer:
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (Triton drains in-flight requests), then SIGKILL after ``timeout_s``."""
         process, self._process = self._process, None
+        clean = process is not None and not self._failed
         if process is not None:
             if process.poll() is None:
                 # The python stubs are children of the server: signal the whole session.
                 signal_group(process.pid, signal.SIGTERM)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=timeout_s)
+            else:
+                clean = False  # it had died before it was asked to stop
             # Whatever is left of the group (all of it after a SIGTERM timeout, the stubs
             # of a server that was killed) goes now; the server itself is reaped.
             kill_group(process.pid)
             process.wait()
+            clean = clean and process.returncode == 0
         if self._log_handle is not None:
             self._log_handle.close()  # type: ignore[attr-defined]
             self._log_handle = None
+        if clean and self._temporary_log and self.log_file is not None:
+            # Nothing to read after a clean stop; a suite or a bench starts dozens.
+            self.log_file.unlink(missing_ok=True)
+            self.log_file, self._temporary_log = None, False
 
     def __enter__(self) -> TritonServer:
         return self.start()
