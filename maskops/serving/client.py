@@ -236,6 +236,31 @@ def network_placement(
     return found or None
 
 
+def instance_counts(
+    url: str, name: str, *, version: str = "", timeout_s: float = 10.0
+) -> dict[str, int]:
+    """How many instances of each model of published model ``name`` Triton runs, from
+    their loaded configs: ``{"preprocess", "network", "postprocess"}``. A GPU group's
+    count is per GPU, so it counts once for each GPU the group names.
+
+    Raises:
+        TritonUnavailable, ModelNotFound: Triton is away, or a model is not loaded.
+    """
+    names = EnsembleNames(name)
+    counts = {}
+    with _client(url, timeout_s=timeout_s) as client:
+        for part, model in zip(("preprocess", "network", "postprocess"), names.parts, strict=True):
+            try:
+                config = client.get_model_config(model, version)
+            except Exception as exc:
+                raise _translate(exc, model, version) from None
+            counts[part] = sum(
+                int(group.get("count", 1)) * max(1, len(group.get("gpus", [])))
+                for group in config.get("instance_group", [])
+            )
+    return counts
+
+
 def _request(image: bytes, score_threshold: float, datatype: str = "UINT8") -> list[Any]:
     if datatype == "BYTES":
         data = httpclient.InferInput(IMAGE_BYTES, [1, 1], "BYTES")

@@ -408,6 +408,13 @@ class ModelOut(_Out):
         "gpu), precision (the export's data type; torch: fp32, bf16, fp16 or auto). None "
         "when no replica has it loaded, or for versions published before configs said.",
     )
+    instances: dict[str, int] | None = Field(
+        default=None,
+        description="GET /models/{name} only: how many instances of this version's "
+        "preprocess, network and postprocess models run on a replica (Triton's "
+        "instance_group; a network on GPUs counts once per GPU). None when no replica "
+        "has it loaded.",
+    )
 
 
 class CocoResult(BaseModel):

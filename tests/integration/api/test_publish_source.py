@@ -69,7 +69,15 @@ def test_get_model_reports_where_its_network_runs(
     from maskops.serving.launcher import TritonServer
 
     repository = tmp_path / "repository"
-    publish(tiny_checkpoint, repository, "m", net_backend="torch", max_batch_size=2)
+    publish(
+        tiny_checkpoint,
+        repository,
+        "m",
+        net_backend="torch",
+        max_batch_size=2,
+        instances=2,
+        processing_instances=3,
+    )
     with TritonServer(repository, models=EnsembleNames("m").load_order) as server:
         settings = clean_db.model_copy(update={"triton_url": server.http_url})
         with TestClient(base_url="http://localhost", app=create_app(settings)) as client:
@@ -79,6 +87,7 @@ def test_get_model_reports_where_its_network_runs(
                 session.add(PublishedModel(name="m", version=1, job_id=train, published=True))
             (version,) = client.get("/models/m").json()
     assert version["network"] == {"net_backend": "torch", "device": "cpu", "precision": "fp32"}
+    assert version["instances"] == {"preprocess": 3, "network": 2, "postprocess": 3}
     assert version["replicas"] == {server.http_url: "READY"}
 
 

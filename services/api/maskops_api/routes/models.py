@@ -50,11 +50,15 @@ def get_model(
         raise NotFound(f"model {name!r} not found")
     states = service.replica_states(request.app.state, name) if settings.has_triton else None
     networks = service.network_reports(request.app.state, name) if settings.has_triton else None
+    instances = service.instance_reports(request.app.state, name) if settings.has_triton else None
     return [
         ModelOut.model_validate(r).model_copy(
             update={
                 "replicas": None if states is None else states(r.version),
                 "network": None if networks is None or not r.published else networks(r.version),
+                "instances": (
+                    None if instances is None or not r.published else instances(r.version)
+                ),
             }
         )
         for r in rows
