@@ -1,8 +1,8 @@
 """Optimizer and regularisers of the recipe: SGD with momentum, L2 and L1 weight decay.
 
-Following TAO (and the TF Mask R-CNN it derives from), regularisers apply to weights only:
-convolution and linear kernels (tensors of rank >= 2), never biases or normalisation scales
-and shifts (rank 1). TAO adds ``l2_weight_decay * sum(w**2) / 2`` to the loss; its gradient
+Regularisers apply to weights only: convolution and linear kernels (tensors of rank >= 2),
+never biases or normalisation scales and shifts (rank 1). TAO also decays its ResNet's
+batch-norm scales (docs/tao-migration.md, known differences). TAO adds ``l2_weight_decay * sum(w**2) / 2`` to the loss; its gradient
 ``l2_weight_decay * w`` is exactly SGD's ``weight_decay``, so L2 is applied by the optimizer
 (one fused update instead of a second pass over the weights) and its value is computed only
 when it is logged. L1 has no optimizer equivalent and is a real penalty added to the loss:
