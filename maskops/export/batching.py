@@ -72,6 +72,26 @@ def _prefix_node_names(graph: onnx.GraphProto, prefix: str) -> None:
             _prefix_node_names(sub, prefix)
 
 
+def _prefix_dim_params(graph: onnx.GraphProto, prefix: str) -> None:
+    """Prefix the symbolic dimensions of the value infos of ``graph`` and of its subgraphs
+    (and the subgraphs' inputs and outputs).
+
+    onnxruntime takes two values whose dimensions share a symbol to have the same size,
+    and may plan one's buffer for the other: copies of one image graph that kept the same
+    symbols for their data-dependent sizes (detections kept) failed when two images kept
+    different numbers ("Shape mismatch attempting to re-use buffer").
+    """
+    values = [*graph.value_info]
+    for node in graph.node:
+        for sub in subgraphs(node):
+            values += [*sub.input, *sub.output]
+            _prefix_dim_params(sub, prefix)
+    for value in values:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                dim.dim_param = prefix + dim.dim_param
+
+
 def _defined_names(graph: onnx.GraphProto) -> set[str]:
     """Every value the nodes of ``graph`` and of its subgraphs define (outputs and
     subgraph inputs), not the graph's own inputs and initializers."""
@@ -171,6 +191,7 @@ def _image_copy(
     nodes_only = onnx.GraphProto(node=graph.node, value_info=graph.value_info)
     _rename(nodes_only, renames)
     _prefix_node_names(nodes_only, prefix)
+    _prefix_dim_params(nodes_only, prefix)
     for value in nodes_only.value_info:
         value.name = renames.get(value.name, value.name)
     bounds = [f"batch/start{index}", f"batch/end{index}"]

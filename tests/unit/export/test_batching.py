@@ -102,6 +102,34 @@ def test_reduced_precision_graphs_batch_the_same_way(
             np.testing.assert_allclose(got[i], expected[0], atol=1e-5)
 
 
+def _dim_params(graph: onnx.GraphProto) -> list[str]:
+    """The symbolic dimensions of ``graph``'s value infos and of its subgraphs' values."""
+    values = [*graph.value_info]
+    symbols = []
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                values += [*attribute.g.input, *attribute.g.output]
+                symbols += _dim_params(attribute.g)
+    for value in values:
+        symbols += [d.dim_param for d in value.type.tensor_type.shape.dim if d.dim_param]
+    return symbols
+
+
+def test_the_copies_of_a_static_batch_share_no_symbolic_size(one_image_graph):
+    """Each copy's data-dependent sizes (boxes kept, detections) have their own symbols:
+    onnxruntime gives values of one symbol one size, and reused one copy's buffer for the
+    other's, failing when two images kept different numbers of boxes (int8, AVX2)."""
+    assert _dim_params(one_image_graph.graph), "no symbolic size to keep apart"
+    batched = batch_over_images(one_image_graph, row_shapes=ROWS, static_batch_size=2)
+    by_copy: dict[str, set[str]] = {}
+    for symbol in _dim_params(batched.graph):
+        copy, _, _ = symbol.partition("/")
+        assert copy in ("image0", "image1"), symbol
+        by_copy.setdefault(copy, set()).add(symbol.partition("/")[2])
+    assert by_copy["image0"] == by_copy["image1"]
+
+
 @pytest.mark.parametrize("count", [1, 3])
 def test_a_static_batch_repeats_the_image_graph_without_a_loop(one_image_graph, count):
     """A fixed batch holds one copy of the image graph per image (the weights once), so the
