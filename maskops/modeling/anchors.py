@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 from torchvision.models.detection.anchor_utils import AnchorGenerator
+from torchvision.models.detection.image_list import ImageList
 
 
 def cell_anchors_for_level(
@@ -54,6 +55,10 @@ class LevelAnchorGenerator(AnchorGenerator):
     (``grid_anchors``/``forward``) is torchvision's: it offsets each cell anchor by
     ``k * stride`` with the stride inferred from the feature-map size, which equals
     ``2**level`` because the transform pads inputs to a multiple of ``2**max_level``.
+
+    The anchors of the last padded size are kept (:meth:`forward`): a run at TAO's fixed
+    ``image_size`` makes them once, not again at every step (about a hundred operators and
+    as many kernel launches a step, host work a GPU would otherwise wait for).
     """
 
     def __init__(
@@ -91,6 +96,29 @@ class LevelAnchorGenerator(AnchorGenerator):
             )
             for lvl in levels
         ]
+        self._kept: tuple[tuple[object, ...], Tensor] | None = None
+
+    def forward(self, image_list: ImageList, feature_maps: list[Tensor]) -> list[Tensor]:
+        """torchvision's anchors, one ``[A, 4]`` xyxy float32 tensor per image, all the
+        same: the images of a batch share their padded size.
+
+        The anchors of the last padded size, feature-map sizes and device are reused, the
+        same tensor for every image (no caller writes into anchors). Tracing (ONNX export
+        traces) and compiling compute them anew, so that a graph keeps making them from
+        its input's shape.
+        """
+        if torch.jit.is_tracing() or torch.compiler.is_compiling():
+            return super().forward(image_list, feature_maps)
+        key = (
+            tuple(image_list.tensors.shape[-2:]),
+            tuple(tuple(feature.shape[-2:]) for feature in feature_maps),
+            feature_maps[0].device,
+        )
+        if self._kept is None or self._kept[0] != key:
+            first = ImageList(image_list.tensors[:1], image_list.image_sizes[:1])
+            (anchors,) = super().forward(first, feature_maps)
+            self._kept = (key, anchors)
+        return [self._kept[1]] * len(image_list.image_sizes)
 
     def set_cell_anchors(self, dtype: torch.dtype, device: torch.device) -> None:
         """Keep the cell anchors in float32 whatever ``dtype`` the features have.

@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import Tensor, nn
 from torchvision.models.detection.image_list import ImageList
 
 from maskops.modeling import LevelAnchorGenerator, cell_anchors_for_level
+from maskops.training.host_reads import HostReadCounter
 
 
 def tf_reference_anchors(
@@ -127,6 +129,51 @@ def test_anchors_stay_float32_under_half_precision_features(dtype: torch.dtype) 
     np.testing.assert_allclose(half.numpy(), expected, atol=1e-3)
     assert all(cell.dtype == torch.float32 for cell in gen.cell_anchors)
     np.testing.assert_allclose(_generate(gen, (832, 1344)).numpy(), expected, atol=1e-3)
+
+
+def _inputs(
+    gen: LevelAnchorGenerator, image_size: tuple[int, int], images: int
+) -> tuple[ImageList, list[Tensor]]:
+    height, width = image_size
+    batch = ImageList(torch.zeros(images, 3, height, width), [image_size] * images)
+    features = [torch.zeros(images, 8, height // 2**lvl, width // 2**lvl) for lvl in gen.levels]
+    return batch, features
+
+
+def test_anchors_are_made_once_per_padded_size() -> None:
+    """A fixed-size run's steps reuse the anchors: no operator at all after the first."""
+    levels, ratios = [3, 4, 5], [(1.0, 1.0), (1.4, 0.7)]
+    gen = LevelAnchorGenerator(levels=levels, anchor_scale=2.0, num_scales=2, aspect_ratios=ratios)
+    first = gen(*_inputs(gen, (64, 96), images=2))
+    expected = torch.from_numpy(tf_reference_anchors((64, 96), levels, 2, ratios, 2.0)).float()
+    assert len(first) == 2
+    for anchors in first:
+        torch.testing.assert_close(anchors, expected, atol=1e-4, rtol=0)
+    batch, features = _inputs(gen, (64, 96), images=3)
+    with HostReadCounter() as counted:
+        again = gen(batch, features)
+    assert counted.operators == 0
+    assert len(again) == 3 and all(anchors is first[0] for anchors in again)
+    other = gen(*_inputs(gen, (96, 64), images=1))[0]
+    expected = torch.from_numpy(tf_reference_anchors((96, 64), levels, 2, ratios, 2.0)).float()
+    torch.testing.assert_close(other, expected, atol=1e-4, rtol=0)
+
+
+def test_a_traced_graph_makes_its_anchors_from_the_input() -> None:
+    """ONNX export traces: the graph computes the anchors (``arange`` over the feature
+    map's size), not a constant of the size the model last saw."""
+    gen = LevelAnchorGenerator(
+        levels=[3, 4], anchor_scale=2.0, num_scales=1, aspect_ratios=[(1.0, 1.0)]
+    )
+    gen(*_inputs(gen, (64, 64), images=1))  # kept before the trace
+
+    class Anchors(nn.Module):
+        def forward(self, images: Tensor) -> Tensor:
+            features = [images[:, :, :: 2**lvl, :: 2**lvl] for lvl in gen.levels]
+            return gen(ImageList(images, [(64, 64)]), features)[0]
+
+    traced = torch.jit.trace(Anchors(), torch.zeros(1, 3, 64, 64))
+    assert "aten::arange" in str(traced.graph)
 
 
 def test_invalid_arguments_are_rejected() -> None:
