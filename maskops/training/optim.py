@@ -2,11 +2,12 @@
 
 Regularisers apply to weights only: convolution and linear kernels (tensors of rank >= 2),
 never biases or normalisation scales and shifts (rank 1). TAO also decays its ResNet's
-batch-norm scales (docs/tao-migration.md, known differences). TAO adds ``l2_weight_decay * sum(w**2) / 2`` to the loss; its gradient
-``l2_weight_decay * w`` is exactly SGD's ``weight_decay``, so L2 is applied by the optimizer
-(one fused update instead of a second pass over the weights) and its value is computed only
-when it is logged. L1 has no optimizer equivalent and is a real penalty added to the loss:
-TAO's is ``tf.keras.regularizers.l1(l1_weight_decay / 2.0)``, i.e.
+batch-norm scales (docs/tao-migration.md, known differences). TAO adds
+``l2_weight_decay * sum(w**2) / 2`` to the loss; its gradient ``l2_weight_decay * w`` is
+exactly SGD's ``weight_decay``, so L2 is applied by the optimizer (one fused update instead
+of a second pass over the weights) and its value is computed only when it is logged. L1 has
+no optimizer equivalent and is a real penalty added to the loss: TAO's is
+``tf.keras.regularizers.l1(l1_weight_decay / 2.0)``, i.e.
 ``l1_weight_decay / 2 * sum(|w|)``, so the trainer passes :func:`l1_penalty` the weight
 ``l1_weight_decay * TrainingRules.l1_factor`` (0.5). ``l1_weight_decay_layers: "prunable"``
 (a maskops extension) narrows L1 to the kernels pruning may cut: trained from scratch, a
