@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             max_batch_size=options.max_batch_size,
             instances=options.instances,
             processing_instances=options.processing_instances,
+            max_queue_delay_us=options.max_queue_delay_us,
             precision=options.precision,
             image_limits=ImageLimits(
                 max_image_pixels=options.max_image_pixels,

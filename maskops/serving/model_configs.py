@@ -26,6 +26,7 @@ from maskops.serving.protocol import (
     EnsembleNames,
 )
 from maskops.serving.publish_options import NET_BACKENDS as NET_BACKENDS
+from maskops.serving.publish_options import NETWORK_QUEUE_DELAY_US
 from maskops.serving.publish_options import NetBackend as NetBackend
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def render_configs(
     net_backend: NetBackend = "python",
     max_batch_size: int | None = None,
     instances: InstanceCounts | None = None,
-    max_queue_delay_us: int = 2000,
+    max_queue_delay_us: int = NETWORK_QUEUE_DELAY_US,
     placement: Placement | None = None,
     engine_cache: str | None = None,
     precision: str | None = None,

@@ -32,6 +32,11 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 picks bf16 where the GPU computes it natively (Ampere and later), fp16 on other GPUs and
 fp32 on the CPU (maskops.serving.torch_network.resolve_precision)."""
 
+NETWORK_QUEUE_DELAY_US = 2000
+"""How long the network's dynamic batcher waits for more requests to fill a batch, in
+microseconds (Triton's ``max_queue_delay_microseconds``). It adds up to that much to a
+lone request's latency; 0 batches only what is already waiting when an instance is free."""
+
 ENGINE_CACHE_ROOT = "/var/cache/maskops-trt"
 """Where a Triton process keeps the engines onnxruntime-TensorRT builds (as Triton sees
 it), one folder per network version (``maskops.serving.placement.engine_cache_folder``).
@@ -120,6 +125,13 @@ class PublishOptions:
         "CPU: each works through its batches one image at a time, so more instances "
         "decode and encode more images at once",
         ge=1,
+    )
+    max_queue_delay_us: int = option(
+        NETWORK_QUEUE_DELAY_US,
+        help="microseconds the network waits for more requests to fill a batch (Triton's "
+        "max_queue_delay_microseconds): up to that much more latency for a lone request; "
+        "0 batches only the requests already waiting",
+        ge=0,
     )
     max_image_pixels: int | None = option(
         None, help="most pixels (width x height) of an image", group=IMAGE_LIMITS

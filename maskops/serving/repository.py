@@ -94,6 +94,7 @@ from maskops.serving.protocol import (
     InvalidModelName,
     check_model_name,
 )
+from maskops.serving.publish_options import NETWORK_QUEUE_DELAY_US
 from maskops.serving.torch_publish import CHECKPOINT_FILENAME, NotACheckpoint, checkpoint_metadata
 from maskops.serving.versions import (
     Content,
@@ -320,6 +321,7 @@ def publish(
     max_batch_size: int | None = None,
     instances: int = 1,
     processing_instances: int = 1,
+    max_queue_delay_us: int = NETWORK_QUEUE_DELAY_US,
     image_limits: ImageLimits | None = None,
     activate: Callable[[int], None] | None = None,
     precision: str = "auto",
@@ -345,6 +347,7 @@ def publish(
         instances: the network's model instances (per GPU on GPUs).
         processing_instances: the preprocess and postprocess models' instances (each a
             process on the CPU).
+        max_queue_delay_us: how long the network waits to fill a batch, in microseconds.
         image_limits: the preprocess model refuses larger images from their header,
             before decoding (the API's own limits: it may be called directly); None: none
             but Pillow's.
@@ -368,6 +371,8 @@ def publish(
             f"instances {instances}, processing_instances {processing_instances}: "
             "each model needs at least one instance"
         )
+    if max_queue_delay_us < 0:
+        raise PublishError(f"max_queue_delay_us {max_queue_delay_us}: must be 0 or more")
     placement = placement or Placement()
     backend = _chosen_backend(net_backend, placement)
     onnx_path, meta = _source_metadata(Path(export), backend, label_map, spec, max_batch_size)
@@ -385,35 +390,22 @@ def publish(
     history = read_history(repository / name / "versions.json")
     version = next_version(repository, names)
     cache = engine_cache_folder(engine_cache_root, names.net, version)
-    counts = InstanceCounts(network=instances, processing=processing_instances)
-    configs = _version_configs(names, meta, network, placement, cache, max_batch_size, counts)
+    configs = render_configs(
+        names,
+        meta,
+        net_backend=network.backend,
+        max_batch_size=max_batch_size,
+        instances=InstanceCounts(network=instances, processing=processing_instances),
+        max_queue_delay_us=max_queue_delay_us,
+        placement=placement,
+        engine_cache=cache if network.engine_cache else None,
+        precision=network.precision,
+    )
     history.append(_history_entry(version, onnx_path, meta, network, placement))
     files = _version_files(names, meta, network, image_limits)
     write_version(repository, names, version, files, configs, history, meta, activate)
     remove_leftover_staging(repository, names)
     return version
-
-
-def _version_configs(
-    names: EnsembleNames,
-    meta: GraphMetadata,
-    network: _Network,
-    placement: Placement,
-    cache: str,
-    max_batch_size: int | None,
-    instances: InstanceCounts,
-) -> dict[str, str]:
-    """The ensemble's configs for a new version whose network is ``network``."""
-    return render_configs(
-        names,
-        meta,
-        net_backend=network.backend,
-        max_batch_size=max_batch_size,
-        instances=instances,
-        placement=placement,
-        engine_cache=cache if network.engine_cache else None,
-        precision=network.precision,
-    )
 
 
 def _source_metadata(

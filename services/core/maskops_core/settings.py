@@ -11,7 +11,12 @@ from typing import Literal, TypedDict
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from maskops.serving.publish_options import Device, NetBackend, Precision
+from maskops.serving.publish_options import (
+    NETWORK_QUEUE_DELAY_US,
+    Device,
+    NetBackend,
+    Precision,
+)
 
 Tracker = Literal["mlflow", "wandb", "clearml"]
 
@@ -94,6 +99,9 @@ class Settings(BaseSettings):
     triton_processing_instances: int = Field(default=1, ge=1)
     """Instances of each published model's preprocess and postprocess models, processes
     on the CPU: more decode and encode more images at once."""
+    triton_max_queue_delay_us: int = Field(default=NETWORK_QUEUE_DELAY_US, ge=0)
+    """How long each published network waits for more requests to fill a batch, in
+    microseconds: up to that much more latency for a lone request (0: no wait)."""
     triton_precision: Precision = "auto"
     """The ``torch`` network backend's precision: ``auto`` is bf16 autocast on GPUs with
     native bf16, fp16 on other GPUs, fp32 on the CPU."""

@@ -26,6 +26,7 @@ from maskops.serving.processing import (
     preprocess_image,
     unpad_detections,
 )
+from maskops.serving.publish_options import NETWORK_QUEUE_DELAY_US
 from maskops.serving.repository import NetBackend
 from tests.support.fake_export import LABELS, fake_engine, fake_onnx_export
 
@@ -169,6 +170,8 @@ def test_publish_rejects_bad_input(tmp_path, fake_export):
         publish(tao, tmp_path / "r", "m")
     with pytest.raises(PublishError, match="processing_instances 0: each model needs"):
         publish(fake_export, tmp_path / "r", "m", processing_instances=0)
+    with pytest.raises(PublishError, match="max_queue_delay_us -1: must be 0 or more"):
+        publish(fake_export, tmp_path / "r", "m", max_queue_delay_us=-1)
     assert not (tmp_path / "r").exists()
 
 
@@ -183,14 +186,18 @@ def test_publish_cli(tmp_path, fake_export, capsys):
     assert cli_main(["publish", "-m", str(tmp_path / "x.onnx"), "-n", "cli"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no such export" in err[0]
-    repository = ["--repository", str(tmp_path / "r")]
-    counts = ["--instances", "2", "--processing_instances", "3"]
-    assert cli_main(["publish", "-m", str(fake_export), "-n", "cli", *repository, *counts]) == 0
     names = EnsembleNames("cli")
+    default_wait = _config(tmp_path / "r" / names.net / "config.pbtxt").dynamic_batching
+    assert default_wait.max_queue_delay_microseconds == NETWORK_QUEUE_DELAY_US
+    repository = ["--repository", str(tmp_path / "r")]
+    counts = ["--instances", "2", "--processing_instances", "3", "--max_queue_delay_us", "0"]
+    assert cli_main(["publish", "-m", str(fake_export), "-n", "cli", *repository, *counts]) == 0
     read = {m: _config(tmp_path / "r" / m / "config.pbtxt") for m in names.parts}
     assert [g.count for g in read[names.net].instance_group] == [2]
     assert [g.count for g in read[names.preprocess].instance_group] == [3]
     assert [g.count for g in read[names.postprocess].instance_group] == [3]
+    assert read[names.net].HasField("dynamic_batching")  # batching, with no wait
+    assert read[names.net].dynamic_batching.max_queue_delay_microseconds == 0
 
 
 def _jpeg(height: int, width: int) -> bytes:

@@ -85,7 +85,8 @@ def _net_backend(settings: Settings) -> str:
 
 def _network_options(ctx: JobContext) -> dict[str, Any]:
     """The publish arguments of the operator's Triton settings (where the network runs,
-    on which backend, the TensorRT an engine must match, how many instances)."""
+    on which backend, the TensorRT an engine must match, how many instances, how long
+    the network waits to fill a batch)."""
     from maskops.serving.placement import ENGINE_CACHE_ROOT, Placement
 
     settings = ctx.settings
@@ -101,6 +102,7 @@ def _network_options(ctx: JobContext) -> dict[str, Any]:
         "precision": settings.triton_precision,
         "instances": settings.triton_instances,
         "processing_instances": settings.triton_processing_instances,
+        "max_queue_delay_us": settings.triton_max_queue_delay_us,
     }
 
 
