@@ -272,7 +272,12 @@ def test_the_training_baseline_computes_the_same_losses_and_gradients() -> None:
     assert our_losses == pytest.approx(base_losses, rel=1e-5)
     assert our_grads.keys() == base_grads.keys()
     for name, grad in our_grads.items():
-        torch.testing.assert_close(grad, base_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+        # The two poolers sum in float32 in different orders: with one thread on an AVX2
+        # CPU, a mask-head kernel's gradients then differ by up to 1.4e-3 of its largest
+        # (1.6e-6 of 1.2e-3), conv1's by 7e-5. The bound follows each tensor's scale; a
+        # change in what is computed moves a gradient by a good part of it.
+        scale = float(base_grads[name].abs().max())
+        torch.testing.assert_close(grad, base_grads[name], rtol=1e-4, atol=1e-2 * scale, msg=name)
 
 
 class _Recorded:
