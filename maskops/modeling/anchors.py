@@ -57,8 +57,8 @@ class LevelAnchorGenerator(AnchorGenerator):
     ``2**level`` because the transform pads inputs to a multiple of ``2**max_level``.
 
     The anchors of the last padded size are kept (:meth:`forward`): a run at TAO's fixed
-    ``image_size`` makes them once, not again at every step (about a hundred operators and
-    as many kernel launches a step, host work a GPU would otherwise wait for).
+    ``image_size`` makes them once, not again at every step (about a hundred operators a
+    step, host work a GPU would otherwise wait for).
     """
 
     def __init__(
