@@ -14,6 +14,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -222,11 +223,54 @@ def network_placement(
         TritonUnavailable, ModelNotFound: Triton is away, or the network is not loaded.
     """
     net = EnsembleNames(name).net
+    with _client(url, timeout_s=timeout_s) as client:
+        return _placement(_loaded_config(client, net, version))
+
+
+@dataclass(frozen=True)
+class ServedLayout:
+    """How Triton runs one version of a published model, from its loaded configs."""
+
+    network: dict[str, str] | None
+    """Where the network runs (:func:`network_placement`)."""
+    instances: dict[str, int]
+    """Instances of ``preprocess``, ``network`` and ``postprocess``; a GPU group's count
+    is per GPU, so it counts once for each GPU the group names."""
+
+
+def served_layout(
+    url: str, name: str, *, version: str = "", timeout_s: float = 10.0
+) -> ServedLayout:
+    """Where the network of published model ``name`` runs and how many instances of each
+    of its models Triton runs, each config read once.
+
+    Raises:
+        TritonUnavailable, ModelNotFound: Triton is away, or a model is not loaded.
+    """
+    parts = ("preprocess", "network", "postprocess")
+    with _client(url, timeout_s=timeout_s) as client:
+        configs = {
+            part: _loaded_config(client, model, version)
+            for part, model in zip(parts, EnsembleNames(name).parts, strict=True)
+        }
+    instances = {
+        part: sum(
+            int(group.get("count", 1)) * max(1, len(group.get("gpus", [])))
+            for group in config.get("instance_group", [])
+        )
+        for part, config in configs.items()
+    }
+    return ServedLayout(network=_placement(configs["network"]), instances=instances)
+
+
+def _loaded_config(client: Any, model: str, version: str) -> dict[str, Any]:
     try:
-        with _client(url, timeout_s=timeout_s) as client:
-            config = client.get_model_config(net, version)
+        return dict(client.get_model_config(model, version))
     except Exception as exc:
-        raise _translate(exc, net, version) from None
+        raise _translate(exc, model, version) from None
+
+
+def _placement(config: dict[str, Any]) -> dict[str, str] | None:
     parameters = config.get("parameters", {})
     found = {
         ours: str(parameters[key].get("string_value", ""))
@@ -234,31 +278,6 @@ def network_placement(
         if key in parameters
     }
     return found or None
-
-
-def instance_counts(
-    url: str, name: str, *, version: str = "", timeout_s: float = 10.0
-) -> dict[str, int]:
-    """How many instances of each model of published model ``name`` Triton runs, from
-    their loaded configs: ``{"preprocess", "network", "postprocess"}``. A GPU group's
-    count is per GPU, so it counts once for each GPU the group names.
-
-    Raises:
-        TritonUnavailable, ModelNotFound: Triton is away, or a model is not loaded.
-    """
-    names = EnsembleNames(name)
-    counts = {}
-    with _client(url, timeout_s=timeout_s) as client:
-        for part, model in zip(("preprocess", "network", "postprocess"), names.parts, strict=True):
-            try:
-                config = client.get_model_config(model, version)
-            except Exception as exc:
-                raise _translate(exc, model, version) from None
-            counts[part] = sum(
-                int(group.get("count", 1)) * max(1, len(group.get("gpus", [])))
-                for group in config.get("instance_group", [])
-            )
-    return counts
 
 
 def _request(image: bytes, score_threshold: float, datatype: str = "UINT8") -> list[Any]:

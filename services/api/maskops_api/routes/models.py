@@ -49,20 +49,20 @@ def get_model(
     if not rows:
         raise NotFound(f"model {name!r} not found")
     states = service.replica_states(request.app.state, name) if settings.has_triton else None
-    networks = service.network_reports(request.app.state, name) if settings.has_triton else None
-    instances = service.instance_reports(request.app.state, name) if settings.has_triton else None
-    return [
-        ModelOut.model_validate(r).model_copy(
-            update={
-                "replicas": None if states is None else states(r.version),
-                "network": None if networks is None or not r.published else networks(r.version),
-                "instances": (
-                    None if instances is None or not r.published else instances(r.version)
-                ),
-            }
+    layouts = service.layout_reports(request.app.state, name) if settings.has_triton else None
+    versions = []
+    for r in rows:
+        layout = None if layouts is None or not r.published else layouts(r.version)
+        versions.append(
+            ModelOut.model_validate(r).model_copy(
+                update={
+                    "replicas": None if states is None else states(r.version),
+                    "network": None if layout is None else layout.network,
+                    "instances": None if layout is None else layout.instances,
+                }
+            )
         )
-        for r in rows
-    ]
+    return versions
 
 
 @router.post("/{name}/publish", status_code=202, response_model=JobOut, dependencies=[WriteAccess])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -19,7 +19,8 @@ from maskops_core.actions import JobAction
 from maskops_core.db.models import Job, PublishedModel
 from maskops_core.settings import ReplicaLookupError, Settings
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from maskops.serving.client import ServedLayout
 
 
 def publish_model(
@@ -81,39 +82,21 @@ def replica_states(state: State, name: str) -> Callable[[int], dict[str, str]]:
     return of
 
 
-def network_reports(state: State, name: str) -> Callable[[int], dict[str, str] | None]:
-    """Where each version's network runs, as its config on the first replica that
-    answers says (``net_backend``, ``device``, ``precision``); None for a version that is
-    not loaded there or was published before the config recorded it."""
-    from maskops.serving.client import network_placement
-
-    return _first_answer(state, name, network_placement)
-
-
-def instance_reports(state: State, name: str) -> Callable[[int], dict[str, int] | None]:
-    """How many instances of each part of each version run, as the first replica that
-    answers says (``preprocess``, ``network``, ``postprocess``); None where not loaded."""
-    from maskops.serving.client import instance_counts
-
-    return _first_answer(state, name, instance_counts)
-
-
-def _first_answer(
-    state: State, name: str, ask: Callable[..., T | None]
-) -> Callable[[int], T | None]:
-    """``ask(url, name, version=, timeout_s=)`` of one version, put to each replica in turn
-    until one answers; None where the first that answers has not loaded it."""
-    from maskops.serving.client import TritonError, TritonUnavailable
+def layout_reports(state: State, name: str) -> Callable[[int], ServedLayout | None]:
+    """Where each version's network runs and how many instances of each of its models
+    run, as their configs on the first replica that answers say; None for a version that
+    is not loaded there."""
+    from maskops.serving.client import TritonError, TritonUnavailable, served_layout
 
     try:
         urls = replica_pool(state).replicas()
     except TritonUnavailable:
         urls = []
 
-    def of(version: int) -> T | None:
+    def of(version: int) -> ServedLayout | None:
         for url in urls:
             try:
-                return ask(url, name, version=str(version), timeout_s=5.0)
+                return served_layout(url, name, version=str(version), timeout_s=5.0)
             except TritonUnavailable:
                 continue  # another replica may answer
             except TritonError:
