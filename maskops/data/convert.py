@@ -27,22 +27,19 @@ converter does; the manifest then counts them in ``num_dropped_empty_images``.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from multiprocessing.pool import AsyncResult
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from maskops.atomic import atomic_write
 from maskops.data.coco import CocoAnnotation, CocoFile, CocoImage, DatasetError, load_coco
 from maskops.data.convert_options import ConvertOptions
 from maskops.data.labels import LabelMap
 from maskops.data.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, manifest_path
+from maskops.data.ordered_pool import OrderedPool, worker_count
 from maskops.data.shards import SHARD_NAME_RE, ShardWriter, file_sha256, shard_name
 from maskops.data.validate import WARNING_KINDS, ImageOutcome, process_image
 
@@ -51,9 +48,6 @@ MIN_IMAGES_PER_SHARD = 16
 
 ProgressFn = Callable[[int, int], None]
 """Called with (images done, images total) as the conversion advances."""
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -151,7 +145,7 @@ def convert_dataset(
     if "/" in tag or not tag:
         raise DatasetError(f"tag {tag!r} must be a non-empty file name prefix")
     # The pool forks before the annotation index exists, so workers never hold a copy.
-    with _OrderedPool(_worker_count(options.workers)) as pool:
+    with OrderedPool(worker_count(options.workers)) as pool:
         return _convert(
             image_dir,
             annotation_file,
@@ -176,7 +170,7 @@ def _convert(
     num_shards: int,
     include_masks: bool,
     progress: ProgressFn | None,
-    pool: _OrderedPool,
+    pool: OrderedPool,
     start: float,
     drop_empty_images: bool,
     extra_findings: dict[str, dict[str, list[Any]]],
@@ -256,7 +250,7 @@ def _write_shards(
     out_dir: Path,
     tag: str,
     num_shards: int,
-    pool: _OrderedPool,
+    pool: OrderedPool,
     worker: Callable[[tuple[CocoImage, list[CocoAnnotation]]], ImageOutcome],
     tally: _Tally,
     warnings: dict[str, dict[str, list[Any]]],
@@ -469,42 +463,3 @@ def _remove_old_shards(out_dir: Path, tag: str) -> None:
         if match and match["tag"] == tag:
             path.unlink()
     manifest_path(out_dir, tag).unlink(missing_ok=True)
-
-
-def _worker_count(requested: int | None) -> int:
-    if multiprocessing.current_process().daemon:
-        return 1  # daemonic processes (Celery prefork children) may not have children
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, requested if requested is not None else min(4, cores or 1))
-
-
-class _OrderedPool:
-    """``map`` over worker processes, in order, with at most ``4 * workers`` items in flight.
-
-    fork: workers start in milliseconds without re-importing anything; what they run only
-    touches PIL, numpy and pycocotools, never threads of the parent. One worker: in-process.
-    """
-
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
-        self._pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
-
-    def map(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
-        if self._pool is None:
-            yield from map(fn, items)
-            return
-        pending: deque[AsyncResult[_R]] = deque()
-        for item in items:
-            pending.append(self._pool.apply_async(fn, (item,)))
-            if len(pending) >= 4 * self.workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
-
-    def __enter__(self) -> _OrderedPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()

@@ -15,10 +15,21 @@ from maskops.cli.main import main
 from maskops.data.demo import (
     CATEGORIES,
     DEMO_WALK_LAYOUT,
+    Polygon,
     ShapeLayout,
+    _area,
+    _clip_halfplane,
+    _kept,
+    _Layout,
+    _Occluder,
+    _placed_over,
+    _random_shape,
+    _signed_area,
     draw_image,
     generate_demo_dataset,
 )
+
+CROWDED = ShapeLayout(min_shapes=8, max_shapes=14, min_radius=0.05, max_radius=0.25)
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -91,6 +102,65 @@ def test_occluded_shapes_are_multi_polygon_visible_parts() -> None:
         if len(ann["segmentation"]) > 1
     ]
     assert occluded, "40 images hold at least one occluded (multi-polygon) shape"
+
+
+def test_the_worker_count_changes_no_file(tmp_path: Path) -> None:
+    one, two = (
+        generate_demo_dataset(
+            tmp_path / name, num_images=5, image_size=(96, 128), seed=2, layout=CROWDED, workers=n
+        )
+        for name, n in (("one", 1), ("two", 2))
+    )
+    assert _digest(one.root) == _digest(two.root)
+
+
+def _plain_cut(subject: Polygon, clip: Polygon) -> list[Polygon]:
+    """The difference of two convex polygons by clipping at every edge, no shortcut."""
+    clip = clip[::-1] if _signed_area(clip) < 0 else clip
+    pieces, remaining = [], subject
+    for i, start in enumerate(clip):
+        end = clip[(i + 1) % len(clip)]
+        outside = _clip_halfplane(remaining, start, end, keep_left=False)
+        if len(outside) >= 3 and _area(outside) > 1e-6:
+            pieces.append(outside)
+        remaining = _clip_halfplane(remaining, start, end, keep_left=True)
+        if len(remaining) < 3:
+            break
+    return pieces
+
+
+def test_a_cut_is_the_plain_clip_of_every_edge_and_keeps_an_untouched_shape_itself() -> None:
+    rng = np.random.default_rng(5)
+    background = np.full((96, 96, 3), 128.0, dtype=np.float32)
+    kinds = {"clear": 0, "under": 0, "cut": 0}
+    for _ in range(400):
+        subject, clip = (_random_shape(rng, 96, 96, background, CROWDED).polygon for _ in "ab")
+        pieces = _Occluder.of(clip).cut(subject)
+        assert pieces == _plain_cut(subject, clip)
+        if pieces == [subject]:
+            assert pieces[0] is subject  # what lets a layout keep that shape's mask
+            kinds["clear"] += 1
+        else:
+            kinds["under" if not pieces else "cut"] += 1
+    assert all(kinds.values()), kinds  # each way a cut can go was met
+
+
+def test_each_shape_keeps_its_pieces_as_clipped_afresh_by_every_later_shape() -> None:
+    """A layout carries each shape's pieces from one placement to the next; they are
+    the pieces that clipping it by all the shapes drawn over it gives."""
+    rng = np.random.default_rng(9)
+    background = np.full((96, 128, 3), 128.0, dtype=np.float32)
+    layout = _Layout([], [], [], [], [])
+    for _ in range(60):
+        candidate = _random_shape(rng, 96, 128, background, CROWDED)
+        layout = _placed_over(layout, candidate, 96, 128) or layout
+    assert len(layout.shapes) >= 4
+    for index, shape in enumerate(layout.shapes):
+        pieces = [shape.polygon]
+        for later in layout.shapes[index + 1 :]:
+            pieces = [part for piece in pieces for part in _plain_cut(piece, later.polygon)]
+        assert layout.pieces[index] == pieces
+        assert layout.kept[index] == _kept(pieces)
 
 
 def test_same_seed_same_files_other_seed_other_files(tmp_path: Path) -> None:
