@@ -34,6 +34,9 @@ per step, with the same precision. Arms:
   variant arm that fails is recorded with its error under ``failed_arms`` and not run
   again; the other arms go on.
 
+``--heads tiny`` gives both loops CI's small RoI and RPN heads (``synthetic.HEADS``) in
+place of TAO's: the same paths at a fraction of a CPU step's cost, for the tests.
+
 Enough images are generated that neither loader starts a second epoch (or restarts its
 workers) inside the run. Each arm runs in its own process (its peak RSS, or peak CUDA
 memory, is its own), one at a time with every thread, once per round for ``--rounds``
@@ -75,7 +78,7 @@ import torch.nn.functional as F
 from machine import start_run, write_results
 from PIL import Image
 from pycocotools.coco import COCO
-from synthetic import images_for, prepare_shards, throughput_spec
+from synthetic import HEADS, images_for, prepare_shards, throughput_spec
 from timing import Spread, alternate
 from torch.utils.data import DataLoader, Dataset
 from torchvision.models.detection import _utils as det_utils
@@ -123,6 +126,7 @@ def make_spec(root: Path, args: argparse.Namespace, *, use_amp: bool) -> Experim
         workers=args.workers,
         use_amp=use_amp,
         augment=coco_shaped(args),
+        heads=getattr(args, "heads", "tao"),
     )
 
 
@@ -366,6 +370,7 @@ def run_arm(arm: str, root: Path, args: argparse.Namespace, recorded: dict[str, 
         "threads",
         "device",
         "coco_shaped",
+        "heads",
     ):
         value = getattr(args, key)
         if isinstance(value, bool):  # a flag
@@ -446,6 +451,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1, help="loader processes (both loops)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--heads", default="tao", choices=sorted(HEADS), help="RoI/RPN heads")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + VARIANT_ARMS)
     parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
     parser.add_argument(

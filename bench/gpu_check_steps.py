@@ -295,28 +295,11 @@ def demo_data(ctx: Context) -> Path:
     return root
 
 
-TINY_HEADS: dict[str, Any] = {
-    "min_level": 3,
-    "max_level": 5,
-    "anchor_scale": 2.0,
-    "rpn_batch_size_per_im": 64,
-    "batch_size_per_im": 32,
-    "fast_rcnn_mlp_head_dim": 128,
-    "train_rpn_pre_nms_topn": 200,
-    "train_rpn_post_nms_topn": 100,
-    "test_rpn_pre_nms_topn": 100,
-    "test_rpn_post_nms_topn": 50,
-    "test_detections_per_image": 20,
-    "gt_mask_size": 28,
-    "mrcnn_resolution": 16,
-}
-"""tests/conftest.py's ``tiny_spec`` heads: FPN levels 3..5 for the demo shapes, small
-heads and sampling sizes (the defaults would make each step many times slower)."""
-
-
 def check_spec(ctx: Context, **overrides: Any) -> Any:
     """A small spec on the demo shards (tests/conftest.py's tiny_spec, scaled by ``sizes``):
     a warm-up, then a decay inside the resumed run's steps."""
+    from synthetic import TINY_HEADS
+
     from maskops.spec.models import ExperimentSpec
 
     root, s = demo_data(ctx), sizes(ctx)
@@ -719,6 +702,7 @@ def bench_train_in_process(
 
     args = argparse.Namespace(nlayers=10, image_size=[128, 128], batch=batch, steps=1, warmup=1)
     args.workers, args.device, args.threads = 0, "cpu", torch.get_num_threads()
+    args.heads = "tiny"
     args.coco_shaped = coco
     root = ctx.work / f"bench_train_batch{batch}{'_coco' if coco else ''}"
     images = bench_train.train_images(args)
@@ -956,6 +940,7 @@ def step_train_profile(ctx: Context) -> dict[str, Any]:
 
     if ctx.tiny:
         sizes = {"nlayers": 10, "image_size": [128, 128], "batch": 1, "workers": 0, "amp": False}
+        sizes["heads"] = "tiny"
         args = argparse.Namespace(**sizes, steps=1, warmup=1, device=ctx.device_name)
     else:
         if ctx.remaining() < PROFILE_S_ESTIMATE:

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 from machine import start_run, write_results
-from synthetic import prepare_shards, throughput_spec
+from synthetic import HEADS, prepare_shards, throughput_spec
 
 from maskops.training import HookBase, run_training
 from maskops.training.host_reads import HostReadCounter
@@ -152,6 +152,7 @@ def profile(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         nlayers=args.nlayers,
         workers=args.workers,
         use_amp=args.amp,
+        heads=getattr(args, "heads", "tao"),
     )
     window = ProfileWindow(args.warmup, args.steps)
     out = Path(tempfile.mkdtemp(prefix="profile_train_"))
@@ -180,6 +181,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1, help="loader processes")
     parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--heads", default="tao", choices=sorted(HEADS), help="RoI/RPN heads")
     parser.add_argument("--out", type=Path)
     return parser.parse_args()
 

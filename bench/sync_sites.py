@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpu_check_steps import TINY_HEADS
 from machine import start_run, write_results
+from synthetic import TINY_HEADS
 
 SOURCES = ("maskops", "torchvision")
 SYNC_WARNING = "called a synchronizing CUDA operation"

@@ -8,12 +8,17 @@ the one place both take them from. Two shapes of data:
   side (COCO averages 7 instances, many small), drawn at 480x640 (COCO's typical frame)
   so that the loader resizes every image to the training size, with random horizontal
   flips on (``throughput_spec(augment=True)``), as a TAO COCO run trains.
+
+Two sizes of RoI and RPN heads (``HEADS``): TAO's (default), and CI's tiny ones, which
+keep every path of a step at a fraction of its cost on a CPU.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
+from typing import Any
 
 from maskops.data.convert import convert_dataset
 from maskops.data.convert_options import DEFAULT_NUM_SHARDS
@@ -23,6 +28,27 @@ from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
 VAL_FRACTION = 0.2
 COCO_LAYOUT = ShapeLayout(min_shapes=5, max_shapes=30, min_radius=0.02, max_radius=0.2)
 COCO_IMAGE_SIZE = (480, 640)
+
+TINY_HEADS: dict[str, Any] = {
+    "min_level": 3,
+    "max_level": 5,
+    "anchor_scale": 2.0,
+    "rpn_batch_size_per_im": 64,
+    "batch_size_per_im": 32,
+    "fast_rcnn_mlp_head_dim": 128,
+    "train_rpn_pre_nms_topn": 200,
+    "train_rpn_post_nms_topn": 100,
+    "test_rpn_pre_nms_topn": 100,
+    "test_rpn_post_nms_topn": 50,
+    "test_detections_per_image": 20,
+    "gt_mask_size": 28,
+    "mrcnn_resolution": 16,
+}
+"""tests/conftest.py's ``tiny_spec`` heads: FPN levels 3..5 for the demo shapes, small
+heads and sampling sizes (TAO's make a 128x128 resnet10 step about four times slower on
+a CPU: 512 RoIs an image through the 4-conv mask head)."""
+HEADS: dict[str, dict[str, Any]] = {"tao": {}, "tiny": TINY_HEADS}
+"""``maskrcnn_config`` overrides by name: TAO's defaults, or :data:`TINY_HEADS`."""
 
 
 def images_for(train_images: int) -> int:
@@ -39,7 +65,10 @@ def prepare_shards(
     coco_shaped: bool = False,
 ) -> None:
     """Demo shapes at ``image_size`` (COCO-shaped: :data:`COCO_LAYOUT` at
-    :data:`COCO_IMAGE_SIZE`) under ``root/demo``, converted to ``root/shards``."""
+    :data:`COCO_IMAGE_SIZE`) under ``root/demo``, converted to ``root/shards``, drawn and
+    converted by a process per core (the same files for any count: 261 COCO-shaped
+    images, a batch of 16's run, would take minutes on one)."""
+    cores = len(os.sched_getaffinity(0))
     demo = generate_demo_dataset(
         root / "demo",
         num_images=images_for(train_images),
@@ -47,10 +76,13 @@ def prepare_shards(
         seed=0,
         val_fraction=VAL_FRACTION,
         layout=COCO_LAYOUT if coco_shaped else ShapeLayout(),
+        workers=cores,
     )
     shards = root / "shards"
-    convert_dataset(demo.train_images, demo.train_json, shards, num_shards=num_shards, workers=1)
-    convert_dataset(demo.val_images, demo.val_json, shards, workers=1)
+    convert_dataset(
+        demo.train_images, demo.train_json, shards, num_shards=num_shards, workers=cores
+    )
+    convert_dataset(demo.val_images, demo.val_json, shards, workers=cores)
 
 
 def throughput_spec(
@@ -63,9 +95,10 @@ def throughput_spec(
     workers: int,
     use_amp: bool = False,
     augment: bool = False,
+    heads: str = "tao",
 ) -> ExperimentSpec:
     """A fixed-rate run (no warm-up; random flips only with ``augment``) over
-    ``prepare_shards``' data."""
+    ``prepare_shards``' data, with the :data:`HEADS` named ``heads``."""
     return ExperimentSpec(
         seed=0,
         use_amp=use_amp,
@@ -81,5 +114,5 @@ def throughput_spec(
             n_workers=workers,
             augment_input_data=augment,
         ),
-        maskrcnn_config=MaskRCNNConfig(nlayers=nlayers),
+        maskrcnn_config=MaskRCNNConfig(nlayers=nlayers, **HEADS[heads]),
     )

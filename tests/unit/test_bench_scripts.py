@@ -125,9 +125,10 @@ def test_bench_eval_tiny(tmp_path: Path) -> None:
 def test_bench_train_tiny(tmp_path: Path) -> None:
     out = tmp_path / "train.json"
     run_bench("bench_train.py", "--nlayers", "10", "--image-size", "128", "128", "--batch", "1",
-              "--steps", "1", "--warmup", "1", "--rounds", "1", "--coco-shaped",
-              "--arms", "torchvision-fp32", "maskops-fp32", "--out", str(out))  # fmt: skip
+              "--steps", "1", "--warmup", "1", "--rounds", "1", "--coco-shaped", "--heads",
+              "tiny", "--arms", "torchvision-fp32", "maskops-fp32", "--out", str(out))  # fmt: skip
     doc = _results(out)
+    assert doc["config"]["heads"] == "tiny"
     assert set(doc["arms"]) == {"torchvision-fp32", "maskops-fp32"}
     for arm in doc["arms"].values():
         assert arm["median_images_per_s"] > 0 and arm["peak_rss_mb"] > 0
@@ -140,7 +141,8 @@ def test_a_variant_arm_that_fails_is_recorded_and_the_others_go_on(tmp_path: Pat
     once: its error is kept, it is not started again, and it gives no ratio."""
     bench_train = load_bench_module("bench_train")
     args = argparse.Namespace(nlayers=10, image_size=[128, 128], batch=1, steps=1, warmup=1,
-                              workers=0, threads=1, device="cpu", coco_shaped=False)  # fmt: skip
+                              workers=0, threads=1, device="cpu", coco_shaped=False,
+                              heads="tiny")  # fmt: skip
     recorded: dict[str, Any] = {}
     arm = "maskops-fp32-nosuch"  # no such switch: the arm's process fails at its start
     assert math.isnan(bench_train.run_arm(arm, tmp_path, args, recorded))
@@ -180,11 +182,25 @@ def test_coco_shaped_data_is_crowded_resized_and_flipped_alike(tmp_path: Path) -
     assert torch.allclose(mirrored["boxes"][:, [2, 0]], 171 - target["boxes"][:, [0, 2]])
 
 
+def test_the_tiny_heads_replace_taos_and_nothing_else(tmp_path: Path) -> None:
+    from maskops.spec.models import MaskRCNNConfig
+
+    synthetic = load_bench_module("synthetic")
+    sizes = {"steps": 1, "batch": 1, "image_size": (128, 128), "nlayers": 10, "workers": 0}
+    tao = synthetic.throughput_spec(tmp_path, **sizes)
+    tiny = synthetic.throughput_spec(tmp_path, **sizes, heads="tiny")
+    assert tao.maskrcnn_config == MaskRCNNConfig(nlayers=10)
+    assert tiny.maskrcnn_config == MaskRCNNConfig(nlayers=10, **synthetic.TINY_HEADS)
+    assert tiny.model_copy(update={"maskrcnn_config": tao.maskrcnn_config}) == tao
+
+
 def test_profile_train_tiny(tmp_path: Path) -> None:
     out = tmp_path / "profile.json"
     run_bench("profile_train.py", "--nlayers", "10", "--image-size", "128", "128", "--batch",
-              "1", "--steps", "2", "--warmup", "1", "--no-amp", "--out", str(out))  # fmt: skip
+              "1", "--steps", "2", "--warmup", "1", "--no-amp", "--heads", "tiny", "--out",
+              str(out))  # fmt: skip
     doc = _results(out)
+    assert doc["config"]["heads"] == "tiny"
     assert doc["steps"] == 2 and doc["step_ms"] > 0 and doc["gpu_busy_fraction"] is None
     # No `.item()`: the step's reads are the `tolist` calls counted below (the degenerate
     # target-box check travels in the proposals' count).
