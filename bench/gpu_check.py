@@ -54,9 +54,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable
@@ -524,7 +526,12 @@ def run_checks(args: argparse.Namespace) -> int:
             skip_group(group, args.out, f"the {args.budget_s:.0f} s budget is spent")
         else:
             run_group(group, args, env, deadline)
-    return 0 if finish_results(args, conditions, time.monotonic() - started) else 1
+    passed = finish_results(args, conditions, time.monotonic() - started)
+    if passed and args.work_is_default:
+        # Checkpoints and exports of several hundred MB: kept only where named or needed
+        # to read a failure.
+        shutil.rmtree(args.work, ignore_errors=True)
+    return 0 if passed else 1
 
 
 def parse_args() -> argparse.Namespace:
@@ -532,7 +539,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny model and data (CI)")
     parser.add_argument("--out", type=Path, help=f"results file (default {RESULTS})")
-    parser.add_argument("--work", type=Path, help="scratch folder (default /tmp/...)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="scratch folder, kept (default: one in $TMPDIR, removed after a passing run)",
+    )
     parser.add_argument("--budget-s", type=float, help=f"default {BUDGET_S:g} (--tiny: 900)")
     parser.add_argument(
         "--groups",
@@ -558,7 +569,9 @@ def parse_args() -> argparse.Namespace:
         args.budget_s = 900.0 if args.tiny else BUDGET_S
     if args.wheels is None and WHEELS.is_dir():
         args.wheels = WHEELS
-    args.work = (args.work or Path(f"/tmp/maskops-gpu-check-{os.getpid()}")).resolve()
+    args.work_is_default = args.work is None
+    default_work = Path(tempfile.gettempdir()) / f"maskops-gpu-check-{os.getpid()}"
+    args.work = (args.work or default_work).resolve()
     return args
 
 

@@ -8,11 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.bench import BENCH, REPO, load_bench_module
 
@@ -64,6 +67,7 @@ def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path)
     assert "no engine built" in steps["tensorrt"]["note"]
     assert all(s["status"] == "passed" for n, s in steps.items() if n != "tensorrt")
     assert all(s["seconds"] >= 0 for s in steps.values())
+    assert (tmp_path / "work").is_dir()  # a named scratch folder is kept
     # A CPU run names no GPU anywhere, and the README table would not take it.
     assert doc["device"] == "cpu" and doc["gpu"] is None and doc["machine"]["gpu"] is None
     assert steps["environment"]["figures"]["cuda"]["device_count"] == 0
@@ -93,6 +97,25 @@ def test_the_tiny_cpu_check_passes_every_step_and_records_no_gpu(tmp_path: Path)
     profile = figures["train_profile"]
     assert profile["steps"] == 1 and profile["gpu_busy_fraction"] is None  # no GPU to be busy
     assert "aten::convolution_backward" in {name for name, _ in profile["top_cpu_ops"]}
+
+
+def test_a_passing_run_removes_its_default_scratch_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default folder, in $TMPDIR (checkpoints and exports: 584 MB after a tiny run),
+    would otherwise stay on every machine that ran the check; a named one stays (the tiny
+    check's, above). With no budget every step is skipped: a pass."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    out, wheels = str(tmp_path / "results.json"), str(tmp_path / "none")
+    argv = ["gpu_check", "--device", "cpu", "--tiny", "--budget-s", "0", "--out", out]
+    monkeypatch.setattr(sys, "argv", [*argv, "--wheels", wheels])
+    args = gpu_check.parse_args()
+    assert args.work.parent == scratch.resolve()
+    assert gpu_check.run_checks(args) == 0
+    assert not args.work.exists() and not list(scratch.iterdir())
 
 
 def test_a_group_past_its_time_is_recorded_failed_and_earlier_steps_stay(
