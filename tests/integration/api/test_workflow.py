@@ -38,6 +38,13 @@ data_config {{
 maskrcnn_config {{
   arch: "resnet"
   nlayers: 10
+  # FPN levels, anchors, box head and mask size of tests/conftest.py's tiny_spec: TAO's
+  # (levels 2-6, a 1024-wide box head, 28x28 masks) made each step 4x slower on a CPU.
+  min_level: 3
+  max_level: 5
+  anchor_scale: 2.0
+  fast_rcnn_mlp_head_dim: 128
+  mrcnn_resolution: 16
   gt_mask_size: 28
   train_rpn_pre_nms_topn: 200
   train_rpn_post_nms_topn: 100
