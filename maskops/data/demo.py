@@ -416,8 +416,11 @@ class _Occluder:
         lies outside edge i and inside edges 0..i-1, so the pieces tile the difference
         without overlapping. A subject left whole comes back as itself."""
         first, answer = self._first_edge_that_cuts(subject)
-        if answer is not None:
-            return answer
+        return answer if answer is not None else self.clip_from(subject, first)
+
+    def clip_from(self, subject: Polygon, first: int) -> list[Polygon]:
+        """The pieces of :meth:`cut`, clipping ``subject`` at each edge from ``first`` on
+        (Sutherland-Hodgman against each edge's line, keeping what lies outside it)."""
         clip = self.polygon
         pieces: list[Polygon] = []
         remaining = subject

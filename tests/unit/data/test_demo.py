@@ -17,14 +17,11 @@ from maskops.data.demo import (
     DEMO_WALK_LAYOUT,
     Polygon,
     ShapeLayout,
-    _area,
-    _clip_halfplane,
     _kept,
     _Layout,
     _Occluder,
     _placed_over,
     _random_shape,
-    _signed_area,
     draw_image,
     generate_demo_dataset,
 )
@@ -116,17 +113,7 @@ def test_the_worker_count_changes_no_file(tmp_path: Path) -> None:
 
 def _plain_cut(subject: Polygon, clip: Polygon) -> list[Polygon]:
     """The difference of two convex polygons by clipping at every edge, no shortcut."""
-    clip = clip[::-1] if _signed_area(clip) < 0 else clip
-    pieces, remaining = [], subject
-    for i, start in enumerate(clip):
-        end = clip[(i + 1) % len(clip)]
-        outside = _clip_halfplane(remaining, start, end, keep_left=False)
-        if len(outside) >= 3 and _area(outside) > 1e-6:
-            pieces.append(outside)
-        remaining = _clip_halfplane(remaining, start, end, keep_left=True)
-        if len(remaining) < 3:
-            break
-    return pieces
+    return _Occluder.of(clip).clip_from(subject, 0)
 
 
 def test_a_cut_is_the_plain_clip_of_every_edge_and_keeps_an_untouched_shape_itself() -> None:
