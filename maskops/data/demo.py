@@ -137,8 +137,8 @@ def generate_demo_dataset(
         val_fraction: share of images in the validation split (at least one image each).
         layout: how many shapes per image and how large.
         workers: processes drawing images (each image has its own random stream, so the
-            files are the same for any count; 30-shape 480x640 images take about half a
-            second each on one core).
+            files are the same for any count; a 30-shape 480x640 image takes about a
+            second on one core).
 
     Image ids run 1..num_images over both splits (train first); annotation ids likewise.
     Each file's ``file_name`` is relative to its split's image directory.
