@@ -363,12 +363,13 @@ def _placed_over(layout: _Layout, candidate: _Shape, height: int, width: int) ->
     """
     occluder = _Occluder.of(candidate.polygon)
     pieces = [[part for piece in raw for part in occluder.cut(piece)] for raw in layout.pieces]
-    full = int(mask_utils.area(_rasterise([candidate.polygon], height, width)))
-    full_areas = [*layout.full_areas, full]
+    pieces.append([candidate.polygon])
+    candidate_area = int(mask_utils.area(_rasterise([candidate.polygon], height, width)))
+    full_areas = [*layout.full_areas, candidate_area]
     kept_all: list[list[Polygon]] = []
     masks: list[np.ndarray] = []
     claimed = np.zeros((height, width), dtype=np.uint8)
-    for index, raw in enumerate([*pieces, [candidate.polygon]]):
+    for index, raw in enumerate(pieces):
         whole = index < len(layout.pieces) and _same_pieces(raw, layout.pieces[index])
         kept = layout.kept[index] if whole else _kept(raw)
         if not kept:
@@ -380,8 +381,7 @@ def _placed_over(layout: _Layout, candidate: _Shape, height: int, width: int) ->
         claimed |= mask
         kept_all.append(kept)
         masks.append(mask)
-    shapes = [*layout.shapes, candidate]
-    return _Layout(shapes, [*pieces, [candidate.polygon]], kept_all, masks, full_areas)
+    return _Layout([*layout.shapes, candidate], pieces, kept_all, masks, full_areas)
 
 
 def _same_pieces(pieces: list[Polygon], before: list[Polygon]) -> bool:
