@@ -499,10 +499,18 @@ def finish_results(args: argparse.Namespace, conditions: Any, seconds: float) ->
 
     def change(doc: dict[str, Any]) -> None:
         doc.update(record, complete=True, seconds=round(seconds, 1))
+        # A run whose every step was skipped (a budget too small, the environment failed
+        # before) checked nothing: it fails rather than reading as a pass.
+        if not any(step["status"] == "passed" for step in doc["steps"].values()):
+            doc.update(passed=False, nothing_ran="no step passed: every step was skipped")
 
     update_results(args.out, change)
     doc = json.loads(args.out.read_text())
-    print(f"[gpu_check] {'PASSED' if doc['passed'] else 'FAILED'} in {seconds:.0f} s: {args.out}")
+    verdict = "PASSED" if doc["passed"] else "FAILED"
+    print(
+        f"[gpu_check] {verdict} in {seconds:.0f} s: {args.out}"
+        + (f" ({doc['nothing_ran']})" if "nothing_ran" in doc else "")
+    )
     return bool(doc["passed"])
 
 

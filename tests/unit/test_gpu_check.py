@@ -104,18 +104,34 @@ def test_a_passing_run_removes_its_default_scratch_folder(
 ) -> None:
     """The default folder, in $TMPDIR (checkpoints and exports: 584 MB after a tiny run),
     would otherwise stay on every machine that ran the check; a named one stays (the tiny
-    check's, above). With no budget every step is skipped: a pass."""
+    check's, above). The environment step alone passes."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
     monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
     out, wheels = str(tmp_path / "results.json"), str(tmp_path / "none")
-    argv = ["gpu_check", "--device", "cpu", "--tiny", "--budget-s", "0", "--out", out]
+    argv = ["gpu_check", "--device", "cpu", "--tiny", "--groups", "environment", "--out", out]
     monkeypatch.setattr(sys, "argv", [*argv, "--wheels", wheels])
     args = gpu_check.parse_args()
     assert args.work.parent == scratch.resolve()
     assert gpu_check.run_checks(args) == 0
-    assert not args.work.exists() and not list(scratch.iterdir())
+    # (The step's torch leaves its own caches in $TMPDIR.)
+    assert not args.work.exists() and not list(scratch.glob("maskops-gpu-check-*"))
+
+
+def test_a_run_that_skipped_every_step_fails_saying_nothing_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A budget too small for any step checks nothing: that is not a pass."""
+    out = tmp_path / "results.json"
+    argv = ["gpu_check", "--device", "cpu", "--tiny", "--budget-s", "0", "--out", str(out)]
+    argv += ["--work", str(tmp_path / "work"), "--wheels", str(tmp_path / "none")]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert gpu_check.run_checks(gpu_check.parse_args()) == 1
+    doc = json.loads(out.read_text())
+    assert {step["status"] for step in doc["steps"].values()} == {"skipped"}
+    assert doc["complete"] and doc["passed"] is False and doc["failed_steps"] == []
+    assert doc["nothing_ran"] == "no step passed: every step was skipped"
 
 
 def test_a_group_past_its_time_is_recorded_failed_and_earlier_steps_stay(
