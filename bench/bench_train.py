@@ -69,6 +69,8 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +80,7 @@ import torch.nn.functional as F
 from machine import start_run, write_results
 from PIL import Image
 from pycocotools.coco import COCO
-from synthetic import HEADS, images_for, prepare_shards, throughput_spec
+from synthetic import HEADS, prepare_shards, throughput_spec
 from timing import Spread, alternate
 from torch.utils.data import DataLoader, Dataset
 from torchvision.models.detection import _utils as det_utils
@@ -440,6 +442,18 @@ def arm_summary(spread: Spread, recorded: dict[str, Any]) -> dict[str, Any]:
     return {**spread.summary("images_per_s"), **recorded}
 
 
+@contextmanager
+def data_folder(named: Path | None) -> Iterator[Path]:
+    """The folder the run's data is prepared in: ``named`` (``--data``), kept for the next
+    run (several batch sizes draw their data once), or a temporary one."""
+    if named is not None:
+        named.mkdir(parents=True, exist_ok=True)
+        yield named
+        return
+    with tempfile.TemporaryDirectory(prefix="bench_train_data_") as tmp:
+        yield Path(tmp)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nlayers", type=int, default=18)
@@ -458,6 +472,12 @@ def parse_args() -> argparse.Namespace:
         "--coco-shaped",
         action="store_true",
         help="5-30 instances per image, resized, flipped (bench/synthetic.py)",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="prepare the data in this folder and keep it; data prepared there before for "
+        "at least as many images is used as it is (default: a temporary folder)",
     )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--arm", help=argparse.SUPPRESS)
@@ -479,9 +499,8 @@ def main() -> None:
     if amp.declined and len(arms) < len(args.arms):
         print(f"AMP arms skipped: {amp.declined}")
     recorded: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench_train_data_") as tmp:
-        root = Path(tmp)
-        prepare_shards(
+    with data_folder(args.data) as root:
+        prepared = prepare_shards(
             root,
             train_images=train_images(args),
             image_size=tuple(args.image_size),
@@ -491,7 +510,7 @@ def main() -> None:
         spreads = dict(zip(arms, alternate(measures, args.rounds, warmup=0), strict=True))
     figures: dict[str, Any] = {
         "config": {k: v for k, v in vars(args).items() if k not in ("arm", "root", "out")},
-        "images": images_for(train_images(args)),
+        "images": prepared["images"],
         "amp": {"dtype": str(amp.dtype), "scaler": amp.needs_scaler} if amp.enabled else None,
         "amp_skipped": amp.declined or None,
         "arms": {a: arm_summary(spreads[a], recorded.get(a, {})) for a in arms},

@@ -739,25 +739,37 @@ def affordable_rounds(ctx: Context, arms: list[str], rounds: int) -> tuple[int, 
     return min(rounds, int((ctx.remaining() - 20) // (len(arms) * arm_s))), arm_s
 
 
+TRAIN_STEPS, TRAIN_WARMUP, TRAIN_IMAGE_SIZE = 10, 3, (832, 1344)
+"""Timed and untimed steps and the image size of each bench_train.py arm the full check
+runs (R50-FPN at TAO's COCO size)."""
+
+
 def bench_train(
-    ctx: Context, arms: list[str], name: str, rounds: int = 2, batch: int = 4, coco: bool = False
+    ctx: Context,
+    arms: list[str],
+    name: str,
+    rounds: int = 2,
+    batch: int = 4,
+    coco: bool = False,
+    data: Path | None = None,
 ) -> dict[str, Any]:
     """bench/bench_train.py's arms, ``batch`` images per step (``coco``: on COCO-shaped
-    data, bench/synthetic.py), alternated in as many of ``rounds`` as the time left
-    affords, in its own processes (the seconds one arm's process took go to
-    ``ctx.state["arm_s"]``)."""
+    data, bench/synthetic.py; ``data``: a folder it prepared, reused), alternated in as
+    many of ``rounds`` as the time left affords, in its own processes (the seconds one
+    arm's process took go to ``ctx.state["arm_s"]``)."""
     if ctx.tiny:
         return bench_train_in_process(ctx, arms, batch=min(batch, 2), coco=coco)
     rounds, arm_s = affordable_rounds(ctx, arms, rounds)
     if rounds < 1:
         raise StepSkipped(f"{ctx.remaining():.0f} s left, about {arm_s:.0f} s an arm: too little")
-    size = ["--nlayers", "50", "--image-size", "832", "1344", "--batch", str(batch)]
-    timing = ["--steps", "10", "--warmup", "3", "--rounds", str(rounds), "--workers", "4"]
+    size = ["--nlayers", "50", "--image-size", *map(str, TRAIN_IMAGE_SIZE), "--batch", str(batch)]
+    timing = ["--steps", str(TRAIN_STEPS), "--warmup", str(TRAIN_WARMUP), "--rounds", str(rounds)]
     out = ctx.work / f"{name}.json"
     started = time.monotonic()
     command = [sys.executable, str(BENCH / "bench_train.py"), "--device", ctx.device_name]
-    command += [*size, *timing, "--arms", *arms, "--out", str(out)]
+    command += [*size, *timing, "--workers", "4", "--arms", *arms, "--out", str(out)]
     command += ["--coco-shaped"] if coco else []
+    command += ["--data", str(data)] if data is not None else []
     timeout = ctx.remaining() - 3
     try:
         done = subprocess.run(
@@ -855,6 +867,17 @@ BATCH_SWEEP = (4, 8, 16)
 """Images per GPU step that ``throughput_batch`` measures (--tiny: 2, the path kept alive)."""
 
 
+def shared_coco_data(ctx: Context, batch: int) -> Path:
+    """COCO-shaped data for every batch of the sweep, drawn once, for the largest: the
+    sweep's 458 images drawn per batch cost as much again as the 261 of batch 16."""
+    from synthetic import prepare_shards
+
+    root = ctx.work / "throughput_batch_data"
+    train_images = (TRAIN_STEPS + TRAIN_WARMUP) * batch
+    prepare_shards(root, train_images=train_images, image_size=TRAIN_IMAGE_SIZE, coco_shaped=True)
+    return root
+
+
 def step_throughput_batch(ctx: Context) -> dict[str, Any]:
     """maskops' default arm at each batch of :data:`BATCH_SWEEP` on COCO-shaped data, one
     process each: images/s and peak memory (GPU memory on CUDA, the process's RSS on a CPU
@@ -863,12 +886,13 @@ def step_throughput_batch(ctx: Context) -> dict[str, Any]:
     precision, _ = tuning_arms(ctx)
     arm = f"maskops-{precision}"
     batches: dict[str, Any] = {}
+    data = None if ctx.tiny else shared_coco_data(ctx, max(BATCH_SWEEP))
     for batch in (2,) if ctx.tiny else BATCH_SWEEP:
         try:
             # --tiny: the demo's shapes (with the crowded 480x640 ones the step took 94 s on
             # a 2-core host at load 10; tests/unit/test_bench_scripts.py draws those).
             name, coco = f"throughput_batch{batch}", not ctx.tiny
-            figures = bench_train(ctx, [arm], name, rounds=1, batch=batch, coco=coco)
+            figures = bench_train(ctx, [arm], name, rounds=1, batch=batch, coco=coco, data=data)
         except StepFailed as exc:
             batches[str(batch)] = {"error": str(exc)[-500:]}
             continue
@@ -973,6 +997,7 @@ def step_serving_torch(ctx: Context) -> dict[str, Any]:
     import importlib.util
 
     from gpu_serving import SERVED_ARMS, random_checkpoint, serving_check
+    from synthetic import TINY_HEADS
 
     if importlib.util.find_spec("pytriton") is None:
         raise StepSkipped("no nvidia-pytriton: carry the serving wheels (--prepare-serving)")
@@ -981,7 +1006,10 @@ def step_serving_torch(ctx: Context) -> dict[str, Any]:
     size, nlayers = ((128, 128), 10) if ctx.tiny else ((832, 1344), 50)
     images = [path.read_bytes() for path in val[: 2 if ctx.tiny else 8]]
     work = ctx.work / "serving"
-    checkpoint = random_checkpoint(work / "model.pth", size=size, nlayers=nlayers)
+    # --tiny: CI's heads (TAO's 1024-wide box head made a 98 MB resnet10 that every
+    # server and instance loads).
+    heads = TINY_HEADS if ctx.tiny else None
+    checkpoint = random_checkpoint(work / "model.pth", size=size, nlayers=nlayers, heads=heads)
     seconds, concurrency = (0.5, (1, 2)) if ctx.tiny else (10.0, (1, 8))
     figures = serving_check(
         checkpoint,
@@ -996,7 +1024,8 @@ def step_serving_torch(ctx: Context) -> dict[str, Any]:
         time_left=lambda: ctx.remaining() - SERVING_MARGIN_S,
         progress=lambda so_far: record_unfinished(ctx.out, "serving_torch", so_far),
     )
-    figures = {"model": f"resnet{nlayers}-FPN {size[0]}x{size[1]}, random weights", **figures}
+    model = f"resnet{nlayers}-FPN {size[0]}x{size[1]}, random weights"
+    figures = {"model": model + (", tiny heads" if ctx.tiny else ""), **figures}
     reports = figures["parity"].values()
     failed = [f"{r['data_type']}: {'; '.join(r['failures'])}" for r in reports if not r["passed"]]
     require(figures["passed"], f"served against in-process: {failed}", figures)

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,13 @@ EXACT_NAME = "check_fp32"
 SCORE_THRESHOLD = 0.05
 
 
-def random_checkpoint(path: Path, *, size: tuple[int, int], nlayers: int) -> Path:
+def random_checkpoint(
+    path: Path, *, size: tuple[int, int], nlayers: int, heads: Mapping[str, Any] | None = None
+) -> Path:
     """A checkpoint of random weights (seed 0) for ``size`` images and ResNet ``nlayers``
     with three classes: what the throughput figures measure when no trained one fits
-    (R50-FPN 832x1344, as the inference throughput step; up to 100 detections an image)."""
+    (R50-FPN 832x1344, as the inference throughput step; up to 100 detections an image).
+    ``heads``: ``maskrcnn_config`` overrides (TAO's heads by default)."""
     import torch
 
     from maskops.checkpoints.model_file import save_checkpoint
@@ -60,7 +63,7 @@ def random_checkpoint(path: Path, *, size: tuple[int, int], nlayers: int) -> Pat
     spec = ExperimentSpec.model_validate(
         {
             "data_config": {"image_size": size, "num_classes": 4},
-            "maskrcnn_config": {"nlayers": nlayers},
+            "maskrcnn_config": {"nlayers": nlayers, **(heads or {})},
         }
     )
     torch.manual_seed(0)

@@ -15,11 +15,14 @@ keep every path of a step at a fraction of its cost on a CPU.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
+from maskops.atomic import atomic_write
 from maskops.data.convert import convert_dataset
 from maskops.data.convert_options import DEFAULT_NUM_SHARDS
 from maskops.data.demo import ShapeLayout, generate_demo_dataset
@@ -51,6 +54,10 @@ HEADS: dict[str, dict[str, Any]] = {"tao": {}, "tiny": TINY_HEADS}
 """``maskrcnn_config`` overrides by name: TAO's defaults, or :data:`TINY_HEADS`."""
 
 
+PREPARED = "prepared.json"
+"""What ``prepare_shards`` drew into its folder, written once the shards are complete."""
+
+
 def images_for(train_images: int) -> int:
     """Demo images to generate so that the training split holds ``train_images``."""
     return math.ceil(train_images / (1 - VAL_FRACTION)) + 1
@@ -63,16 +70,29 @@ def prepare_shards(
     image_size: tuple[int, int],
     num_shards: int = DEFAULT_NUM_SHARDS,
     coco_shaped: bool = False,
-) -> None:
+) -> dict[str, Any]:
     """Demo shapes at ``image_size`` (COCO-shaped: :data:`COCO_LAYOUT` at
     :data:`COCO_IMAGE_SIZE`) under ``root/demo``, converted to ``root/shards``, drawn and
     converted by a process per core (the same files for any count: 261 COCO-shaped
-    images, a batch of 16's run, would take minutes on one)."""
+    images, a batch of 16's run, would take minutes on one). Data this call already
+    prepared there for at least ``train_images`` is kept, so runs at several batch sizes
+    draw it once. Returns ``root/prepared.json``: ``images`` (drawn), ``train_images``
+    (the training split's) and ``as`` (the arguments that shape them)."""
+    drawn_size = COCO_IMAGE_SIZE if coco_shaped else image_size
+    wanted = {"drawn_size": list(drawn_size), "coco_shaped": coco_shaped, "shards": num_shards}
+    record = root / PREPARED
+    if record.exists():
+        prepared = json.loads(record.read_text())
+        if prepared["train_images"] >= train_images and prepared["as"] == wanted:
+            return dict(prepared)
+        record.unlink()
+    for folder in ("demo", "shards"):  # another draw's, or one cut short
+        shutil.rmtree(root / folder, ignore_errors=True)
     cores = len(os.sched_getaffinity(0))
     demo = generate_demo_dataset(
         root / "demo",
         num_images=images_for(train_images),
-        image_size=COCO_IMAGE_SIZE if coco_shaped else image_size,
+        image_size=drawn_size,
         seed=0,
         val_fraction=VAL_FRACTION,
         layout=COCO_LAYOUT if coco_shaped else ShapeLayout(),
@@ -83,6 +103,10 @@ def prepare_shards(
         demo.train_images, demo.train_json, shards, num_shards=num_shards, workers=cores
     )
     convert_dataset(demo.val_images, demo.val_json, shards, workers=cores)
+    held = len(json.loads(demo.train_json.read_text())["images"])
+    prepared = {"images": images_for(train_images), "train_images": held, "as": wanted}
+    atomic_write(record, json.dumps(prepared))
+    return prepared
 
 
 def throughput_spec(

@@ -182,6 +182,27 @@ def test_coco_shaped_data_is_crowded_resized_and_flipped_alike(tmp_path: Path) -
     assert torch.allclose(mirrored["boxes"][:, [2, 0]], 171 - target["boxes"][:, [0, 2]])
 
 
+def test_data_prepared_for_more_images_is_reused_and_other_data_is_drawn_again(
+    tmp_path: Path,
+) -> None:
+    """The GPU check's batch sweep draws its COCO-shaped data once, for the largest batch."""
+    synthetic = load_bench_module("synthetic")
+    size = {"image_size": (64, 64)}
+    first = synthetic.prepare_shards(tmp_path, train_images=6, **size)
+    assert first["train_images"] >= 6 and first["images"] == synthetic.images_for(6)
+    shard = next((tmp_path / "shards").glob("train-*"))
+    written = shard.stat().st_mtime_ns
+    assert synthetic.prepare_shards(tmp_path, train_images=4, **size) == first
+    assert shard.stat().st_mtime_ns == written  # not drawn again
+    larger = synthetic.prepare_shards(tmp_path, train_images=9, **size)
+    assert larger["train_images"] >= 9
+    resized = synthetic.prepare_shards(tmp_path, train_images=4, image_size=(64, 96))
+    assert resized["as"]["drawn_size"] == [64, 96] and resized["train_images"] < 9
+    train = json.loads((tmp_path / "demo" / "annotations" / "train.json").read_text())
+    assert len(train["images"]) == resized["train_images"]
+    assert {(i["height"], i["width"]) for i in train["images"]} == {(64, 96)}
+
+
 def test_the_tiny_heads_replace_taos_and_nothing_else(tmp_path: Path) -> None:
     from maskops.spec.models import MaskRCNNConfig
 
