@@ -170,6 +170,21 @@ class CudaReport:
         return {**asdict(self), "usable": self.usable, "summary": self.summary()}
 
 
+NVIDIA_DEVICE_NODES = (Path("/dev/nvidiactl"), Path("/dev/dxg"))
+"""Where CUDA reaches a GPU: the Linux driver's control node, or WSL's GPU node."""
+
+
+def no_nvidia_driver() -> bool:
+    """Whether this host has nothing CUDA could reach a GPU through: no NVIDIA driver
+    (:data:`NVIDIA_PROC`, ``nvidia-smi``) and no device node. Read without initialising
+    CUDA."""
+    return (
+        not NVIDIA_PROC.exists()
+        and not any(node.exists() for node in NVIDIA_DEVICE_NODES)
+        and shutil.which("nvidia-smi") is None
+    )
+
+
 def cuda_report() -> CudaReport:
     """Probe this process's CUDA (this initialises it where it works)."""
     init_error = ""
@@ -207,7 +222,13 @@ def cuda_report() -> CudaReport:
 
 
 def cuda_report_subprocess(timeout_s: float = 120.0) -> CudaReport:
-    """:func:`cuda_report` of a fresh interpreter, leaving this process's CUDA untouched."""
+    """:func:`cuda_report` of a fresh interpreter, leaving this process's CUDA untouched.
+
+    On a host with no NVIDIA driver the report is known without one (no GPU, nothing
+    initialised), and a fresh interpreter importing torch costs seconds of CPU: it is made
+    here."""
+    if no_nvidia_driver():
+        return cuda_report_without_a_driver()
     done = subprocess.run(
         [sys.executable, "-m", "maskops.device"],
         capture_output=True,
@@ -220,6 +241,21 @@ def cuda_report_subprocess(timeout_s: float = 120.0) -> CudaReport:
     payload.pop("summary")
     payload["devices"] = tuple(payload["devices"])
     return CudaReport(**payload)
+
+
+def cuda_report_without_a_driver() -> CudaReport:
+    """:func:`cuda_report` of a host without an NVIDIA driver, CUDA untouched: no GPU is
+    present, so none is available and nothing is wrong with one."""
+    return CudaReport(
+        torch_version=torch.__version__,
+        cuda_build=torch.version.cuda,
+        driver=None,
+        gpus_present=0,
+        available=False,
+        device_count=0,
+        devices=(),
+        problem="",
+    )
 
 
 def check_cuda(report: CudaReport | None = None, *, required: bool | None = None) -> CudaReport:

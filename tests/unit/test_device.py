@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from maskops import device
 from maskops.device import (
     REQUIRE_CUDA_ENV,
     DeviceError,
@@ -82,6 +84,30 @@ def test_the_report_of_a_fresh_interpreter_is_this_process_report() -> None:
     )
     assert printed["summary"] == here.summary() and printed["usable"] == here.usable
     assert check_cuda(here, required=False) is here
+
+
+@pytest.mark.skipif(not device.no_nvidia_driver(), reason="checks a host without a driver")
+def test_without_a_driver_the_report_is_made_in_process_and_equals_a_fresh_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker's start on a CPU host skips the fresh interpreter (seconds of CPU)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(device.subprocess, "run", _no_process)
+        without = cuda_report_subprocess()
+    with monkeypatch.context() as patched:
+        patched.setattr(device, "no_nvidia_driver", lambda: False)
+        assert cuda_report_subprocess() == without  # the fresh interpreter's
+    # A driver's folder, a device node or nvidia-smi sends the probe to a fresh one.
+    monkeypatch.setattr(device, "NVIDIA_PROC", tmp_path)
+    assert not device.no_nvidia_driver()
+    monkeypatch.setattr(device, "NVIDIA_PROC", tmp_path / "absent")
+    assert device.no_nvidia_driver()
+    monkeypatch.setattr(device, "NVIDIA_DEVICE_NODES", (tmp_path,))
+    assert not device.no_nvidia_driver()
+
+
+def _no_process(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError(f"a process was started: {args}")
 
 
 def test_the_worker_setting_and_the_engine_read_the_same_variable(
