@@ -1,5 +1,5 @@
 """The restart back-off of ``maskops serve``'s supervisor (the processes themselves are
-exercised in tests/integration/api/test_embedded_supervision.py)."""
+exercised in tests/integration/embedded/test_embedded_supervision.py)."""
 
 from __future__ import annotations
 
