@@ -10,6 +10,9 @@ Measured in one run on the same synthetic data (demo shapes at ``--size``, COCO-
    image and masks). Goal: ratio >= 2.
 2. Conversion images/s and peak RSS of ``dataset_convert`` on ``--images`` images, and on a
    fifth of them: equal peaks show that memory does not grow with the dataset.
+3. Drawing images/s of ``--draw-images`` COCO-shaped demo images (bench/synthetic.py's:
+   5-30 shapes at 480x640, what the GPU check's batch sweep draws) by ``--workers``
+   processes against one (the same files for any count).
 
 ``--unique`` distinct images are drawn and hard-linked under further names to reach
 ``--images`` (drawing 5,000 would take longer than converting them). Figures go to
@@ -40,6 +43,7 @@ from machine import start_run, write_results
 from PIL import Image
 from pycocotools import mask as coco_mask
 from pycocotools.coco import COCO
+from synthetic import COCO_IMAGE_SIZE, COCO_LAYOUT, VAL_FRACTION
 from timing import alternate
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms.functional import pil_to_tensor
@@ -93,6 +97,35 @@ print(json.dumps({
     "warnings": sum(result.warning_counts.values()),
 }))
 """
+
+
+def measure_drawing(root: Path, *, images: int, workers: int, rounds: int) -> dict[str, Any]:
+    """Images/s of drawing ``images`` COCO-shaped demo images in one process and in
+    ``workers``, alternated in ``rounds``."""
+
+    def draw(count: int) -> float:
+        out = root / f"drawn_by_{count}"
+        started = time.perf_counter()
+        generate_demo_dataset(
+            out,
+            num_images=images,
+            image_size=COCO_IMAGE_SIZE,
+            seed=0,
+            val_fraction=VAL_FRACTION,
+            layout=COCO_LAYOUT,
+            workers=count,
+        )
+        seconds = time.perf_counter() - started
+        shutil.rmtree(out)
+        return images / seconds
+
+    one, many = alternate([lambda: draw(1), lambda: draw(workers)], rounds, warmup=0)
+    return {
+        "images": images,
+        "one_process": one.summary("images_per_s", digits=3),
+        "workers": many.summary("images_per_s", digits=3),
+        "ratio": round(many.median / one.median, 3),
+    }
 
 
 def measure_conversion(image_dir: Path, ann_file: Path, out: Path, workers: int) -> dict[str, Any]:
@@ -223,6 +256,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader / converter processes")
     parser.add_argument("--rounds", type=int, default=3, help="alternated timing rounds")
+    parser.add_argument("--draw-images", type=int, default=8, help="COCO-shaped images drawn")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--require-idle", action="store_true", help="refuse to run when loaded")
     args = parser.parse_args()
@@ -277,6 +311,14 @@ def main() -> None:
             f"{baseline.median:.1f} samples/s (medians of {args.rounds} rounds) -> ratio "
             f"{ratio:.2f}x (goal >= 2x)"
         )
+        drawing = measure_drawing(
+            root, images=args.draw_images, workers=args.workers, rounds=args.rounds
+        )
+        print(
+            f"drawing: {drawing['workers']['median_images_per_s']} images/s by {args.workers} "
+            f"processes vs {drawing['one_process']['median_images_per_s']} by one -> ratio "
+            f"{drawing['ratio']:.2f}x"
+        )
         results = {
             "config": {
                 "images": args.images,
@@ -286,8 +328,10 @@ def main() -> None:
                 "samples": batches * args.batch_size,
                 "batch_size": args.batch_size,
                 "workers": args.workers,
+                "draw_images": args.draw_images,
             },
             "conversion": {"all": full, "fifth": small},
+            "drawing": drawing,
             "pipeline": {
                 "maskops": ours.summary("samples_per_s", digits=2),
                 "reference": baseline.summary("samples_per_s", digits=2),

@@ -527,10 +527,13 @@ def test_bench_data_pipeline_tiny(tmp_path: Path) -> None:
     out = tmp_path / "data.json"
     run_bench("bench_data_pipeline.py", "--images", "10", "--unique", "5", "--size", "96", "128",
               "--image-size", "128", "128", "--samples", "4", "--workers", "1", "--rounds", "1",
-              "--out", str(out))  # fmt: skip
+              "--draw-images", "2", "--out", str(out))  # fmt: skip
     doc = _results(out)
     assert doc["conversion"]["all"]["images"] == 10
     assert doc["pipeline"]["ratio"] > 0
+    drawing = doc["drawing"]
+    assert drawing["images"] == 2 and drawing["ratio"] > 0
+    assert drawing["one_process"]["rounds"] == drawing["workers"]["rounds"] == 1
 
 
 def test_bench_prune_tiny(tmp_path: Path) -> None:
