@@ -47,9 +47,10 @@ TINY_HEADS: dict[str, Any] = {
     "gt_mask_size": 28,
     "mrcnn_resolution": 16,
 }
-"""tests/conftest.py's ``tiny_spec`` heads: FPN levels 3..5 for the demo shapes, small
-heads and sampling sizes (TAO's make a 128x128 resnet10 step about four times slower on
-a CPU: 512 RoIs an image through the 4-conv mask head)."""
+"""CI's heads, which tests/conftest.py's ``tiny_spec`` and the API tests' spec take too:
+FPN levels 3..5 for the demo shapes, small heads and sampling sizes (TAO's make a 128x128
+resnet10 step about four times slower on a CPU: 512 RoIs an image through the 4-conv mask
+head)."""
 HEADS: dict[str, dict[str, Any]] = {"tao": {}, "tiny": TINY_HEADS}
 """``maskrcnn_config`` overrides by name: TAO's defaults, or :data:`TINY_HEADS`."""
 

@@ -239,12 +239,15 @@ def tiny_spec(demo_dataset: DemoDataset, demo_shards: Path) -> ExperimentSpec:
     """A CI-sized training spec on ``demo_shards``: resnet10 at 128x128, batch 2, 4 steps.
 
     FPN levels 3..5 (anchors 16..64 px, the demo shapes' sizes) and small heads and
-    sampling sizes: the default 512 RoIs through the 4-conv mask head and the stride-4 level
-    would make each step many times slower.
+    sampling sizes (``TINY_HEADS``, bench/synthetic.py's, which the CI-sized benchmarks
+    take): the default 512 RoIs through the 4-conv mask head and the stride-4 level would
+    make each step many times slower.
     ``val_json_file`` is the demo val split, so the end-of-training evaluation is COCO.
     """
     from maskops.spec.models import DataConfig, ExperimentSpec, MaskRCNNConfig
+    from tests.support.bench import load_bench_module
 
+    heads = load_bench_module("synthetic").TINY_HEADS
     return ExperimentSpec(
         seed=7,
         total_steps=4,
@@ -264,22 +267,7 @@ def tiny_spec(demo_dataset: DemoDataset, demo_shards: Path) -> ExperimentSpec:
             n_workers=0,
             eval_samples=4,
         ),
-        maskrcnn_config=MaskRCNNConfig(
-            nlayers=10,
-            min_level=3,
-            max_level=5,
-            anchor_scale=2.0,
-            rpn_batch_size_per_im=64,
-            batch_size_per_im=32,
-            fast_rcnn_mlp_head_dim=128,
-            train_rpn_pre_nms_topn=200,
-            train_rpn_post_nms_topn=100,
-            test_rpn_pre_nms_topn=100,
-            test_rpn_post_nms_topn=50,
-            test_detections_per_image=20,
-            gt_mask_size=28,
-            mrcnn_resolution=16,
-        ),
+        maskrcnn_config=MaskRCNNConfig(nlayers=10, **heads),
     )
 
 

@@ -15,10 +15,22 @@ import pytest
 from maskops.export.options import DEFAULTS, export_file_name
 from maskops_core.settings import Settings
 from tests.integration.api.conftest import Worker, api_with_tritons, wait_for
+from tests.support.bench import load_bench_module
 
 pytestmark = pytest.mark.integration
 
-TRAIN_SPEC = """\
+# tiny_spec's FPN levels, anchors, heads and sampling sizes (bench/synthetic.py's
+# TINY_HEADS) with 64 RoIs an image: TAO's (levels 2-6, a 1024-wide box head, 28x28 masks)
+# made each step 4x slower on a CPU.
+TINY_HEADS_TEXT = "".join(
+    f"  {field}: {value}\n"
+    for field, value in {
+        **load_bench_module("synthetic").TINY_HEADS,
+        "batch_size_per_im": 64,
+    }.items()
+)
+TRAIN_SPEC = (
+    """\
 # A tiny TAO-style spec: resnet10 at 128 px, a few steps on CPU.
 seed: 7
 init_learning_rate: 0.005
@@ -38,23 +50,10 @@ data_config {{
 maskrcnn_config {{
   arch: "resnet"
   nlayers: 10
-  # FPN levels, anchors, box head and mask size of tests/conftest.py's tiny_spec: TAO's
-  # (levels 2-6, a 1024-wide box head, 28x28 masks) made each step 4x slower on a CPU.
-  min_level: 3
-  max_level: 5
-  anchor_scale: 2.0
-  fast_rcnn_mlp_head_dim: 128
-  mrcnn_resolution: 16
-  gt_mask_size: 28
-  train_rpn_pre_nms_topn: 200
-  train_rpn_post_nms_topn: 100
-  test_rpn_pre_nms_topn: 100
-  test_rpn_post_nms_topn: 50
-  batch_size_per_im: 64
-  rpn_batch_size_per_im: 64
-  test_detections_per_image: 20
-}}
 """
+    + TINY_HEADS_TEXT
+    + "}}\n"
+)
 
 
 def register_demo(client: httpx.Client, demo_root: str, worker: Worker | None = None) -> int:
