@@ -9,8 +9,8 @@ NVIDIA GPUs are present but unusable, or a process started with ``MASKOPS_REQUIR
 instead of the CPU.
 
 :func:`cuda_report` initialises CUDA. A process that must not (the Celery main process,
-whose pool children fork from it) runs ``python -m maskops.device`` instead, which prints
-the report as JSON.
+whose pool children fork from it) calls :func:`cuda_report_subprocess` instead: where an
+NVIDIA driver exists it runs ``python -m maskops.device``, which prints the report as JSON.
 """
 
 from __future__ import annotations
