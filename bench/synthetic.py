@@ -89,10 +89,10 @@ def prepare_shards(
         record.unlink()
     for folder in ("demo", "shards"):  # another draw's, or one cut short
         shutil.rmtree(root / folder, ignore_errors=True)
-    cores = len(os.sched_getaffinity(0))
+    cores, images = len(os.sched_getaffinity(0)), images_for(train_images)
     demo = generate_demo_dataset(
         root / "demo",
-        num_images=images_for(train_images),
+        num_images=images,
         image_size=drawn_size,
         seed=0,
         val_fraction=VAL_FRACTION,
@@ -105,7 +105,7 @@ def prepare_shards(
     )
     convert_dataset(demo.val_images, demo.val_json, shards, workers=cores)
     held = len(json.loads(demo.train_json.read_text())["images"])
-    prepared = {"images": images_for(train_images), "train_images": held, "as": wanted}
+    prepared = {"images": images, "train_images": held, "as": wanted}
     atomic_write(record, json.dumps(prepared))
     return prepared
 

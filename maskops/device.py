@@ -200,15 +200,23 @@ def cuda_report() -> CudaReport:
         for i in range(count)
         for capability in [torch.cuda.get_device_capability(i)]
     )
-    gpus = gpus_present()
-    driver = driver_version()
+    return _report(
+        driver=driver_version(), gpus=gpus_present(), devices=devices, available=available,
+        init_error=init_error,
+    )  # fmt: skip
+
+
+def _report(
+    *, driver: str | None, gpus: int, devices: tuple[str, ...], available: bool, init_error: str
+) -> CudaReport:
+    """This torch build's report of what a probe found (:func:`diagnose` says what is wrong)."""
     return CudaReport(
         torch_version=torch.__version__,
         cuda_build=torch.version.cuda,
         driver=driver,
         gpus_present=gpus,
         available=available,
-        device_count=count,
+        device_count=len(devices),
         devices=devices,
         problem=diagnose(
             torch_version=torch.__version__,
@@ -246,16 +254,7 @@ def cuda_report_subprocess(timeout_s: float = 120.0) -> CudaReport:
 def cuda_report_without_a_driver() -> CudaReport:
     """:func:`cuda_report` of a host without an NVIDIA driver, CUDA untouched: no GPU is
     present, so none is available and nothing is wrong with one."""
-    return CudaReport(
-        torch_version=torch.__version__,
-        cuda_build=torch.version.cuda,
-        driver=None,
-        gpus_present=0,
-        available=False,
-        device_count=0,
-        devices=(),
-        problem="",
-    )
+    return _report(driver=None, gpus=0, devices=(), available=False, init_error="")
 
 
 def check_cuda(report: CudaReport | None = None, *, required: bool | None = None) -> CudaReport:
